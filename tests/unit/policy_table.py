@@ -1,0 +1,190 @@
+"""One table of good and bad policy documents, checked against both the models and the CRDs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import policy_doc
+
+
+def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    node = doc
+    *parents, last = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return doc
+
+
+def _ns_selector(operator: str, values: list[str]) -> dict[str, Any]:
+    return {"namespaceSelector": {"operator": operator, "values": values}}
+
+
+RP, CRP = "RollbackPolicy", "ClusterRollbackPolicy"
+
+# (document, expected field path of the first problem or None when valid)
+CASES: list[Any] = [
+    pytest.param(policy_doc(RP), None, id="minimal-namespaced"),
+    pytest.param(policy_doc(CRP), None, id="minimal-cluster"),
+    pytest.param(
+        policy_doc(RP, weight=-5, enableMonitoringReopen=False), None, id="negative-weight"
+    ),
+    pytest.param(policy_doc(RP, monitoringPeriod="1h30m"), None, id="compound-duration"),
+    pytest.param(policy_doc(RP, monitoringPeriod="2s"), None, id="short-duration"),
+    pytest.param(policy_doc(RP, adoptionThresholdPercent=1), None, id="threshold-1"),
+    pytest.param(policy_doc(RP, adoptionThresholdPercent=100), None, id="threshold-100"),
+    pytest.param(policy_doc(RP, rollbackTarget="manifest"), None, id="target-manifest"),
+    pytest.param(
+        policy_doc(RP, scope={"workloadTypes": ["StrimziPodSet"]}), None, id="strimzi-named"
+    ),
+    pytest.param(policy_doc(RP, scope={}), None, id="empty-scope"),
+    pytest.param(
+        policy_doc(
+            RP,
+            scope={
+                "labelSelector": {
+                    "matchExpressions": [
+                        {"key": "tier", "operator": "Exists"},
+                        {"key": "legacy", "operator": "DoesNotExist", "values": []},
+                        {"key": "env", "operator": "NotIn", "values": ["dev"]},
+                    ]
+                }
+            },
+        ),
+        None,
+        id="all-operators",
+    ),
+    pytest.param(
+        policy_doc(CRP, scope=_ns_selector("In", ["prod-*", "staging"])), None, id="wildcards"
+    ),
+    pytest.param(policy_doc(CRP, scope=_ns_selector("NotIn", ["*-sandbox"])), None, id="notin"),
+    # --- bad documents ---
+    pytest.param(
+        policy_doc(RP, monitoringPeriod=None), "spec.monitoringPeriod", id="missing-period"
+    ),
+    pytest.param(policy_doc(RP, rollbackTarget=None), "spec.rollbackTarget", id="missing-target"),
+    pytest.param(policy_doc(RP, backoff=None), "spec.backoff", id="missing-backoff"),
+    pytest.param(
+        policy_doc(RP, backoff={"timePeriod": "1m", "multiplyByTurn": 2}),
+        "spec.backoff.maxAttempts",
+        id="missing-max-attempts",
+    ),
+    pytest.param(
+        policy_doc(RP, monitoringPeriod="0s"), "spec.monitoringPeriod", id="zero-duration"
+    ),
+    pytest.param(policy_doc(RP, monitoringPeriod="-5m"), "spec.monitoringPeriod", id="negative"),
+    pytest.param(policy_doc(RP, monitoringPeriod="5"), "spec.monitoringPeriod", id="no-unit"),
+    pytest.param(policy_doc(RP, monitoringPeriod="soon"), "spec.monitoringPeriod", id="garbage"),
+    pytest.param(policy_doc(RP, monitoringPeriod=300), "spec.monitoringPeriod", id="number"),
+    pytest.param(
+        _with(policy_doc(RP), "spec.backoff.timePeriod", "0m"),
+        "spec.backoff.timePeriod",
+        id="zero-backoff",
+    ),
+    pytest.param(policy_doc(RP, rollbackTarget="previous"), "spec.rollbackTarget", id="bad-target"),
+    pytest.param(
+        policy_doc(RP, adoptionThresholdPercent=0),
+        "spec.adoptionThresholdPercent",
+        id="threshold-0",
+    ),
+    pytest.param(
+        policy_doc(RP, adoptionThresholdPercent=101),
+        "spec.adoptionThresholdPercent",
+        id="threshold-101",
+    ),
+    pytest.param(
+        _with(policy_doc(RP), "spec.backoff.maxAttempts", 0), "spec.backoff.maxAttempts", id="max-0"
+    ),
+    pytest.param(
+        _with(policy_doc(RP), "spec.backoff.multiplyByTurn", 0),
+        "spec.backoff.multiplyByTurn",
+        id="multiply-0",
+    ),
+    pytest.param(policy_doc(RP, weight="high"), "spec.weight", id="weight-string"),
+    pytest.param(policy_doc(RP, weight=2**31), "spec.weight", id="weight-overflow"),
+    pytest.param(
+        policy_doc(RP, enableMonitoringReopen="maybe"), "spec.enableMonitoringReopen", id="bool"
+    ),
+    pytest.param(
+        policy_doc(RP, monitoringPeriodd="5m"), "spec.monitoringPeriodd", id="unknown-field"
+    ),
+    pytest.param(
+        _with(policy_doc(RP), "spec.backoff.jitter", True),
+        "spec.backoff.jitter",
+        id="unknown-nested",
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"workloadTypes": ["Pod"]}),
+        "spec.scope.workloadTypes[0]",
+        id="bad-kind",
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"workloadTypes": []}), "spec.scope.workloadTypes", id="no-kinds"
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"workloadTypes": ["Job", "Job"]}),
+        "spec.scope.workloadTypes",
+        id="duplicate-kinds",
+    ),
+    pytest.param(
+        policy_doc(RP, scope=_ns_selector("In", ["prod"])),
+        "spec.scope.namespaceSelector",
+        id="namespace-selector-on-namespaced",
+    ),
+    pytest.param(
+        policy_doc(CRP, scope=_ns_selector("Like", ["prod"])),
+        "spec.scope.namespaceSelector.operator",
+        id="ns-operator",
+    ),
+    pytest.param(
+        policy_doc(CRP, scope=_ns_selector("In", [])),
+        "spec.scope.namespaceSelector.values",
+        id="ns-empty",
+    ),
+    pytest.param(
+        policy_doc(CRP, scope=_ns_selector("In", ["Prod_*"])),
+        "spec.scope.namespaceSelector.values[0]",
+        id="ns-bad-pattern",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, scope={"labelSelector": {"matchExpressions": [{"key": "t", "operator": "In"}]}}
+        ),
+        "spec.scope.labelSelector.matchExpressions[0]",
+        id="in-without-values",
+    ),
+    pytest.param(
+        policy_doc(
+            RP,
+            scope={
+                "labelSelector": {
+                    "matchExpressions": [{"key": "t", "operator": "Exists", "values": ["x"]}]
+                }
+            },
+        ),
+        "spec.scope.labelSelector.matchExpressions[0]",
+        id="exists-with-values",
+    ),
+    pytest.param(
+        policy_doc(
+            RP,
+            scope={
+                "labelSelector": {
+                    "matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]
+                }
+            },
+        ),
+        "spec.scope.labelSelector.matchExpressions[0].operator",
+        id="bad-operator",
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"labelSelector": {"matchLabels": {"a": 1}}}),
+        "spec.scope.labelSelector.matchLabels.a",
+        id="label-value-not-string",
+    ),
+    pytest.param(
+        {k: v for k, v in policy_doc(RP).items() if k != "spec"}, "spec", id="missing-spec"
+    ),
+]

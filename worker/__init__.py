@@ -1,0 +1,1 @@
+"""Processes: the Temporal worker, the intake controller, the CLI and their configuration."""

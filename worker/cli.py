@@ -1,0 +1,169 @@
+"""``rollbackctl``: the command line of the rollback engine.
+
+Sub-commands are grouped by what they touch: ``policy`` works on files only (no cluster, no
+Temporal), ``crds`` prints or writes the CustomResourceDefinitions. Each handler returns the
+process exit status; user errors are printed as one line each, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from worker import crds
+from worker.policyfiles import load_documents, load_policies
+from workflows.backoff import backoff_schedule
+from workflows.durations import format_duration
+from workflows.policy import AnyPolicy, RollbackPolicy
+from workflows.selection import Resolution, WorkloadRef, policy_id, resolve
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _policy_ref(policy: AnyPolicy) -> dict[str, str | None]:
+    namespace = (
+        (policy.metadata.namespace or "default") if isinstance(policy, RollbackPolicy) else None
+    )
+    return {"kind": policy.kind, "namespace": namespace, "name": policy.metadata.name}
+
+
+def cmd_policy_validate(args: argparse.Namespace) -> int:
+    policies, problems = load_policies(args.files)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{len(policies)} polic{'y' if len(policies) == 1 else 'ies'} valid")
+    return 0
+
+
+def explain_json(workload: WorkloadRef, resolution: Resolution) -> dict[str, Any]:
+    winner = resolution.policy
+    return {
+        "workload": {
+            "kind": workload.kind.value,
+            "namespace": workload.namespace,
+            "name": workload.name,
+        },
+        "policy": _policy_ref(winner) if winner else None,
+        "candidates": [
+            {**_policy_ref(c.policy), "matched": c.matched, "reason": c.reason}
+            for c in resolution.candidates
+        ],
+        "backoffSchedule": (
+            [format_duration(w) for w in backoff_schedule(winner.spec.backoff)] if winner else []
+        ),
+    }
+
+
+def explain_text(workload: WorkloadRef, resolution: Resolution) -> str:
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(workload.labels.items())) or "none"
+    lines = [f"Workload:  {workload.kind} {workload.namespace}/{workload.name} (labels: {labels})"]
+    winner = resolution.policy
+    if winner is None:
+        lines.append(
+            "Policy:    none matches: the workload is retained (no monitoring, rollback or retry)"
+        )
+    else:
+        spec = winner.spec
+        lines.append(
+            f"Policy:    {policy_id(winner)} (weight {spec.weight},"
+            f" rollbackTarget {spec.rollback_target},"
+            f" monitoringPeriod {format_duration(spec.monitoring_period)},"
+            f" adoptionThresholdPercent {spec.adoption_threshold_percent})"
+        )
+    lines.append("")
+    lines.append(
+        "Candidates, in precedence order:" if resolution.candidates else "Candidates: none given"
+    )
+    for c in resolution.candidates:
+        mark = "*" if c.policy is winner else ("~" if c.matched else "-")
+        lines.append(f"  {mark} {policy_id(c.policy)}: {c.reason}")
+    if winner is not None:
+        b = winner.spec.backoff
+        lines.append("")
+        lines.append(
+            f"Backoff schedule (timePeriod {format_duration(b.time_period)} x multiplyByTurn"
+            f" {b.multiply_by_turn} x turn, maxAttempts {b.max_attempts}):"
+        )
+        for turn, wait in enumerate(backoff_schedule(b), start=1):
+            tail = "  -> failedPermanent when this wait ends" if turn == b.max_attempts else ""
+            lines.append(f"  turn {turn}: {format_duration(wait)}{tail}")
+    return "\n".join(lines)
+
+
+def cmd_policy_explain(args: argparse.Namespace) -> int:
+    policies, problems = load_policies(args.policies)
+    docs, doc_problems = load_documents(args.workload)
+    problems += doc_problems
+    if not problems and len(docs) != 1:
+        print(f"{args.workload}: expected exactly one workload document, found {len(docs)}")
+        return 1
+    workload = None
+    if not problems:
+        try:
+            workload = WorkloadRef.from_manifest(docs[0][1], namespace=args.namespace)
+        except ValueError as exc:
+            print(f"{args.workload}: {exc}")
+            return 1
+    for problem in problems:
+        print(problem)
+    if problems or workload is None:
+        return 1
+    resolution = resolve(policies, workload)
+    if args.output == "json":
+        print(json.dumps(explain_json(workload, resolution), indent=2))
+    else:
+        print(explain_text(workload, resolution))
+    return 0
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    if args.write:
+        for path in crds.write(Path(args.write)):
+            print(f"wrote {path}")
+    else:
+        print("---\n".join(crds.render(doc) for doc in crds.CRDS.values()), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollbackctl", description="Durable rollback engine for Kubernetes rightsizing."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    policy = sub.add_parser("policy", help="validate policies and explain which one applies")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    validate = policy_sub.add_parser(
+        "validate", help="validate RollbackPolicy/ClusterRollbackPolicy YAML"
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(handler=cmd_policy_validate)
+    explain = policy_sub.add_parser("explain", help="which policy applies to a workload, and why")
+    explain.add_argument("--policies", nargs="+", required=True, metavar="FILE")
+    explain.add_argument("--workload", required=True, metavar="FILE", help="one workload manifest")
+    explain.add_argument(
+        "--namespace", help="namespace of the workload (default: its manifest's, else 'default')"
+    )
+    explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    explain.set_defaults(handler=cmd_policy_explain)
+
+    crd = sub.add_parser("crds", help="print the CustomResourceDefinitions (or --write DIR)")
+    crd.add_argument("--write", metavar="DIR", help="write one YAML file per CRD into DIR")
+    crd.set_defaults(handler=cmd_crds)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

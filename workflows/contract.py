@@ -1,0 +1,100 @@
+"""The cluster contract and the names defined once: API group, annotation keys, modes, reasons.
+
+These names are shared with the Kubex automation engine (see DESIGN.md, "The cluster contract"),
+so they must not change: an applier that already uses them runs beside this service.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+API_GROUP = "rightsizing.kubex.ai"
+API_VERSION = "v1alpha1"
+GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
+
+# Recommendation annotations, on pods (and on the owner for static policies):
+#   <kind>.rightsizing.kubex.ai/desired-resource-requests            (fixed key)
+#   <kind>.rightsizing.kubex.ai/h<digest>-desired-resource-requests  (multi-policy hashed key)
+RECOMMENDATION_SUFFIX_REQUESTS = "desired-resource-requests"
+RECOMMENDATION_SUFFIX_LIMITS = "desired-resource-limits"
+
+# The rollback recommendation this service publishes on the owner.
+ROLLBACK_PREFIX = "rollbackpolicy.rightsizing.kubex.ai"
+ROLLBACK_REQUESTS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_REQUESTS}"
+ROLLBACK_LIMITS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_LIMITS}"
+
+# Rollback state JSON, on the owner only (never on pods).
+ROLLBACK_STATE_ANNOTATION = "rightsizing.kubex.ai/rollback-state"
+
+TASK_QUEUE = "rightsizing-rollback"
+
+
+class WorkloadKind(StrEnum):
+    """Owner kinds a policy can scope. ``StrimziPodSet`` is valid but not in the default set."""
+
+    DEPLOYMENT = "Deployment"
+    STATEFUL_SET = "StatefulSet"
+    CRON_JOB = "CronJob"
+    ROLLOUT = "Rollout"
+    JOB = "Job"
+    ANALYSIS_RUN = "AnalysisRun"
+    DAEMON_SET = "DaemonSet"
+    MODEL = "Model"
+    STRIMZI_POD_SET = "StrimziPodSet"
+
+
+DEFAULT_WORKLOAD_TYPES: tuple[WorkloadKind, ...] = tuple(
+    k for k in WorkloadKind if k is not WorkloadKind.STRIMZI_POD_SET
+)
+
+
+class RollbackTarget(StrEnum):
+    MANIFEST = "manifest"
+    LAST_SUCCESSFUL = "lastSuccessful"
+
+
+class Mode(StrEnum):
+    """Rollback modes written to the owner's state. Terminal modes end a turn."""
+
+    MONITORING = "monitoring"
+    MONITORING_SUCCEEDED = "monitoringSucceeded"
+    ROLLING_BACK = "rollingBack"
+    BACKING_OFF = "backingOff"
+    BACKED_OFF = "backedOff"
+    FAILED_PERMANENT = "failedPermanent"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    CLEARED = "cleared"
+
+    @property
+    def terminal(self) -> bool:
+        """True when the workflow run ends in this mode (a later run may start a new turn)."""
+        return self not in _ACTIVE_MODES
+
+
+_ACTIVE_MODES = frozenset({Mode.MONITORING, Mode.ROLLING_BACK, Mode.BACKING_OFF})
+
+
+class FailureReason(StrEnum):
+    OOM_KILLED = "oomKilled"
+    CRASH_LOOP_BACK_OFF = "crashLoopBackOff"
+    UNSCHEDULABLE = "unschedulable"
+    RESIZE_INFEASIBLE = "resizeInfeasible"
+    RESIZE_DEFERRED = "resizeDeferred"
+    RESIZE_ERROR = "resizeError"
+    NOT_READY = "notReady"
+    FAILED = "failed"
+    ADOPTION_THRESHOLD_NOT_MET = "adoptionThresholdNotMet"
+    ROLLBACK_RECOMMENDATION_UNAVAILABLE = "rollbackRecommendationUnavailable"
+    OWNER_GONE = "ownerGone"
+    MALFORMED_ANNOTATION = "malformedAnnotation"
+
+
+class EventReason(StrEnum):
+    MONITORING_STARTED = "RollbackMonitoringStarted"
+    MONITORING_SUCCEEDED = "RollbackMonitoringSucceeded"
+    ROLLING_BACK_STARTED = "RollbackRollingBackStarted"
+    BACKOFF_TURN_COMPLETED = "RollbackBackoffTurnCompleted"
+    BACKOFF_EXHAUSTED = "RollbackBackoffExhausted"
+    STATE_CLEARED = "RollbackStateCleared"
+    RECOMMENDATION_UNAVAILABLE = "RollbackRecommendationUnavailable"

@@ -1,0 +1,188 @@
+"""Pydantic models of ``RollbackPolicy`` and ``ClusterRollbackPolicy`` (v1alpha1).
+
+Every field of the spec with its default. The models are strict in the same way as the CRD
+schemas in ``deploy/crds/`` (a shared table in ``tests/unit/test_crd_schema.py`` proves that they
+accept and reject the same documents): unknown fields are rejected with their path, required
+fields are required, durations must be positive Go durations, ranges are enforced.
+
+Metadata is the exception: the API server owns it, so unknown metadata fields (uid,
+resourceVersion, managedFields, ...) are ignored rather than rejected.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from workflows.contract import (
+    DEFAULT_WORKLOAD_TYPES,
+    GROUP_VERSION,
+    RollbackTarget,
+    WorkloadKind,
+)
+from workflows.durations import Duration
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+NAMESPACE_PATTERN = r"^[a-z0-9*]([-a-z0-9*]*[a-z0-9*])?$"
+"""A namespace name in which ``*`` matches any run of characters (``prod-*``, ``*-staging``)."""
+
+
+class Model(BaseModel):
+    """camelCase on the wire, snake_case in Python, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class LabelSelectorRequirement(Model):
+    key: Annotated[str, Field(min_length=1)]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> Self:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} requires a non-empty values list")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        present = self.key in labels
+        match self.operator:
+            case "In":
+                return present and labels[self.key] in self.values
+            case "NotIn":
+                return not present or labels[self.key] not in self.values
+            case "Exists":
+                return present
+            case "DoesNotExist":
+                return not present
+
+    def describe(self) -> str:
+        if self.values:
+            return f"{self.key} {self.operator} ({', '.join(self.values)})"
+        return f"{self.key} {self.operator}"
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector: every matchLabels pair and every expression must hold.
+
+    An empty selector matches every workload, as in Kubernetes.
+    """
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def unmet(self, labels: dict[str, str]) -> list[str]:
+        """The requirements the labels fail, in a human form; empty when the selector matches."""
+        unmet = [f"{k}={v}" for k, v in self.match_labels.items() if labels.get(k) != v]
+        unmet += [e.describe() for e in self.match_expressions if not e.matches(labels)]
+        return unmet
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return not self.unmet(labels)
+
+
+def _compile_namespace_pattern(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$")
+
+
+NamespacePatternStr = Annotated[str, Field(pattern=NAMESPACE_PATTERN, max_length=63)]
+
+
+class NamespaceSelector(Model):
+    """Namespace names or ``*`` wildcard patterns to include (``In``) or exclude (``NotIn``)."""
+
+    operator: Literal["In", "NotIn"]
+    values: Annotated[list[NamespacePatternStr], Field(min_length=1)]
+
+    def matches(self, namespace: str) -> bool:
+        hit = any(_compile_namespace_pattern(v).match(namespace) for v in self.values)
+        return hit if self.operator == "In" else not hit
+
+
+def _no_duplicates(kinds: list[WorkloadKind]) -> list[WorkloadKind]:
+    if len(set(kinds)) != len(kinds):
+        raise ValueError("workload types must not repeat")
+    return kinds
+
+
+WorkloadTypes = Annotated[list[WorkloadKind], Field(min_length=1), AfterValidator(_no_duplicates)]
+
+
+class Scope(Model):
+    label_selector: LabelSelector | None = None
+    workload_types: WorkloadTypes = Field(default_factory=lambda: list(DEFAULT_WORKLOAD_TYPES))
+
+
+class ClusterScope(Scope):
+    namespace_selector: NamespaceSelector | None = None
+
+
+class Backoff(Model):
+    time_period: Duration
+    multiply_by_turn: Annotated[int, Field(ge=1, le=1000)]
+    max_attempts: Annotated[int, Field(ge=1, le=1000)]
+
+
+class _SpecFields(Model):
+    monitoring_period: Duration
+    rollback_target: RollbackTarget
+    adoption_threshold_percent: Annotated[int, Field(ge=1, le=100)]
+    backoff: Backoff
+    weight: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] = 0
+    enable_monitoring_reopen: bool = True
+
+
+class RollbackPolicySpec(_SpecFields):
+    scope: Scope = Field(default_factory=Scope)
+
+
+class ClusterRollbackPolicySpec(_SpecFields):
+    scope: ClusterScope = Field(default_factory=ClusterScope)
+
+
+class ObjectMeta(Model):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    namespace: str | None = None
+    creation_timestamp: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class RollbackPolicy(Model):
+    """Namespaced: applies to workloads of its own namespace."""
+
+    api_version: Literal["rightsizing.kubex.ai/v1alpha1"] = GROUP_VERSION  # type: ignore[assignment]
+    kind: Literal["RollbackPolicy"] = "RollbackPolicy"
+    metadata: ObjectMeta
+    spec: RollbackPolicySpec
+    status: dict[str, Any] | None = None
+
+
+class ClusterRollbackPolicy(Model):
+    """Cluster-scoped: applies across the namespaces its namespace selector admits."""
+
+    api_version: Literal["rightsizing.kubex.ai/v1alpha1"] = GROUP_VERSION  # type: ignore[assignment]
+    kind: Literal["ClusterRollbackPolicy"] = "ClusterRollbackPolicy"
+    metadata: ObjectMeta
+    spec: ClusterRollbackPolicySpec
+    status: dict[str, Any] | None = None
+
+
+AnyPolicy = RollbackPolicy | ClusterRollbackPolicy
+POLICY_KINDS: dict[str, type[RollbackPolicy] | type[ClusterRollbackPolicy]] = {
+    "RollbackPolicy": RollbackPolicy,
+    "ClusterRollbackPolicy": ClusterRollbackPolicy,
+}

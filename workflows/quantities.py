@@ -1,0 +1,59 @@
+"""Kubernetes resource quantities, canonicalised so that equal amounts compare equal.
+
+``250m`` and ``0.25`` CPU are the same amount, and so are ``1Gi`` and ``1024Mi`` of memory.
+The canonical form is the plain decimal number of base units (cores, bytes) with no exponent
+and no trailing zeros: ``canonical_quantity("250m") == "0.25"``,
+``canonical_quantity("1Gi") == "1073741824"``.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_SUFFIXES = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(
+    r"^(?P<num>\+?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<exp>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
+)
+
+
+def parse_quantity(text: str) -> Decimal:
+    """The amount in base units. Raises ``ValueError`` on anything Kubernetes would reject."""
+    match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"invalid resource quantity {text!r}")
+    try:
+        number = Decimal(match["num"])
+        if match["exp"]:
+            return number * Decimal(10) ** int(match["exp"][1:])
+        return number * _SUFFIXES[match["suffix"] or ""]
+    except InvalidOperation as exc:  # pragma: no cover - the regex already rules this out
+        raise ValueError(f"invalid resource quantity {text!r}") from exc
+
+
+def format_decimal(amount: Decimal) -> str:
+    """Plain notation without exponent or trailing zeros (``Decimal('1E+3')`` -> ``'1000'``)."""
+    text = format(amount.normalize(), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def canonical_quantity(text: str) -> str:
+    return format_decimal(parse_quantity(text))

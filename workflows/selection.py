@@ -1,0 +1,142 @@
+"""Which policy, if any, applies to a workload, and why.
+
+Precedence (DESIGN.md): a namespaced ``RollbackPolicy`` in the workload's namespace beats any
+``ClusterRollbackPolicy`` (the team that owns the namespace decides). Among policies of one
+kind, the higher ``weight`` wins, then the older ``creationTimestamp``, then the name (a stable
+tie-break when timestamps are missing or equal). No match: the workload is retained, nothing is
+monitored.
+
+``resolve`` returns the winner together with every candidate and the reason it matched, lost or
+did not match, which ``rollbackctl policy explain`` prints as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from workflows.contract import WorkloadKind
+from workflows.policy import AnyPolicy, ClusterRollbackPolicy, RollbackPolicy
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """The owner a policy is matched against: its kind, namespace, name and labels."""
+
+    kind: WorkloadKind
+    namespace: str
+    name: str
+    labels: dict[str, str]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any], namespace: str | None = None) -> WorkloadRef:
+        """Read kind, namespace (``default`` when unset, as kubectl does) and labels."""
+        if not isinstance(manifest, dict):
+            raise ValueError("a workload manifest must be a mapping")
+        try:
+            kind = WorkloadKind(str(manifest.get("kind")))
+        except ValueError:
+            known = ", ".join(k.value for k in WorkloadKind)
+            raise ValueError(
+                f"kind {manifest.get('kind')!r} is not a workload kind ({known})"
+            ) from None
+        meta = manifest.get("metadata") or {}
+        if not isinstance(meta, dict) or not meta.get("name"):
+            raise ValueError("metadata.name is required")
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, dict):
+            raise ValueError("metadata.labels must be a mapping")
+        return cls(
+            kind=kind,
+            namespace=namespace or meta.get("namespace") or "default",
+            name=str(meta["name"]),
+            labels={str(k): str(v) for k, v in labels.items()},
+        )
+
+
+def policy_id(policy: AnyPolicy) -> str:
+    """``RollbackPolicy/ns/name`` or ``ClusterRollbackPolicy/name``."""
+    if isinstance(policy, RollbackPolicy):
+        return f"RollbackPolicy/{policy.metadata.namespace or 'default'}/{policy.metadata.name}"
+    return f"ClusterRollbackPolicy/{policy.metadata.name}"
+
+
+def mismatch(policy: AnyPolicy, workload: WorkloadRef) -> str | None:
+    """Why ``policy`` does not select ``workload``, or ``None`` when it does."""
+    scope = policy.spec.scope
+    if isinstance(policy, RollbackPolicy):
+        policy_ns = policy.metadata.namespace or "default"
+        if policy_ns != workload.namespace:
+            return f"namespaced to {policy_ns!r}, workload is in {workload.namespace!r}"
+    else:
+        selector = policy.spec.scope.namespace_selector
+        if selector is not None and not selector.matches(workload.namespace):
+            patterns = ", ".join(selector.values)
+            return f"namespace {workload.namespace!r} is not {selector.operator} [{patterns}]"
+    if workload.kind not in scope.workload_types:
+        kinds = ", ".join(scope.workload_types)
+        return f"workload type {workload.kind} not in workloadTypes [{kinds}]"
+    if scope.label_selector is not None:
+        unmet = scope.label_selector.unmet(workload.labels)
+        if unmet:
+            return "labelSelector not satisfied: " + "; ".join(unmet)
+    return None
+
+
+def precedence_key(policy: AnyPolicy) -> tuple[int, int, float, str]:
+    """Sort key: smallest wins. Namespaced first, then higher weight, older, name."""
+    created = policy.metadata.creation_timestamp
+    age_key = created.timestamp() if created is not None else float("inf")
+    kind_rank = 0 if isinstance(policy, RollbackPolicy) else 1
+    return (kind_rank, -policy.spec.weight, age_key, policy.metadata.name)
+
+
+def _lost_because(loser: AnyPolicy, winner: AnyPolicy) -> str:
+    winner_id = policy_id(winner)
+    if isinstance(winner, RollbackPolicy) and isinstance(loser, ClusterRollbackPolicy):
+        return f"matches, but namespaced {winner_id} takes precedence over cluster policies"
+    if loser.spec.weight != winner.spec.weight:
+        return f"matches, but weight {loser.spec.weight} < {winner.spec.weight} of {winner_id}"
+    lc, wc = loser.metadata.creation_timestamp, winner.metadata.creation_timestamp
+    if lc != wc:
+        return (
+            f"matches with equal weight {loser.spec.weight}, but {winner_id} is older"
+            f" ({wc.isoformat() if wc else 'unknown'} vs {lc.isoformat() if lc else 'unknown'})"
+        )
+    return f"matches with equal weight and age, but {winner_id} sorts first by name"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    policy: AnyPolicy
+    matched: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    policy: AnyPolicy | None
+    candidates: list[Candidate]
+
+
+def resolve(policies: Iterable[AnyPolicy], workload: WorkloadRef) -> Resolution:
+    """The winning policy for ``workload`` (or ``None``: retain) and every candidate's story."""
+    ordered = sorted(policies, key=precedence_key)
+    reasons = {id(p): mismatch(p, workload) for p in ordered}
+    winner = next((p for p in ordered if reasons[id(p)] is None), None)
+    candidates = []
+    for p in ordered:
+        reason = reasons[id(p)]
+        if reason is not None:
+            candidates.append(Candidate(p, matched=False, reason=reason))
+        elif p is winner:
+            candidates.append(Candidate(p, matched=True, reason="selected: highest precedence"))
+        else:
+            assert winner is not None
+            candidates.append(Candidate(p, matched=True, reason=_lost_because(p, winner)))
+    return Resolution(policy=winner, candidates=candidates)
