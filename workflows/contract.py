@@ -98,3 +98,27 @@ class EventReason(StrEnum):
     BACKOFF_EXHAUSTED = "RollbackBackoffExhausted"
     STATE_CLEARED = "RollbackStateCleared"
     RECOMMENDATION_UNAVAILABLE = "RollbackRecommendationUnavailable"
+    # Beyond DESIGN.md's list: a cancel signal, and an attempt ended by bad input.
+    MONITORING_CANCELLED = "RollbackMonitoringCancelled"
+    ATTEMPT_ABORTED = "RollbackAttemptAborted"
+
+
+class SearchAttribute(StrEnum):
+    """Custom search attributes upserted at every transition (registered on the server)."""
+
+    NAMESPACE = "RollbackNamespace"
+    WORKLOAD = "RollbackWorkload"
+    MODE = "RollbackMode"
+    TURN = "RollbackTurn"
+    POLICY = "RollbackPolicy"
+    FINGERPRINT = "RollbackFingerprint"
+
+
+SEARCH_ATTRIBUTE_TYPES = {
+    SearchAttribute.NAMESPACE: "Keyword",
+    SearchAttribute.WORKLOAD: "Keyword",
+    SearchAttribute.MODE: "Keyword",
+    SearchAttribute.TURN: "Int",
+    SearchAttribute.POLICY: "Keyword",
+    SearchAttribute.FINGERPRINT: "Keyword",
+}

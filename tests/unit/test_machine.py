@@ -1,0 +1,431 @@
+"""The pure state machine on virtual time: every mode, reason and signal path."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from workflows.activity_api import (
+    ActuationResult,
+    CohortSample,
+    LoadOwnerResult,
+    OwnerRef,
+    PolicySettings,
+    ResolvePolicyResult,
+)
+from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget, WorkloadKind
+from workflows.fingerprint import Recommendation
+from workflows.machine import (
+    AttemptStarted,
+    BackoffOver,
+    Cancel,
+    Decision,
+    Observed,
+    Reapply,
+    Record,
+    Reopen,
+    RollBack,
+    RollbackState,
+    RolledBack,
+    Sampled,
+    StartOver,
+    Trigger,
+    decide,
+    dominant_reason,
+    initial_state,
+    required_adopters,
+    sample_interval,
+)
+from workflows.policy import Backoff
+from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+OWNER = OwnerRef(namespace="shop", kind=WorkloadKind.DEPLOYMENT, name="api")
+KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "256Mi"}})
+OTHER = Recommendation(requests_key=KEY, requests={"app": {"memory": "512Mi"}})
+GOOD = ResourceSnapshot.of({"app": {"memory": "1Gi"}}, {})
+
+
+def policy(
+    target: RollbackTarget = RollbackTarget.LAST_SUCCESSFUL,
+    *,
+    max_attempts: int = 2,
+    reopen: bool = True,
+    threshold: int = 80,
+) -> PolicySettings:
+    return PolicySettings(
+        ref=PolicyRef(kind="RollbackPolicy", namespace="shop", name="p"),
+        monitoring_period=timedelta(minutes=5),
+        rollback_target=target,
+        adoption_threshold_percent=threshold,
+        backoff=Backoff(
+            time_period=timedelta(minutes=1), multiply_by_turn=2, max_attempts=max_attempts
+        ),
+        enable_monitoring_reopen=reopen,
+    )
+
+
+def stored(
+    mode: Mode,
+    turn: int = 1,
+    fingerprint: str = REC.fingerprint,
+    last_successful: ResourceSnapshot | None = GOOD,
+) -> OwnerState:
+    return OwnerState(
+        mode=mode,
+        active_recommendation_fingerprint=fingerprint,
+        turn=turn,
+        last_successful_state=last_successful,
+        last_transition_time=T0,
+    )
+
+
+def start(
+    loaded: LoadOwnerResult,
+    *,
+    trigger: Trigger = Trigger.OBSERVE,
+    pod_created: datetime | None = None,
+    rec: Recommendation = REC,
+) -> Decision:
+    state = initial_state(OWNER, rec, timedelta(seconds=30))
+    return decide(state, AttemptStarted(T0, loaded, trigger, pod_created))
+
+
+def sample(adopted_healthy: int, desired: int = 5, **unhealthy: int) -> CohortSample:
+    return CohortSample(
+        desired=desired,
+        pods=desired,
+        adopted=desired,
+        adopted_healthy=adopted_healthy,
+        unhealthy={FailureReason(k): v for k, v in unhealthy.items()},
+    )
+
+
+def monitoring(
+    p: PolicySettings | None = None, last_successful: ResourceSnapshot | None = GOOD
+) -> RollbackState:
+    d = start(
+        LoadOwnerResult(
+            exists=True,
+            state=stored(
+                Mode.MONITORING_SUCCEEDED, fingerprint="old", last_successful=last_successful
+            ),
+            policy=p or policy(),
+        )
+    )
+    assert d.state.mode is Mode.MONITORING
+    return d.state
+
+
+def end_window(state: RollbackState, s: CohortSample) -> Decision:
+    first = decide(state, Sampled(T0, s))  # fixes the baseline
+    assert first.state.mode is Mode.MONITORING and not first.effects
+    return decide(first.state, Sampled(T0 + timedelta(minutes=5), s))
+
+
+@pytest.mark.parametrize(
+    ("baseline", "percent", "required"),
+    [
+        (5, 80, 4),
+        (3, 80, 3),
+        (10, 90, 9),
+        (1, 1, 1),
+        (0, 100, 0),
+        (7, 100, 7),
+        (100, 1, 1),
+        (4, 50, 2),
+    ],
+)
+def test_required_adopters(baseline: int, percent: int, required: int) -> None:
+    assert required_adopters(baseline, percent) == required
+
+
+def test_sample_interval_is_bounded_by_short_windows() -> None:
+    assert sample_interval(timedelta(seconds=30), timedelta(minutes=10)) == timedelta(seconds=30)
+    assert sample_interval(timedelta(seconds=30), timedelta(seconds=2)) == timedelta(
+        milliseconds=500
+    )
+    assert sample_interval(timedelta(seconds=30), timedelta(seconds=8)) == timedelta(seconds=2)
+
+
+def test_dominant_reason() -> None:
+    assert dominant_reason({}) is None
+    assert (
+        dominant_reason({FailureReason.NOT_READY: 3, FailureReason.OOM_KILLED: 1})
+        is FailureReason.NOT_READY
+    )
+    assert (
+        dominant_reason({FailureReason.NOT_READY: 2, FailureReason.OOM_KILLED: 2})
+        is FailureReason.OOM_KILLED
+    )
+
+
+@pytest.mark.parametrize(
+    ("adopted_healthy", "mode"),
+    [
+        pytest.param(4, Mode.MONITORING_SUCCEEDED, id="4-of-5-at-80-passes"),
+        pytest.param(5, Mode.MONITORING_SUCCEEDED, id="all-pass"),
+        pytest.param(3, Mode.ROLLING_BACK, id="3-of-5-at-80-fails"),
+        pytest.param(0, Mode.ROLLING_BACK, id="none"),
+    ],
+)
+def test_threshold_at_end_of_window(adopted_healthy: int, mode: Mode) -> None:
+    decision = end_window(monitoring(), sample(adopted_healthy))
+    assert decision.state.mode is mode
+
+
+def test_success_records_last_successful_and_clears_rollback() -> None:
+    decision = end_window(monitoring(), sample(5))
+    assert decision.state.last_successful is not None
+    assert decision.state.last_successful.containers["app"].requests == {"memory": "256Mi"}
+    (record,) = decision.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.MONITORING_SUCCEEDED
+    assert record.clear_rollback_recommendation
+    owner_state = decision.state.owner_state()
+    assert owner_state.mode is Mode.MONITORING_SUCCEEDED and owner_state.expiry_at is None
+
+
+def test_mid_window_unhealth_does_not_fail_and_baseline_is_fixed_at_start() -> None:
+    state = monitoring()
+    early = decide(state, Sampled(T0 + timedelta(seconds=30), sample(0, oomKilled=5)))
+    assert early.state.mode is Mode.MONITORING and early.effects == []
+    assert early.state.baseline == 5
+    # Scale-down during the window does not shrink the denominator: 3 of baseline 5 fail.
+    late = decide(early.state, Sampled(T0 + timedelta(minutes=5), sample(3, desired=3)))
+    assert late.state.mode is Mode.ROLLING_BACK
+
+
+def test_oom_rolls_back_to_last_successful() -> None:
+    decision = end_window(monitoring(), sample(2, oomKilled=3))
+    assert decision.state.failure_reason is FailureReason.OOM_KILLED
+    record, rollback = decision.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.ROLLING_BACK_STARTED
+    assert record.warning
+    assert isinstance(rollback, RollBack)
+    assert rollback.target is RollbackTarget.LAST_SUCCESSFUL and rollback.resources == GOOD
+
+
+def test_threshold_not_met_without_unhealthy_pods() -> None:
+    decision = end_window(monitoring(), sample(1))
+    assert decision.state.failure_reason is FailureReason.ADOPTION_THRESHOLD_NOT_MET
+
+
+def test_manifest_target_needs_no_record() -> None:
+    decision = end_window(
+        monitoring(policy(RollbackTarget.MANIFEST), last_successful=None), sample(0)
+    )
+    rollback = decision.effects[1]
+    assert isinstance(rollback, RollBack) and rollback.target is RollbackTarget.MANIFEST
+    assert rollback.resources is None
+
+
+def test_last_successful_unavailable_is_permanent() -> None:
+    decision = end_window(monitoring(last_successful=None), sample(0, crashLoopBackOff=5))
+    assert decision.state.mode is Mode.FAILED_PERMANENT
+    assert decision.state.failure_reason is FailureReason.ROLLBACK_RECOMMENDATION_UNAVAILABLE
+    (record,) = decision.effects
+    assert (
+        isinstance(record, Record) and record.event_reason is EventReason.RECOMMENDATION_UNAVAILABLE
+    )
+
+
+def rolled_back(
+    p: PolicySettings | None = None, turn_state: RollbackState | None = None
+) -> Decision:
+    state = turn_state or end_window(monitoring(p), sample(0, oomKilled=5)).state
+    return decide(state, RolledBack(T0 + timedelta(minutes=5), ActuationResult(pods_resized=5)))
+
+
+def test_backoff_wait_follows_formula() -> None:
+    decision = rolled_back()
+    assert decision.state.mode is Mode.BACKING_OFF
+    assert decision.state.backoff_ends_at == T0 + timedelta(minutes=5) + timedelta(
+        minutes=2
+    )  # 1m*2*1
+    assert decision.state.failure_reason is FailureReason.OOM_KILLED
+    assert decision.state.owner_state().expiry_at == decision.state.backoff_ends_at
+
+
+def test_backoff_over_before_last_turn_backs_off_and_reapplies() -> None:
+    state = rolled_back().state
+    decision = decide(
+        state, BackoffOver(T0 + timedelta(minutes=7), ResolvePolicyResult(policy=policy()))
+    )
+    assert decision.state.mode is Mode.BACKED_OFF
+    record, reapply = decision.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.BACKOFF_TURN_COMPLETED
+    assert record.clear_rollback_recommendation
+    assert isinstance(reapply, Reapply) and reapply.recommendation == REC
+
+
+def test_backoff_over_on_last_turn_is_permanent() -> None:
+    state = rolled_back(policy(max_attempts=1)).state
+    decision = decide(
+        state,
+        BackoffOver(T0 + timedelta(minutes=7), ResolvePolicyResult(policy=policy(max_attempts=1))),
+    )
+    assert decision.state.mode is Mode.FAILED_PERMANENT
+    assert decision.state.failure_reason is FailureReason.OOM_KILLED
+    (record,) = decision.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.BACKOFF_EXHAUSTED
+
+
+def test_policy_gone_at_turn_boundary_clears_state() -> None:
+    state = rolled_back().state
+    decision = decide(
+        state, BackoffOver(T0 + timedelta(minutes=7), ResolvePolicyResult(policy=None))
+    )
+    assert decision.state.mode is Mode.CLEARED
+    (record,) = decision.effects
+    assert (
+        isinstance(record, Record)
+        and record.remove_state
+        and record.event_reason is EventReason.STATE_CLEARED
+    )
+
+
+def test_next_turn_starts_after_backed_off() -> None:
+    decision = start(
+        LoadOwnerResult(exists=True, state=stored(Mode.BACKED_OFF, turn=1), policy=policy())
+    )
+    assert decision.state.mode is Mode.MONITORING and decision.state.turn == 2
+    assert decision.state.last_successful == GOOD
+
+
+def test_same_fingerprint_after_failed_permanent_is_not_monitored() -> None:
+    decision = start(
+        LoadOwnerResult(exists=True, state=stored(Mode.FAILED_PERMANENT, turn=2), policy=policy())
+    )
+    assert decision.state.mode is Mode.FAILED_PERMANENT and decision.effects == []
+
+
+def test_new_fingerprint_starts_turn_one_and_keeps_last_successful() -> None:
+    decision = start(
+        LoadOwnerResult(
+            exists=True,
+            state=stored(Mode.FAILED_PERMANENT, turn=2, fingerprint="x"),
+            policy=policy(),
+        )
+    )
+    assert decision.state.mode is Mode.MONITORING and decision.state.turn == 1
+    assert decision.state.last_successful == GOOD
+    (record,) = decision.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.MONITORING_STARTED
+
+
+@pytest.mark.parametrize(
+    ("reopen_enabled", "trigger", "pod_created", "mode"),
+    [
+        pytest.param(
+            True,
+            Trigger.OBSERVE,
+            T0 + timedelta(seconds=1),
+            Mode.MONITORING,
+            id="newer-pod-reopens",
+        ),
+        pytest.param(
+            True,
+            Trigger.OBSERVE,
+            T0 - timedelta(seconds=1),
+            Mode.MONITORING_SUCCEEDED,
+            id="older-pod",
+        ),
+        pytest.param(True, Trigger.OBSERVE, None, Mode.MONITORING_SUCCEEDED, id="no-pod-info"),
+        pytest.param(True, Trigger.REOPEN, None, Mode.MONITORING, id="explicit-reopen"),
+        pytest.param(
+            False,
+            Trigger.OBSERVE,
+            T0 + timedelta(seconds=1),
+            Mode.MONITORING_SUCCEEDED,
+            id="disabled",
+        ),
+        pytest.param(
+            False, Trigger.REOPEN, None, Mode.MONITORING_SUCCEEDED, id="disabled-explicit"
+        ),
+    ],
+)
+def test_reopen_after_success(
+    reopen_enabled: bool, trigger: Trigger, pod_created: datetime | None, mode: Mode
+) -> None:
+    loaded = LoadOwnerResult(
+        exists=True, state=stored(Mode.MONITORING_SUCCEEDED), policy=policy(reopen=reopen_enabled)
+    )
+    decision = start(loaded, trigger=trigger, pod_created=pod_created)
+    assert decision.state.mode is mode
+    assert bool(decision.effects) is (mode is Mode.MONITORING)
+
+
+def test_no_policy_retains_or_clears() -> None:
+    retained = start(LoadOwnerResult(exists=True, state=None, policy=None))
+    assert retained.state.mode is Mode.CLEARED and retained.effects == []
+    cleared = start(LoadOwnerResult(exists=True, state=stored(Mode.BACKED_OFF), policy=None))
+    (record,) = cleared.effects
+    assert isinstance(record, Record) and record.remove_state
+
+
+def test_owner_gone() -> None:
+    gone = start(LoadOwnerResult(exists=False))
+    assert gone.state.mode is Mode.CLEARED and gone.state.failure_reason is FailureReason.OWNER_GONE
+    mid = decide(
+        monitoring(),
+        Sampled(T0, CohortSample(exists=False, desired=0, pods=0, adopted=0, adopted_healthy=0)),
+    )
+    assert mid.state.failure_reason is FailureReason.OWNER_GONE and mid.effects == []
+
+
+def test_malformed_recommendation_ends_attempt_with_event() -> None:
+    bad = CohortSample(
+        desired=5, pods=5, adopted=0, adopted_healthy=0, error="pod api-1: not valid JSON"
+    )
+    decision = decide(monitoring(), Sampled(T0, bad))
+    assert decision.state.mode is Mode.CANCELLED
+    assert decision.state.failure_reason is FailureReason.MALFORMED_ANNOTATION
+    (record,) = decision.effects
+    assert (
+        isinstance(record, Record)
+        and record.warning
+        and record.event_reason is EventReason.ATTEMPT_ABORTED
+    )
+
+
+def test_unreadable_state_is_replaced_with_a_warning() -> None:
+    decision = start(
+        LoadOwnerResult(exists=True, state=None, state_error="not JSON", policy=policy())
+    )
+    (record,) = decision.effects
+    assert decision.state.mode is Mode.MONITORING and isinstance(record, Record) and record.warning
+    assert "unreadable" in record.message
+
+
+def test_cancel_and_reopen_signals() -> None:
+    state = monitoring()
+    cancelled = decide(state, Cancel(T0, "maintenance"))
+    assert cancelled.state.mode is Mode.CANCELLED
+    assert decide(cancelled.state, Cancel(T0)).effects == []  # nothing left to cancel
+    reopened = decide(state, Reopen(T0 + timedelta(minutes=1)))
+    assert reopened.state.window_ends_at == T0 + timedelta(minutes=6)
+    disabled = decide(monitoring(policy(reopen=False)), Reopen(T0 + timedelta(minutes=1)))
+    assert disabled.effects == [] and "enableMonitoringReopen" in disabled.note
+    backing_off = rolled_back().state
+    assert decide(backing_off, Reopen(T0)).effects == []
+
+
+def test_observed_same_fingerprint_joins_new_one_supersedes() -> None:
+    state = monitoring()
+    same = decide(state, Observed(T0, REC))
+    assert same.state == state and same.effects == []
+    superseded = decide(state, Observed(T0, OTHER))
+    assert superseded.state.mode is Mode.SUPERSEDED
+    record, start_over = superseded.effects
+    assert isinstance(record, Record) and record.clear_rollback_recommendation
+    assert isinstance(start_over, StartOver) and start_over.recommendation == OTHER
+
+
+def test_history_is_short_and_ordered() -> None:
+    state = monitoring()
+    for i in range(20):
+        state = decide(state, Reopen(T0 + timedelta(seconds=i))).state
+    assert len(state.history) == 10
+    assert state.history[-1].time == T0 + timedelta(seconds=19)

@@ -1,0 +1,155 @@
+"""The activity interface of ``RollbackWorkflow``: names, typed inputs and results.
+
+The workflow calls activities by these names only; ``activities.kubernetes`` implements them
+against a cluster, the workflow tests register their own implementation of the same names. One
+input and one result model per activity, pydantic throughout.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from workflows.contract import EventReason, FailureReason, RollbackTarget, WorkloadKind
+from workflows.durations import Duration
+from workflows.fingerprint import Recommendation
+from workflows.policy import Backoff
+from workflows.state import CamelModel, OwnerState, PolicyRef, ResourceSnapshot
+
+
+class OwnerRef(CamelModel):
+    """The workload owner: rollback state and events live on it."""
+
+    namespace: str
+    kind: WorkloadKind
+    name: str
+
+    @property
+    def workflow_id(self) -> str:
+        """``rollback/<namespace>/<Kind>/<name>``: one workflow per owner, readable in the UI."""
+        return f"rollback/{self.namespace}/{self.kind}/{self.name}"
+
+    @property
+    def workload(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+class PolicySettings(CamelModel):
+    """What the workflow needs of the resolved policy (its spec minus the scope)."""
+
+    ref: PolicyRef
+    monitoring_period: Duration
+    rollback_target: RollbackTarget
+    adoption_threshold_percent: int = Field(ge=1, le=100)
+    backoff: Backoff
+    enable_monitoring_reopen: bool = True
+
+
+# --- load_owner ------------------------------------------------------------------------------
+
+
+class LoadOwnerInput(CamelModel):
+    owner: OwnerRef
+
+
+class LoadOwnerResult(CamelModel):
+    """The owner's stored state and its policy, read when an attempt starts."""
+
+    exists: bool
+    state: OwnerState | None = None
+    state_error: str | None = None  # the annotation was present but malformed
+    policy: PolicySettings | None = None
+
+
+# --- resolve_policy (turn boundaries) --------------------------------------------------------
+
+
+class ResolvePolicyInput(CamelModel):
+    owner: OwnerRef
+
+
+class ResolvePolicyResult(CamelModel):
+    exists: bool = True
+    policy: PolicySettings | None = None
+
+
+# --- sample_cohort ---------------------------------------------------------------------------
+
+
+class SampleCohortInput(CamelModel):
+    owner: OwnerRef
+    recommendation: Recommendation
+    window_started_at: datetime
+
+
+class CohortSample(CamelModel):
+    """One look at the cohort: counts, and the unhealthy pods by reason."""
+
+    exists: bool = True
+    desired: int = Field(ge=0, description="desired replicas (the kind's equivalent) now")
+    pods: int = Field(ge=0)
+    adopted: int = Field(ge=0, description="pods carrying the fingerprint on actual resources")
+    adopted_healthy: int = Field(ge=0)
+    unhealthy: dict[FailureReason, int] = Field(default_factory=dict)
+    message: str = ""
+    observed_at: datetime | None = None
+    error: str | None = None  # e.g. a malformed recommendation annotation on the pods
+
+
+# --- record_transition -----------------------------------------------------------------------
+
+
+class RecordTransitionInput(CamelModel):
+    """Write the owner state and emit one Event, idempotently (``event_id`` names the Event)."""
+
+    owner: OwnerRef
+    state: OwnerState | None  # None clears the annotation
+    event_reason: EventReason | None = None
+    event_message: str = ""
+    event_type: str = "Normal"
+    event_id: str = ""
+    clear_rollback_recommendation: bool = False
+
+
+class RecordTransitionResult(CamelModel):
+    exists: bool = True
+    state_written: bool = False
+    event_emitted: bool = False
+
+
+# --- roll_back / reapply ---------------------------------------------------------------------
+
+
+class RollBackInput(CamelModel):
+    owner: OwnerRef
+    target: RollbackTarget
+    # For lastSuccessful: the recorded resources. For manifest: None (the activity reads the
+    # workload template).
+    resources: ResourceSnapshot | None = None
+
+
+class ActuationResult(CamelModel):
+    exists: bool = True
+    applied: ResourceSnapshot | None = None
+    pods_resized: int = 0
+    pods_filtered: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
+class ReapplyInput(CamelModel):
+    owner: OwnerRef
+    recommendation: Recommendation
+
+
+LOAD_OWNER = "load_owner"
+RESOLVE_POLICY = "resolve_policy"
+SAMPLE_COHORT = "sample_cohort"
+RECORD_TRANSITION = "record_transition"
+ROLL_BACK = "roll_back"
+REAPPLY_RECOMMENDATION = "reapply_recommendation"
+
+NON_RETRYABLE_ERRORS = ["OwnerGoneError", "MalformedRecommendationError", "InvalidInputError"]

@@ -1,0 +1,658 @@
+"""The rollback state machine: ``decide(state, observation) -> Decision``, pure and total.
+
+The workflow is a thin loop around this module: it observes (an activity result, a timer, a
+signal), calls ``decide``, then performs the decision's effects (activities) and waits for what
+the new mode calls for. Nothing here knows about Temporal or Kubernetes, so every path is tested
+on virtual time in ``tests/unit/test_machine.py``.
+
+Modes (DESIGN.md)::
+
+    monitoring --(window ends, threshold met)--------------------> monitoringSucceeded
+    monitoring --(window ends, threshold not met)----------------> rollingBack
+    rollingBack --(rolled back)----------------------------------> backingOff
+    backingOff --(wait over, turn < maxAttempts)-----------------> backedOff (next turn when
+                                                                   the fingerprint is adopted again)
+    backingOff --(wait over, turn = maxAttempts)-----------------> failedPermanent
+    monitoring --(lastSuccessful target, nothing recorded)-------> failedPermanent
+    any active --(cancel signal)---------------------------------> cancelled
+    any active --(a new fingerprint observed)--------------------> superseded (next run monitors it)
+    start or turn boundary --(no policy matches any more)--------> cleared (state removed)
+
+Adoption threshold, evaluated once at the end of the window against the *baseline cohort* (the
+desired replicas when the attempt's window opened), with integer math so that no float rounding
+can flip a verdict::
+
+    required = ceil(baseline * percent / 100) = (baseline * percent + 99) // 100
+
+
+    baseline 5, 80%  -> required 4: 4 adopted and healthy pass, 3 fail
+    baseline 3, 80%  -> required 3 (2.4 rounds up: "at least 80%" means 2 of 3 is not enough)
+    baseline 10, 90% -> required 9
+    baseline 1, 1%   -> required 1
+    baseline 0       -> required 0: nothing to judge, the attempt succeeds
+
+Pods that never came up count against the threshold, pods beyond the baseline (a scale-up)
+count for it. Transient restarts during the window do not fail it; only health at the end does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field
+
+from workflows.activity_api import (
+    ActuationResult,
+    CohortSample,
+    LoadOwnerResult,
+    OwnerRef,
+    PolicySettings,
+    ResolvePolicyResult,
+)
+from workflows.backoff import backoff_wait
+from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
+from workflows.durations import Duration, format_duration
+from workflows.fingerprint import Recommendation
+from workflows.state import (
+    HISTORY_LIMIT,
+    CamelModel,
+    HistoryEntry,
+    OwnerState,
+    ResourceSnapshot,
+)
+
+DEFAULT_SAMPLE_INTERVAL = timedelta(seconds=30)
+MIN_SAMPLE_INTERVAL = timedelta(milliseconds=500)
+SAMPLES_PER_WINDOW_FLOOR = 4
+
+# Most telling first: when several reasons are present in equal numbers, this one is reported.
+REASON_PRIORITY = (
+    FailureReason.OOM_KILLED,
+    FailureReason.CRASH_LOOP_BACK_OFF,
+    FailureReason.RESIZE_INFEASIBLE,
+    FailureReason.UNSCHEDULABLE,
+    FailureReason.RESIZE_ERROR,
+    FailureReason.RESIZE_DEFERRED,
+    FailureReason.FAILED,
+    FailureReason.NOT_READY,
+)
+
+
+class Trigger(StrEnum):
+    OBSERVE = "observe"  # the intake saw pods carrying the recommendation
+    REOPEN = "reopen"  # someone asked for a fresh window on the same fingerprint
+
+
+def required_adopters(baseline: int, percent: int) -> int:
+    """``ceil(baseline * percent / 100)`` in integers; see the module docstring's examples."""
+    return (baseline * percent + 99) // 100
+
+
+def sample_interval(configured: timedelta, window: timedelta) -> timedelta:
+    """The configured interval, shortened so a short window still gets a few samples."""
+    return max(MIN_SAMPLE_INTERVAL, min(configured, window / SAMPLES_PER_WINDOW_FLOOR))
+
+
+def dominant_reason(unhealthy: dict[FailureReason, int]) -> FailureReason | None:
+    present = [r for r in REASON_PRIORITY if unhealthy.get(r, 0) > 0]
+    if not present:
+        return None
+    return max(present, key=lambda r: (unhealthy[r], -REASON_PRIORITY.index(r)))
+
+
+class RollbackState(CamelModel):
+    """Everything the workflow knows; carried across continue-as-new and returned by ``status``."""
+
+    owner: OwnerRef
+    recommendation: Recommendation
+    fingerprint: str
+    mode: Mode
+    turn: int = 1
+    policy: PolicySettings | None = None
+    baseline: int | None = None
+    failure_reason: FailureReason | None = None
+    failure_message: str | None = None
+    last_successful: ResourceSnapshot | None = None
+    window_started_at: datetime | None = None
+    window_ends_at: datetime | None = None
+    next_sample_at: datetime | None = None
+    backoff_ends_at: datetime | None = None
+    last_sample: CohortSample | None = None
+    samples_taken: int = 0
+    transitions: int = 0
+    last_transition_time: datetime | None = None
+    history: list[HistoryEntry] = Field(default_factory=list)
+    sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
+
+    @property
+    def required(self) -> int | None:
+        if self.baseline is None or self.policy is None:
+            return None
+        return required_adopters(self.baseline, self.policy.adoption_threshold_percent)
+
+    @property
+    def expiry_at(self) -> datetime | None:
+        if self.mode is Mode.MONITORING:
+            return self.window_ends_at
+        if self.mode is Mode.BACKING_OFF:
+            return self.backoff_ends_at
+        return None
+
+    def owner_state(self) -> OwnerState:
+        """The annotation JSON for this state."""
+        assert self.last_transition_time is not None
+        return OwnerState(
+            mode=self.mode,
+            active_recommendation_fingerprint=self.fingerprint,
+            turn=self.turn,
+            failure_reason=self.failure_reason,
+            failure_message=self.failure_message,
+            last_successful_state=self.last_successful,
+            expiry_at=self.expiry_at,
+            policy=self.policy.ref if self.policy else None,
+            last_transition_time=self.last_transition_time,
+            history=self.history,
+        )
+
+
+# --- observations ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptStarted:
+    now: datetime
+    loaded: LoadOwnerResult
+    trigger: Trigger = Trigger.OBSERVE
+    observed_pod_created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Sampled:
+    now: datetime
+    sample: CohortSample
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    now: datetime
+    result: ActuationResult
+
+
+@dataclass(frozen=True)
+class BackoffOver:
+    now: datetime
+    resolution: ResolvePolicyResult
+
+
+@dataclass(frozen=True)
+class Cancel:
+    now: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Reopen:
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The intake saw pods of the owner carrying ``recommendation``."""
+
+    now: datetime
+    recommendation: Recommendation
+
+
+Observation = AttemptStarted | Sampled | RolledBack | BackoffOver | Cancel | Reopen | Observed
+
+
+# --- effects --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Record:
+    """Write the owner state (``None``: remove it) and emit one Event."""
+
+    event_reason: EventReason | None
+    message: str
+    warning: bool = False
+    clear_rollback_recommendation: bool = False
+    remove_state: bool = False
+
+
+@dataclass(frozen=True)
+class RollBack:
+    target: RollbackTarget
+    resources: ResourceSnapshot | None
+
+
+@dataclass(frozen=True)
+class Reapply:
+    recommendation: Recommendation
+
+
+@dataclass(frozen=True)
+class StartOver:
+    """End this run and start monitoring ``recommendation`` in a fresh one (continue-as-new)."""
+
+    recommendation: Recommendation
+
+
+Effect = Record | RollBack | Reapply | StartOver
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: RollbackState
+    effects: list[Effect] = field(default_factory=list)
+    note: str = ""  # why nothing happened, for logs and tests
+
+
+# --- decide ---------------------------------------------------------------------------------
+
+
+def initial_state(
+    owner: OwnerRef, recommendation: Recommendation, interval: timedelta
+) -> RollbackState:
+    return RollbackState(
+        owner=owner,
+        recommendation=recommendation,
+        fingerprint=recommendation.fingerprint,
+        mode=Mode.MONITORING,
+        sample_interval=interval,
+    )
+
+
+def decide(state: RollbackState, obs: Observation) -> Decision:
+    """The next state and the effects that get there. Never raises on any observation."""
+    match obs:
+        case AttemptStarted():
+            return _start(state, obs)
+        case Observed():
+            return _observed(state, obs)
+        case Cancel():
+            return _cancel(state, obs)
+        case Reopen():
+            return _reopen(state, obs)
+        case Sampled():
+            return _sampled(state, obs)
+        case RolledBack():
+            return _rolled_back(state, obs)
+        case BackoffOver():
+            return _backoff_over(state, obs)
+
+
+def _transition(
+    state: RollbackState,
+    now: datetime,
+    mode: Mode,
+    *,
+    failure_reason: FailureReason | None = None,
+    failure_message: str | None = None,
+    **changes: object,
+) -> RollbackState:
+    """A new state in ``mode``, with its history entry. Failure fields reset unless given."""
+    moved = state.model_copy(
+        update={
+            "mode": mode,
+            "failure_reason": failure_reason,
+            "failure_message": failure_message,
+            "last_transition_time": now,
+            "transitions": state.transitions + 1,
+            **changes,
+        }
+    )
+    entry = HistoryEntry(
+        time=now,
+        mode=mode,
+        turn=moved.turn,
+        fingerprint=moved.fingerprint,
+        failure_reason=failure_reason,
+    )
+    return moved.model_copy(update={"history": [*moved.history, entry][-HISTORY_LIMIT:]})
+
+
+def _owner_gone(state: RollbackState) -> Decision:
+    """The owner was deleted: the attempt ends, there is nothing left to write to."""
+    note = "owner no longer exists"
+    return Decision(
+        state.model_copy(
+            update={
+                "mode": Mode.CLEARED,
+                "failure_reason": FailureReason.OWNER_GONE,
+                "failure_message": note,
+            }
+        ),
+        note=note,
+    )
+
+
+def _noop_end(state: RollbackState, mode: Mode, note: str, **changes: object) -> Decision:
+    """The run ends in ``mode`` without a transition: nothing is written, no Event."""
+    return Decision(state.model_copy(update={"mode": mode, **changes}), note=note)
+
+
+def _window(state: RollbackState, now: datetime, policy: PolicySettings) -> dict[str, Any]:
+    return {
+        "policy": policy,
+        "window_started_at": now,
+        "window_ends_at": now + policy.monitoring_period,
+        "next_sample_at": now,
+        "backoff_ends_at": None,
+        "baseline": None,
+        "last_sample": None,
+    }
+
+
+def _monitoring_message(state: RollbackState, policy: PolicySettings, how: str) -> str:
+    return (
+        f"{how} recommendation {state.fingerprint} (turn {state.turn}) for"
+        f" {format_duration(policy.monitoring_period)} under {policy.ref}; success needs"
+        f" {policy.adoption_threshold_percent}% of the cohort adopted and healthy"
+    )
+
+
+def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
+    loaded = obs.loaded
+    if not loaded.exists:
+        return _owner_gone(state)
+    stored = loaded.state
+    if loaded.policy is None:
+        if stored is None:
+            return _noop_end(state, Mode.CLEARED, "no policy matches: retained, not monitored")
+        cleared = _transition(state, obs.now, Mode.CLEARED, history=stored.history)
+        message = "No rollback policy matches this workload any more; rollback state cleared"
+        return Decision(
+            cleared,
+            [
+                Record(
+                    EventReason.STATE_CLEARED,
+                    message,
+                    clear_rollback_recommendation=True,
+                    remove_state=True,
+                )
+            ],
+        )
+    policy = loaded.policy
+    carried: dict[str, object] = {"policy": policy}
+    if stored is not None:
+        carried.update(last_successful=stored.last_successful_state, history=stored.history)
+    state = state.model_copy(update=carried)
+    same = stored is not None and stored.active_recommendation_fingerprint == state.fingerprint
+    how = "Monitoring"
+    turn = 1
+    if stored is not None and same:
+        turn = stored.turn
+        kept: dict[str, object] = {
+            "turn": turn,
+            "failure_reason": stored.failure_reason,
+            "failure_message": stored.failure_message,
+        }
+        if stored.mode is Mode.FAILED_PERMANENT:
+            return _noop_end(state, stored.mode, "already failed permanently", **kept)
+        if stored.mode is Mode.BACKED_OFF:
+            turn, how = stored.turn + 1, "Re-monitoring"
+        elif stored.mode in (Mode.MONITORING_SUCCEEDED, Mode.CANCELLED):
+            newer_pod = (
+                obs.observed_pod_created_at is not None
+                and obs.observed_pod_created_at > stored.last_transition_time
+            )
+            if stored.mode is Mode.CANCELLED and obs.trigger is not Trigger.REOPEN:
+                return _noop_end(state, stored.mode, "cancelled: only reopen resumes", **kept)
+            if not policy.enable_monitoring_reopen:
+                return _noop_end(state, stored.mode, "reopen disabled by the policy", **kept)
+            if obs.trigger is not Trigger.REOPEN and not newer_pod:
+                return _noop_end(state, stored.mode, "no newer pod: nothing to reopen", **kept)
+            how = "Reopened monitoring of"
+        else:
+            how = "Resumed monitoring of"
+    state = state.model_copy(update={"turn": turn})
+    started = _transition(
+        state, obs.now, Mode.MONITORING, turn=turn, **_window(state, obs.now, policy)
+    )
+    message = _monitoring_message(started, policy, how)
+    if loaded.state_error:
+        message += (
+            f" (the previous rollback state was unreadable and was replaced: {loaded.state_error})"
+        )
+    return Decision(
+        started,
+        [Record(EventReason.MONITORING_STARTED, message, warning=bool(loaded.state_error))],
+    )
+
+
+def _observed(state: RollbackState, obs: Observed) -> Decision:
+    if state.mode.terminal:
+        return Decision(state, note="run is ending")
+    if obs.recommendation.fingerprint == state.fingerprint:
+        return Decision(state, note="same recommendation: new pods join the current window")
+    superseded = _transition(
+        state, obs.now, Mode.SUPERSEDED, window_ends_at=None, backoff_ends_at=None
+    )
+    message = (
+        f"Recommendation {state.fingerprint} superseded by {obs.recommendation.fingerprint};"
+        " monitoring restarts for the new recommendation"
+    )
+    return Decision(
+        superseded,
+        [
+            Record(None, message, clear_rollback_recommendation=True),
+            StartOver(obs.recommendation),
+        ],
+    )
+
+
+def _cancel(state: RollbackState, obs: Cancel) -> Decision:
+    if state.mode.terminal:
+        return Decision(state, note="nothing to cancel")
+    message = f"Monitoring of recommendation {state.fingerprint} cancelled in mode {state.mode}"
+    if obs.reason:
+        message += f": {obs.reason}"
+    cancelled = _transition(state, obs.now, Mode.CANCELLED, failure_message=obs.reason or None)
+    return Decision(cancelled, [Record(EventReason.MONITORING_CANCELLED, message)])
+
+
+def _reopen(state: RollbackState, obs: Reopen) -> Decision:
+    policy = state.policy
+    if state.mode is not Mode.MONITORING or policy is None:
+        return Decision(state, note=f"reopen ignored in mode {state.mode}")
+    if not policy.enable_monitoring_reopen:
+        return Decision(state, note="reopen ignored: enableMonitoringReopen is false")
+    reopened = _transition(state, obs.now, Mode.MONITORING, **_window(state, obs.now, policy))
+    message = _monitoring_message(reopened, policy, "Reopened monitoring of")
+    return Decision(reopened, [Record(EventReason.MONITORING_STARTED, message)])
+
+
+def _sampled(state: RollbackState, obs: Sampled) -> Decision:
+    sample, policy, window_ends_at = obs.sample, state.policy, state.window_ends_at
+    if state.mode is not Mode.MONITORING or policy is None or window_ends_at is None:
+        return Decision(state, note="sample outside a window ignored")
+    if not sample.exists:
+        return _owner_gone(state)
+    if sample.error:
+        message = f"Attempt on recommendation {state.fingerprint} ended: {sample.error}"
+        aborted = _transition(
+            state,
+            obs.now,
+            Mode.CANCELLED,
+            failure_reason=FailureReason.MALFORMED_ANNOTATION,
+            failure_message=sample.error,
+        )
+        return Decision(aborted, [Record(EventReason.ATTEMPT_ABORTED, message, warning=True)])
+    state = state.model_copy(
+        update={
+            "baseline": sample.desired if state.baseline is None else state.baseline,
+            "last_sample": sample,
+            "samples_taken": state.samples_taken + 1,
+            "next_sample_at": obs.now
+            + sample_interval(state.sample_interval, policy.monitoring_period),
+        }
+    )
+    if obs.now < window_ends_at:
+        return Decision(state)
+    return _evaluate(state, policy, sample, obs.now)
+
+
+def _evaluate(
+    state: RollbackState, policy: PolicySettings, sample: CohortSample, now: datetime
+) -> Decision:
+    assert state.baseline is not None
+    required = required_adopters(state.baseline, policy.adoption_threshold_percent)
+    tally = (
+        f"{sample.adopted_healthy}/{state.baseline} pods adopted and healthy, {required} required"
+    )
+    if sample.adopted_healthy >= required:
+        succeeded = _transition(
+            state,
+            now,
+            Mode.MONITORING_SUCCEEDED,
+            last_successful=_merge(state.last_successful, state.recommendation),
+        )
+        message = f"Recommendation {state.fingerprint} succeeded (turn {state.turn}): {tally}"
+        return Decision(
+            succeeded,
+            [Record(EventReason.MONITORING_SUCCEEDED, message, clear_rollback_recommendation=True)],
+        )
+    reason = dominant_reason(sample.unhealthy) or FailureReason.ADOPTION_THRESHOLD_NOT_MET
+    what = sample.message or tally
+    if policy.rollback_target is RollbackTarget.LAST_SUCCESSFUL and state.last_successful is None:
+        message = (
+            f"{what} on recommendation {state.fingerprint}; rollbackTarget lastSuccessful but no"
+            " successful state was ever recorded for this workload: failed permanently"
+        )
+        failed = _transition(
+            state,
+            now,
+            Mode.FAILED_PERMANENT,
+            failure_reason=FailureReason.ROLLBACK_RECOMMENDATION_UNAVAILABLE,
+            failure_message=message,
+        )
+        return Decision(
+            failed,
+            [
+                Record(
+                    EventReason.RECOMMENDATION_UNAVAILABLE,
+                    message,
+                    warning=True,
+                    clear_rollback_recommendation=True,
+                )
+            ],
+        )
+    message = (
+        f"{what} on recommendation {state.fingerprint} ({tally});"
+        f" restoring {policy.rollback_target}"
+    )
+    rolling = _transition(
+        state, now, Mode.ROLLING_BACK, failure_reason=reason, failure_message=message
+    )
+    resources = (
+        state.last_successful if policy.rollback_target is RollbackTarget.LAST_SUCCESSFUL else None
+    )
+    return Decision(
+        rolling,
+        [
+            Record(EventReason.ROLLING_BACK_STARTED, message, warning=True),
+            RollBack(policy.rollback_target, resources),
+        ],
+    )
+
+
+def _merge(previous: ResourceSnapshot | None, rec: Recommendation) -> ResourceSnapshot:
+    """Last successful resources: the previous record updated with what just succeeded."""
+    requests = previous.requests() if previous else {}
+    limits = previous.limits() if previous else {}
+    for target, values in ((requests, rec.requests), (limits, rec.limits)):
+        for container, resources in values.items():
+            target.setdefault(container, {}).update(resources)
+    return ResourceSnapshot.of(requests, limits)
+
+
+def _rolled_back(state: RollbackState, obs: RolledBack) -> Decision:
+    if state.mode is not Mode.ROLLING_BACK or state.policy is None:
+        return Decision(state, note="rollback result outside rollingBack ignored")
+    if not obs.result.exists:
+        return _owner_gone(state)
+    wait = backoff_wait(state.policy.backoff, state.turn)
+    backing_off = _transition(
+        state,
+        obs.now,
+        Mode.BACKING_OFF,
+        failure_reason=state.failure_reason,
+        failure_message=state.failure_message,
+        backoff_ends_at=obs.now + wait,
+        window_ends_at=None,
+    )
+    message = (
+        f"Rolled back ({obs.result.message or 'applied'}); backing off {format_duration(wait)}"
+    )
+    return Decision(backing_off, [Record(None, message)])
+
+
+def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
+    if state.mode is not Mode.BACKING_OFF:
+        return Decision(state, note="backoff end outside backingOff ignored")
+    resolution = obs.resolution
+    if not resolution.exists:
+        return _owner_gone(state)
+    policy = resolution.policy
+    if policy is None:
+        cleared = _transition(state, obs.now, Mode.CLEARED, backoff_ends_at=None)
+        message = "No rollback policy matches this workload any more; rollback state cleared"
+        return Decision(
+            cleared,
+            [
+                Record(
+                    EventReason.STATE_CLEARED,
+                    message,
+                    clear_rollback_recommendation=True,
+                    remove_state=True,
+                )
+            ],
+        )
+    common: dict[str, Any] = {"policy": policy, "backoff_ends_at": None}
+    if state.turn >= policy.backoff.max_attempts:
+        message = (
+            f"Backoff exhausted after {state.turn} of {policy.backoff.max_attempts} turns on"
+            f" recommendation {state.fingerprint}: failed permanently"
+        )
+        failed = _transition(
+            state,
+            obs.now,
+            Mode.FAILED_PERMANENT,
+            failure_reason=state.failure_reason,
+            failure_message=state.failure_message,
+            **common,
+        )
+        return Decision(
+            failed,
+            [
+                Record(
+                    EventReason.BACKOFF_EXHAUSTED,
+                    message,
+                    warning=True,
+                    clear_rollback_recommendation=True,
+                )
+            ],
+        )
+    message = (
+        f"Backoff turn {state.turn} of {policy.backoff.max_attempts} completed; recommendation"
+        f" {state.fingerprint} is re-applied and monitored again as turn {state.turn + 1}"
+    )
+    backed_off = _transition(
+        state,
+        obs.now,
+        Mode.BACKED_OFF,
+        failure_reason=state.failure_reason,
+        failure_message=state.failure_message,
+        **common,
+    )
+    return Decision(
+        backed_off,
+        [
+            Record(EventReason.BACKOFF_TURN_COMPLETED, message, clear_rollback_recommendation=True),
+            Reapply(state.recommendation),
+        ],
+    )

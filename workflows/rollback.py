@@ -1,0 +1,415 @@
+"""``RollbackWorkflow``: one workflow per workload owner, one run per resize attempt.
+
+A thin, deterministic shell over ``workflows.machine``: observe (an activity, a durable timer or
+a signal) -> ``decide`` -> perform the decision's effects (activities) -> wait for what the new
+mode calls for. All timing is Temporal's (``workflow.now``, timers), so a monitoring window or a
+backoff survives worker crashes, deploys and server restarts.
+
+Workflow ID: ``rollback/<namespace>/<Kind>/<name>``. The intake starts runs with
+signal-with-start (``observe``), so signalling a finished owner starts its next run: the next
+turn after ``backedOff``, a reopen after ``monitoringSucceeded``, or a new recommendation.
+
+Signals: ``observe`` (pods carry a recommendation: the same fingerprint joins the window, a new
+one supersedes the run), ``cancel`` (stop, leave resources as they are), ``reopen`` (fresh
+window for the same fingerprint, unless the policy disables it). Query: ``status``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from pydantic import Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.activity_api import (
+        LOAD_OWNER,
+        NON_RETRYABLE_ERRORS,
+        REAPPLY_RECOMMENDATION,
+        RECORD_TRANSITION,
+        RESOLVE_POLICY,
+        ROLL_BACK,
+        SAMPLE_COHORT,
+        ActuationResult,
+        CohortSample,
+        LoadOwnerInput,
+        LoadOwnerResult,
+        OwnerRef,
+        ReapplyInput,
+        RecordTransitionInput,
+        RecordTransitionResult,
+        ResolvePolicyInput,
+        ResolvePolicyResult,
+        RollBackInput,
+        SampleCohortInput,
+    )
+    from workflows.contract import FailureReason, Mode, SearchAttribute
+    from workflows.durations import Duration
+    from workflows.fingerprint import Recommendation
+    from workflows.machine import (
+        DEFAULT_SAMPLE_INTERVAL,
+        AttemptStarted,
+        BackoffOver,
+        Cancel,
+        Decision,
+        Observation,
+        Observed,
+        Reapply,
+        Record,
+        Reopen,
+        RollBack,
+        RollbackState,
+        RolledBack,
+        Sampled,
+        StartOver,
+        Trigger,
+        decide,
+        initial_state,
+    )
+    from workflows.state import CamelModel
+
+R = TypeVar("R")
+WORKFLOW_NAME = "RollbackWorkflow"
+MAX_SAMPLES_PER_RUN = 500  # ~10 history events a sample: continue-as-new well before 50k
+
+# Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
+# window's verdict needs its final sample), except for errors that retrying cannot fix.
+K8S_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    non_retryable_error_types=NON_RETRYABLE_ERRORS,
+)
+# A sample in the middle of the window is only informative: a few tries, then skip it.
+MID_WINDOW_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE_ERRORS,
+)
+ACTIVITY_TIMEOUT = timedelta(seconds=60)
+
+SA_NAMESPACE = SearchAttributeKey.for_keyword(SearchAttribute.NAMESPACE)
+SA_WORKLOAD = SearchAttributeKey.for_keyword(SearchAttribute.WORKLOAD)
+SA_MODE = SearchAttributeKey.for_keyword(SearchAttribute.MODE)
+SA_TURN = SearchAttributeKey.for_int(SearchAttribute.TURN)
+SA_POLICY = SearchAttributeKey.for_keyword(SearchAttribute.POLICY)
+SA_FINGERPRINT = SearchAttributeKey.for_keyword(SearchAttribute.FINGERPRINT)
+
+
+class RollbackInput(CamelModel):
+    owner: OwnerRef
+    recommendation: Recommendation
+    trigger: Trigger = Trigger.OBSERVE
+    observed_pod_created_at: datetime | None = None
+    sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
+    max_samples_per_run: int = Field(default=MAX_SAMPLES_PER_RUN, ge=1)
+    resume: RollbackState | None = None  # set by continue-as-new in a long window
+
+
+class ObserveSignal(CamelModel):
+    recommendation: Recommendation
+    pod: str | None = None
+    pod_created_at: datetime | None = None
+
+
+class CancelSignal(CamelModel):
+    reason: str = ""
+
+
+class ReopenSignal(CamelModel):
+    reason: str = ""
+
+
+class RollbackResult(CamelModel):
+    owner: OwnerRef
+    mode: Mode
+    turn: int
+    fingerprint: str
+    failure_reason: FailureReason | None = None
+    message: str | None = None
+
+
+def search_attributes(
+    state: RollbackState,
+) -> list[SearchAttributeUpdate[Any]]:
+    """What the UI and ``rollbackctl get`` filter on, e.g. ``RollbackMode = "failedPermanent"``."""
+    return [
+        SA_NAMESPACE.value_set(state.owner.namespace),
+        SA_WORKLOAD.value_set(state.owner.workload),
+        SA_MODE.value_set(state.mode.value),
+        SA_TURN.value_set(state.turn),
+        SA_POLICY.value_set(str(state.policy.ref) if state.policy else ""),
+        SA_FINGERPRINT.value_set(state.fingerprint),
+    ]
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class RollbackWorkflow:
+    def __init__(self) -> None:
+        self._state: RollbackState | None = None
+        self._pending: list[Observation] = []
+        self._input: RollbackInput | None = None
+        self._samples_this_run = 0
+
+    # --- signals and query -------------------------------------------------------------------
+
+    @workflow.signal
+    def observe(self, signal: ObserveSignal) -> None:
+        self._pending.append(Observed(workflow.now(), signal.recommendation))
+
+    @workflow.signal
+    def cancel(self, signal: CancelSignal) -> None:
+        self._pending.append(Cancel(workflow.now(), signal.reason))
+
+    @workflow.signal
+    def reopen(self, signal: ReopenSignal) -> None:
+        self._pending.append(Reopen(workflow.now()))
+
+    @workflow.query
+    def status(self) -> RollbackState | None:
+        return self._state
+
+    # --- run ---------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, input: RollbackInput) -> RollbackResult:
+        self._input = input
+        if input.resume is not None:
+            self._state = input.resume
+        else:
+            self._state = initial_state(input.owner, input.recommendation, input.sample_interval)
+            loaded = await self._activity(
+                LOAD_OWNER,
+                LoadOwnerInput(owner=input.owner),
+                LoadOwnerResult,
+                summary=f"read {input.owner} state and policy",
+            )
+            started = AttemptStarted(
+                workflow.now(), loaded, input.trigger, input.observed_pod_created_at
+            )
+            await self._apply(decide(self._state, started))
+        while not self.state.mode.terminal:
+            await self._drain_signals()
+            if self.state.mode is Mode.MONITORING:
+                await self._monitor_step()
+            elif self.state.mode is Mode.BACKING_OFF:
+                await self._backoff_step()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._start_next_run_if_signalled()
+        state = self.state
+        workflow.set_current_details(f"Ended: **{state.mode}** (turn {state.turn})")
+        return RollbackResult(
+            owner=state.owner,
+            mode=state.mode,
+            turn=state.turn,
+            fingerprint=state.fingerprint,
+            failure_reason=state.failure_reason,
+            message=state.failure_message,
+        )
+
+    @property
+    def state(self) -> RollbackState:
+        assert self._state is not None
+        return self._state
+
+    async def _drain_signals(self) -> None:
+        while self._pending and not self.state.mode.terminal:
+            await self._apply(decide(self.state, self._pending.pop(0)))
+
+    def _start_next_run_if_signalled(self) -> None:
+        """A signal that arrived as the run ended starts the next run instead of being lost."""
+        assert self._input is not None
+        for obs in self._pending:
+            new = (
+                isinstance(obs, Observed)
+                and obs.recommendation.fingerprint != self.state.fingerprint
+            )
+            if new or (isinstance(obs, Reopen) and self.state.mode is Mode.MONITORING_SUCCEEDED):
+                update = (
+                    {"recommendation": obs.recommendation, "trigger": Trigger.OBSERVE}
+                    if isinstance(obs, Observed)
+                    else {"recommendation": self.state.recommendation, "trigger": Trigger.REOPEN}
+                )
+                workflow.continue_as_new(self._input.model_copy(update={**update, "resume": None}))
+
+    async def _wait(self, until: datetime, summary: str) -> None:
+        """Sleep on a durable timer until ``until``, waking early for a signal."""
+        remaining = until - workflow.now()
+        if remaining > timedelta(0):
+            await workflow.wait_condition(
+                lambda: bool(self._pending), timeout=remaining, timeout_summary=summary
+            )
+
+    async def _monitor_step(self) -> None:
+        state = self.state
+        assert state.window_ends_at is not None and state.next_sample_at is not None
+        due = min(state.next_sample_at, state.window_ends_at)
+        if workflow.now() < due:
+            final = due >= state.window_ends_at
+            workflow.set_current_details(self._details())
+            await self._wait(due, "window ends" if final else "next cohort sample")
+            return
+        sample = await self._sample(final=workflow.now() >= state.window_ends_at)
+        if sample is None:  # a mid-window sample failed: try again at the next interval
+            self._state = state.model_copy(
+                update={"next_sample_at": workflow.now() + state.sample_interval}
+            )
+            return
+        await self._apply(decide(self.state, Sampled(workflow.now(), sample)))
+        self._samples_this_run += 1
+        self._maybe_continue_as_new()
+
+    async def _sample(self, final: bool) -> CohortSample | None:
+        state = self.state
+        assert state.window_started_at is not None
+        request = SampleCohortInput(
+            owner=state.owner,
+            recommendation=state.recommendation,
+            window_started_at=state.window_started_at,
+        )
+        what = "final sample: evaluate adoption" if final else "sample cohort health"
+        try:
+            return await self._activity(
+                SAMPLE_COHORT,
+                request,
+                CohortSample,
+                summary=f"{what} of {state.fingerprint}",
+                retry=K8S_RETRY if final else MID_WINDOW_RETRY,
+            )
+        except ActivityError as err:
+            if final:
+                raise
+            workflow.logger.warning("mid-window sample failed, skipped: %s", err.cause or err)
+            return None
+
+    async def _backoff_step(self) -> None:
+        state = self.state
+        assert state.backoff_ends_at is not None
+        if workflow.now() < state.backoff_ends_at:
+            workflow.set_current_details(self._details())
+            await self._wait(state.backoff_ends_at, f"backoff of turn {state.turn}")
+            return
+        resolution = await self._activity(
+            RESOLVE_POLICY,
+            ResolvePolicyInput(owner=state.owner),
+            ResolvePolicyResult,
+            summary="re-resolve the policy at the turn boundary",
+        )
+        await self._apply(decide(self.state, BackoffOver(workflow.now(), resolution)))
+
+    def _maybe_continue_as_new(self) -> None:
+        assert self._input is not None
+        if self._pending or self.state.mode is not Mode.MONITORING:
+            return
+        info = workflow.info()
+        if info.is_continue_as_new_suggested() or (
+            self._samples_this_run >= self._input.max_samples_per_run
+        ):
+            workflow.continue_as_new(self._input.model_copy(update={"resume": self.state}))
+
+    # --- effects -----------------------------------------------------------------------------
+
+    async def _apply(self, decision: Decision) -> None:
+        before = self._state
+        self._state = decision.state
+        if decision.note:
+            workflow.logger.info("%s: %s", self.state.owner, decision.note)
+        if before is None or (before.mode, before.turn, before.transitions) != (
+            self.state.mode,
+            self.state.turn,
+            self.state.transitions,
+        ):
+            workflow.upsert_search_attributes(search_attributes(self.state))
+        for effect in decision.effects:
+            match effect:
+                case Record():
+                    await self._record(effect)
+                case RollBack():
+                    result = await self._activity(
+                        ROLL_BACK,
+                        RollBackInput(
+                            owner=self.state.owner, target=effect.target, resources=effect.resources
+                        ),
+                        ActuationResult,
+                        summary=f"roll back to {effect.target}",
+                    )
+                    await self._apply(decide(self.state, RolledBack(workflow.now(), result)))
+                case Reapply():
+                    await self._activity(
+                        REAPPLY_RECOMMENDATION,
+                        ReapplyInput(owner=self.state.owner, recommendation=effect.recommendation),
+                        ActuationResult,
+                        summary=f"re-apply {self.state.fingerprint} for the next turn",
+                    )
+                case StartOver():
+                    assert self._input is not None
+                    workflow.continue_as_new(
+                        self._input.model_copy(
+                            update={
+                                "recommendation": effect.recommendation,
+                                "trigger": Trigger.OBSERVE,
+                                "resume": None,
+                            }
+                        )
+                    )
+
+    async def _record(self, effect: Record) -> None:
+        state = self.state
+        workflow.logger.info(
+            "%s: %s turn %d: %s", state.owner, state.mode, state.turn, effect.message
+        )
+        await self._activity(
+            RECORD_TRANSITION,
+            RecordTransitionInput(
+                owner=state.owner,
+                state=None if effect.remove_state else state.owner_state(),
+                event_reason=effect.event_reason,
+                event_message=effect.message,
+                event_type="Warning" if effect.warning else "Normal",
+                event_id=f"{workflow.info().run_id}.{state.transitions}",
+                clear_rollback_recommendation=effect.clear_rollback_recommendation,
+            ),
+            RecordTransitionResult,
+            summary=f"record {state.mode} (turn {state.turn})",
+        )
+
+    async def _activity(
+        self,
+        name: str,
+        arg: object,
+        result_type: type[R],
+        *,
+        summary: str,
+        retry: RetryPolicy = K8S_RETRY,
+    ) -> R:
+        result: R = await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+            retry_policy=retry,
+            summary=summary,
+        )
+        return result
+
+    def _details(self) -> str:
+        """Markdown for the UI's "current details": what the run waits for, and why."""
+        s = self.state
+        policy = s.policy.ref if s.policy else "-"
+        lines = [f"**{s.mode}** turn {s.turn} of `{s.fingerprint}` under `{policy}`"]
+        if s.mode is Mode.MONITORING and s.window_ends_at:
+            lines.append(f"window ends {s.window_ends_at.isoformat()}")
+            if s.last_sample is not None:
+                lines.append(
+                    f"last sample: {s.last_sample.adopted_healthy}/{s.baseline} adopted and healthy"
+                    f" (required {s.required}); {s.last_sample.message or 'all healthy'}"
+                )
+        if s.mode is Mode.BACKING_OFF and s.backoff_ends_at:
+            lines.append(
+                f"backing off until {s.backoff_ends_at.isoformat()} after {s.failure_reason}:"
+                f" {s.failure_message}"
+            )
+        return "\n\n".join(lines)

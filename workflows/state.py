@@ -1,0 +1,91 @@
+"""The rollback state JSON kept on the owner (annotation ``rightsizing.kubex.ai/rollback-state``).
+
+This is the durable record the cluster sees; the workflow computes it at every transition and an
+activity writes it. Field names follow DESIGN.md's contract::
+
+    {"mode": "backingOff", "activeRecommendationFingerprint": "3f9c...", "turn": 2,
+     "failureReason": "oomKilled", "failureMessage": "2/5 pods OOMKilled (app)",
+     "lastSuccessfulState": {"containers": {"app": {"requests": {...}, "limits": {...}}}},
+     "expiryAt": "...", "policy": {"kind": "RollbackPolicy", "namespace": "shop", "name": "p"},
+     "lastTransitionTime": "...", "history": [{"time": ..., "mode": ..., "turn": ..., ...}]}
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from workflows.contract import FailureReason, Mode
+from workflows.fingerprint import Resources
+
+HISTORY_LIMIT = 10
+
+
+class CamelModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class PolicyRef(CamelModel):
+    kind: str
+    namespace: str | None = None
+    name: str
+
+    def __str__(self) -> str:
+        return "/".join(p for p in (self.kind, self.namespace, self.name) if p)
+
+
+class ContainerResources(CamelModel):
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class ResourceSnapshot(CamelModel):
+    """Per-container requests and limits: what ``lastSuccessful`` restores."""
+
+    containers: dict[str, ContainerResources] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, requests: Resources, limits: Resources) -> ResourceSnapshot:
+        names = sorted(set(requests) | set(limits))
+        return cls(
+            containers={
+                n: ContainerResources(requests=requests.get(n, {}), limits=limits.get(n, {}))
+                for n in names
+            }
+        )
+
+    def requests(self) -> Resources:
+        return {n: dict(c.requests) for n, c in self.containers.items() if c.requests}
+
+    def limits(self) -> Resources:
+        return {n: dict(c.limits) for n, c in self.containers.items() if c.limits}
+
+
+class HistoryEntry(CamelModel):
+    time: datetime
+    mode: Mode
+    turn: int
+    fingerprint: str
+    failure_reason: FailureReason | None = None
+
+
+class OwnerState(CamelModel):
+    """The annotation's JSON. Unknown keys written by a newer version are ignored on read."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    mode: Mode
+    active_recommendation_fingerprint: str
+    turn: int = Field(ge=1)
+    failure_reason: FailureReason | None = None
+    failure_message: str | None = None
+    last_successful_state: ResourceSnapshot | None = None
+    expiry_at: datetime | None = None
+    policy: PolicyRef | None = None
+    last_transition_time: datetime
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
