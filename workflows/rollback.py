@@ -16,6 +16,7 @@ window for the same fingerprint, unless the policy disables it). Query: ``status
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -177,6 +178,10 @@ class RollbackWorkflow:
     @workflow.run
     async def run(self, input: RollbackInput) -> RollbackResult:
         self._input = input
+        if input.trigger is Trigger.REOPEN and input.resume is None:
+            # Signal-with-start delivered ``reopen`` together with this start: the trigger
+            # already says so, and a second reopen would open a second window.
+            self._pending = [o for o in self._pending if not isinstance(o, Reopen)]
         if input.resume is not None:
             self._state = input.resume
         else:
@@ -239,9 +244,10 @@ class RollbackWorkflow:
         """Sleep on a durable timer until ``until``, waking early for a signal."""
         remaining = until - workflow.now()
         if remaining > timedelta(0):
-            await workflow.wait_condition(
-                lambda: bool(self._pending), timeout=remaining, timeout_summary=summary
-            )
+            with suppress(TimeoutError):  # the timer fired: time to act
+                await workflow.wait_condition(
+                    lambda: bool(self._pending), timeout=remaining, timeout_summary=summary
+                )
 
     async def _monitor_step(self) -> None:
         state = self.state

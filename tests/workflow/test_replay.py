@@ -1,0 +1,42 @@
+"""Replay the recorded histories of ``histories/`` against today's ``RollbackWorkflow``.
+
+These are real histories from the scenarios of ``test_rollback_workflow.py`` (success, OOM over
+two turns to failedPermanent, threshold not met with a manifest rollback, lastSuccessful
+unavailable, cancel and reopen, supersede by a key change, continue-as-new, worker restarts).
+A change to the workflow that would break a running workflow after a deploy fails here.
+
+To re-record after an intentional, versioned change:
+``ROLLBACK_RECORD_HISTORIES=1 pytest tests/workflow/test_rollback_workflow.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.workflow.helpers import HISTORIES
+from workflows.rollback import RollbackWorkflow
+
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+def test_histories_are_recorded() -> None:
+    scenarios = {p.name.split(".")[0] for p in RECORDED}
+    assert {
+        "success",
+        "oom-two-turns",
+        "cancel-reopen",
+        "supersede-key-change",
+        "continue-as-new",
+    } <= scenarios
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+async def test_replay(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[RollbackWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)

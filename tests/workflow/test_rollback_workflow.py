@@ -1,0 +1,382 @@
+"""RollbackWorkflow on the real Temporal dev server, with short real durations.
+
+The cluster side is ``FakeCluster`` (our own activity boundary); every scenario also replays the
+histories it produced, so a non-deterministic change fails here before it reaches the recorded
+histories of ``test_replay.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from tests.workflow.fake_cluster import FakeCluster
+from tests.workflow.helpers import (
+    HASHED_KEY,
+    check_replay,
+    new_owner,
+    rec,
+    running_worker,
+    settings,
+    wait_for,
+)
+from worker.temporal import observe
+from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
+from workflows.machine import Trigger
+from workflows.rollback import CancelSignal, ReopenSignal, RollbackInput, RollbackWorkflow
+from workflows.state import OwnerState, ResourceSnapshot
+
+OOM = rec("256Mi")  # below the fake app's 512Mi working set
+FITS = rec("768Mi")
+PREVIOUS = ResourceSnapshot.of({"app": {"memory": "900Mi"}}, {})
+
+
+def succeeded_before(fingerprint: str = "previous0000000") -> str:
+    """A stored state from an earlier success, so lastSuccessful has something to restore."""
+    return OwnerState(
+        mode=Mode.MONITORING_SUCCEEDED,
+        active_recommendation_fingerprint=fingerprint,
+        turn=1,
+        last_successful_state=PREVIOUS,
+        last_transition_time=datetime(2026, 1, 1).astimezone(),
+    ).to_json()
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def client(
+    temporal_env: WorkflowEnvironment, cluster: FakeCluster, task_queue: str
+) -> AsyncIterator[Client]:
+    async with running_worker(temporal_env.client, task_queue, cluster):
+        yield temporal_env.client
+
+
+def span(state: OwnerState, from_mode: Mode, to_mode: Mode, turn: int) -> timedelta:
+    """Workflow time between two recorded transitions of one turn."""
+    times = {(h.mode, h.turn): h.time for h in state.history}
+    return times[(to_mode, turn)] - times[(from_mode, turn)]
+
+
+async def test_success_records_last_successful(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings())
+    owner.apply(FITS)
+    result = await (await observe(client, task_queue, ref, FITS)).result()
+
+    assert (result.mode, result.turn, result.failure_reason) == (Mode.MONITORING_SUCCEEDED, 1, None)
+    state = owner.state
+    assert state is not None and state.last_successful_state == ResourceSnapshot.of(
+        FITS.requests, {}
+    )
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_SUCCEEDED,
+    ]
+    assert span(state, Mode.MONITORING, Mode.MONITORING_SUCCEEDED, 1) >= timedelta(seconds=2)
+    assert ("rollback", RollbackTarget.LAST_SUCCESSFUL) not in owner.journal
+    await check_replay(client, ref.workflow_id, "success")
+
+
+async def test_oom_two_turns_then_failed_permanent(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(
+        cluster, settings(backoff=1.0, multiply=1, max_attempts=2), state_json=succeeded_before()
+    )
+    owner.apply(OOM)
+    first = await (await observe(client, task_queue, ref, OOM)).result()
+    assert (first.mode, first.turn, first.failure_reason) == (
+        Mode.BACKED_OFF,
+        1,
+        FailureReason.OOM_KILLED,
+    )
+    # backedOff re-applied the recommendation; the intake sees it adopted again -> turn 2.
+    assert all(p.recommendation == OOM for p in owner.pods)
+    second = await (await observe(client, task_queue, ref, OOM)).result()
+    assert (second.mode, second.turn, second.failure_reason) == (
+        Mode.FAILED_PERMANENT,
+        2,
+        FailureReason.OOM_KILLED,
+    )
+
+    state = owner.state
+    assert state is not None and state.mode is Mode.FAILED_PERMANENT
+    # Backoff waits against the formula: timePeriod 1s * multiplyByTurn 1 * turn.
+    for turn, expected in ((1, timedelta(seconds=1)), (2, timedelta(seconds=2))):
+        waited = span(
+            state, Mode.BACKING_OFF, Mode.BACKED_OFF if turn == 1 else Mode.FAILED_PERMANENT, turn
+        )
+        assert expected <= waited < expected + timedelta(seconds=1.5), (turn, waited)
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.ROLLING_BACK_STARTED,
+        EventReason.BACKOFF_TURN_COMPLETED,
+        EventReason.MONITORING_STARTED,
+        EventReason.ROLLING_BACK_STARTED,
+        EventReason.BACKOFF_EXHAUSTED,
+    ]
+    rollbacks = [e for e in owner.journal if e[0] == "rollback"]
+    assert rollbacks == [("rollback", RollbackTarget.LAST_SUCCESSFUL)] * 2
+    assert owner.rollback_annotation is None  # cleared when the turn completed
+    assert all(
+        p.requests["app"]["memory"] == "900Mi" for p in owner.pods
+    )  # lastSuccessful restored
+    message = next(m for r, m, _ in owner.events.values() if r == EventReason.ROLLING_BACK_STARTED)
+    assert "5/5 pods OOMKilled (app)" in message and OOM.fingerprint in message
+    assert await check_replay(client, ref.workflow_id, "oom-two-turns") == 2
+
+
+async def test_adoption_below_threshold_rolls_back_to_manifest(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings(target=RollbackTarget.MANIFEST, max_attempts=1))
+    for pod in owner.pods[:2]:
+        pod.ignores_resize = True  # 3 of 5 adopt: 60% < 80%
+    owner.apply(FITS)
+    result = await (await observe(client, task_queue, ref, FITS)).result()
+    assert (result.mode, result.failure_reason) == (
+        Mode.FAILED_PERMANENT,
+        FailureReason.ADOPTION_THRESHOLD_NOT_MET,
+    )
+    assert ("rollback", RollbackTarget.MANIFEST) in owner.journal
+    assert all(p.requests["app"]["memory"] == "1Gi" for p in owner.pods)
+    await check_replay(client, ref.workflow_id, "below-threshold-manifest")
+
+
+async def test_four_of_five_at_eighty_percent_passes(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings())
+    owner.pods[0].ignores_resize = True
+    owner.apply(FITS)
+    result = await (await observe(client, task_queue, ref, FITS)).result()
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("target", "memory"),
+    [(RollbackTarget.MANIFEST, "1Gi"), (RollbackTarget.LAST_SUCCESSFUL, "900Mi")],
+)
+async def test_rollback_target(
+    client: Client, cluster: FakeCluster, task_queue: str, target: RollbackTarget, memory: str
+) -> None:
+    ref, owner = new_owner(
+        cluster, settings(target=target, max_attempts=1), state_json=succeeded_before()
+    )
+    owner.apply(OOM)
+    await (await observe(client, task_queue, ref, OOM)).result()
+    assert {p.requests["app"]["memory"] for p in owner.pods} == {memory}
+
+
+async def test_last_successful_unavailable(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings())
+    owner.apply(OOM)
+    result = await (await observe(client, task_queue, ref, OOM)).result()
+    assert (result.mode, result.failure_reason) == (
+        Mode.FAILED_PERMANENT,
+        FailureReason.ROLLBACK_RECOMMENDATION_UNAVAILABLE,
+    )
+    assert owner.event_reasons()[-1] == EventReason.RECOMMENDATION_UNAVAILABLE
+    assert cluster.calls.get("roll_back", 0) == 0
+    await check_replay(client, ref.workflow_id, "last-successful-unavailable")
+
+
+async def test_cancel_and_reopen_signals(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings(window=30))
+    owner.apply(OOM)
+    handle = await observe(client, task_queue, ref, OOM)
+    first = await wait_for(handle, lambda s: s.mode is Mode.MONITORING and s.samples_taken >= 1)
+    assert first.baseline == 5 and first.last_sample is not None and first.last_sample.adopted == 5
+    await asyncio.sleep(0.3)
+    await handle.signal(RollbackWorkflow.reopen, ReopenSignal())
+    reopened = await wait_for(handle, lambda s: s.transitions > first.transitions)
+    assert reopened.window_ends_at is not None and first.window_ends_at is not None
+    assert reopened.window_ends_at > first.window_ends_at
+    await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="maintenance"))
+    result = await handle.result()
+    assert result.mode is Mode.CANCELLED
+    assert owner.state is not None and owner.state.mode is Mode.CANCELLED
+    assert all(p.recommendation == OOM for p in owner.pods)  # resources left as they were
+    assert cluster.calls.get("roll_back", 0) == 0
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_CANCELLED,
+    ]
+    await check_replay(client, ref.workflow_id, "cancel-reopen")
+
+
+async def test_reopen_ignored_when_disabled(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings(window=30, reopen=False))
+    owner.apply(FITS)
+    handle = await observe(client, task_queue, ref, FITS)
+    first = await wait_for(handle, lambda s: s.samples_taken >= 1)
+    await handle.signal(RollbackWorkflow.reopen, ReopenSignal())
+    await handle.signal(RollbackWorkflow.cancel, CancelSignal())
+    await handle.result()
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_CANCELLED,
+    ]
+    assert owner.state is not None and owner.state.history[0].time == first.window_started_at
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["reopen-enabled", "reopen-disabled"])
+async def test_replacement_pod_reopens_a_succeeded_turn(
+    client: Client, cluster: FakeCluster, task_queue: str, enabled: bool
+) -> None:
+    ref, owner = new_owner(cluster, settings(reopen=enabled))
+    owner.apply(FITS)
+    await (await observe(client, task_queue, ref, FITS)).result()
+    succeeded_at = owner.state.last_transition_time if owner.state else None
+    assert succeeded_at is not None
+    # A duplicate event about an old pod reopens nothing.
+    old = await (
+        await observe(
+            client, task_queue, ref, FITS, pod_created_at=succeeded_at - timedelta(seconds=5)
+        )
+    ).result()
+    assert old.mode is Mode.MONITORING_SUCCEEDED
+    # A replacement pod created after the success reopens monitoring, when enabled.
+    newer = await observe(
+        client,
+        task_queue,
+        ref,
+        FITS,
+        pod="pod-new",
+        pod_created_at=succeeded_at + timedelta(seconds=1),
+    )
+    result = await newer.result()
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    expected = 4 if enabled else 2
+    assert len(owner.event_reasons()) == expected
+
+
+async def test_new_fingerprint_supersedes_even_with_equal_values(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings(window=3))
+    owner.apply(FITS)
+    handle = await observe(client, task_queue, ref, FITS)
+    await wait_for(handle, lambda s: s.samples_taken >= 1)
+    moved = rec("768Mi", key=HASHED_KEY)  # same values under the hashed key: a new recommendation
+    assert moved.fingerprint != FITS.fingerprint
+    owner.apply(moved)
+    await observe(client, task_queue, ref, moved)
+    result = await client.get_workflow_handle_for(RollbackWorkflow.run, ref.workflow_id).result()
+    assert (result.mode, result.fingerprint, result.turn) == (
+        Mode.MONITORING_SUCCEEDED,
+        moved.fingerprint,
+        1,
+    )
+    state = owner.state
+    assert state is not None
+    assert [(h.mode, h.fingerprint) for h in state.history] == [
+        (Mode.MONITORING, FITS.fingerprint),
+        (Mode.SUPERSEDED, FITS.fingerprint),
+        (Mode.MONITORING, moved.fingerprint),
+        (Mode.MONITORING_SUCCEEDED, moved.fingerprint),
+    ]
+    await check_replay(client, ref.workflow_id, "supersede-key-change")
+
+
+async def test_owner_deleted_mid_window_ends_cleanly(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings(window=30))
+    owner.apply(FITS)
+    handle = await observe(client, task_queue, ref, FITS)
+    await wait_for(handle, lambda s: s.samples_taken >= 1)
+    owner.exists = False
+    result = await handle.result()
+    assert (result.mode, result.failure_reason) == (Mode.CLEARED, FailureReason.OWNER_GONE)
+
+
+async def test_no_policy_retains(client: Client, cluster: FakeCluster, task_queue: str) -> None:
+    ref, owner = new_owner(cluster, None)
+    owner.apply(FITS)
+    result = await (await observe(client, task_queue, ref, FITS)).result()
+    assert result.mode is Mode.CLEARED and owner.state_json is None and owner.events == {}
+
+
+async def test_long_window_continues_as_new(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings(window=3))
+    owner.apply(FITS)
+    handle = await client.start_workflow(
+        RollbackWorkflow.run,
+        RollbackInput(owner=ref, recommendation=FITS, max_samples_per_run=1),
+        id=ref.workflow_id,
+        task_queue=task_queue,
+    )
+    result = await handle.result()
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    # One window, several runs: the state (baseline, window end) was carried across.
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_SUCCEEDED,
+    ]
+    assert await check_replay(client, ref.workflow_id, "continue-as-new") >= 3
+
+
+@pytest.mark.parametrize(
+    "stop_in", [Mode.MONITORING, Mode.BACKING_OFF], ids=["mid-window", "mid-backoff"]
+)
+async def test_worker_restart(
+    temporal_env: WorkflowEnvironment,
+    cluster: FakeCluster,
+    task_queue: str,
+    stop_in: Mode,
+) -> None:
+    """The worker goes away mid-window or mid-backoff; timers fire without it; a new one ends."""
+    client = temporal_env.client
+    ref, owner = new_owner(
+        cluster, settings(window=2, backoff=2, max_attempts=1), state_json=succeeded_before()
+    )
+    owner.apply(OOM)
+    async with running_worker(client, task_queue, cluster):
+        handle = await observe(client, task_queue, ref, OOM)
+        await wait_for(handle, lambda s: s.mode is stop_in)
+    await asyncio.sleep(2.5)  # the durable timer expires while no worker runs
+    async with running_worker(client, task_queue, cluster):
+        result = await handle.result()
+    assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
+    assert [e for e in owner.journal if e[0] == "rollback"] == [
+        ("rollback", RollbackTarget.LAST_SUCCESSFUL)
+    ]
+    assert owner.event_reasons().count(EventReason.ROLLING_BACK_STARTED) == 1
+    await check_replay(client, ref.workflow_id, f"worker-restart-{stop_in}")
+
+
+async def test_explicit_reopen_via_signal_with_start(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(cluster, settings())
+    owner.apply(FITS)
+    await (await observe(client, task_queue, ref, FITS)).result()
+    result = await (await observe(client, task_queue, ref, FITS, trigger=Trigger.REOPEN)).result()
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2
