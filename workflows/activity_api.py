@@ -14,7 +14,7 @@ from pydantic import Field
 from workflows.contract import EventReason, FailureReason, RollbackTarget, WorkloadKind
 from workflows.durations import Duration
 from workflows.fingerprint import Recommendation
-from workflows.policy import Backoff
+from workflows.policy import AnyPolicy, Backoff, RollbackPolicy
 from workflows.state import CamelModel, OwnerState, PolicyRef, ResourceSnapshot
 
 
@@ -48,6 +48,19 @@ class PolicySettings(CamelModel):
     backoff: Backoff
     enable_monitoring_reopen: bool = True
 
+    @classmethod
+    def of(cls, policy: AnyPolicy) -> PolicySettings:
+        namespace = policy.metadata.namespace if isinstance(policy, RollbackPolicy) else None
+        spec = policy.spec
+        return cls(
+            ref=PolicyRef(kind=policy.kind, namespace=namespace, name=policy.metadata.name),
+            monitoring_period=spec.monitoring_period,
+            rollback_target=spec.rollback_target,
+            adoption_threshold_percent=spec.adoption_threshold_percent,
+            backoff=spec.backoff,
+            enable_monitoring_reopen=spec.enable_monitoring_reopen,
+        )
+
 
 # --- load_owner ------------------------------------------------------------------------------
 
@@ -80,22 +93,36 @@ class ResolvePolicyResult(CamelModel):
 # --- sample_cohort ---------------------------------------------------------------------------
 
 
+class CohortQuery(CamelModel):
+    """How to LIST the owner's pods in one call: a label selector in the owner's namespace,
+    narrowed client-side to pods whose owning Job's name matches ``job_name_pattern`` (CronJob).
+    Computed from the owner at the first sample of a window and carried by the workflow, so later
+    samples are a single LIST with no GET of the owner."""
+
+    label_selector: str
+    job_name_pattern: str | None = None
+
+
 class SampleCohortInput(CamelModel):
     owner: OwnerRef
     recommendation: Recommendation
     window_started_at: datetime
+    cohort: CohortQuery | None = None  # None: read the owner first (first sample of a window)
 
 
 class CohortSample(CamelModel):
-    """One look at the cohort: counts, and the unhealthy pods by reason."""
+    """One look at the cohort: counts, and the pods not counted by reason."""
 
     exists: bool = True
-    desired: int = Field(ge=0, description="desired replicas (the kind's equivalent) now")
+    desired: int | None = Field(
+        default=None, ge=0, description="desired replicas (or the kind's equivalent) when read"
+    )
     pods: int = Field(ge=0)
     adopted: int = Field(ge=0, description="pods carrying the fingerprint on actual resources")
     adopted_healthy: int = Field(ge=0)
     unhealthy: dict[FailureReason, int] = Field(default_factory=dict)
     message: str = ""
+    cohort: CohortQuery | None = None
     observed_at: datetime | None = None
     error: str | None = None  # e.g. a malformed recommendation annotation on the pods
 

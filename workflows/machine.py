@@ -484,7 +484,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
         return Decision(aborted, [Record(EventReason.ATTEMPT_ABORTED, message, warning=True)])
     state = state.model_copy(
         update={
-            "baseline": sample.desired if state.baseline is None else state.baseline,
+            "baseline": state.baseline if state.baseline is not None else _baseline(sample),
             "last_sample": sample,
             "samples_taken": state.samples_taken + 1,
             "next_sample_at": obs.now
@@ -494,6 +494,11 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
     if obs.now < window_ends_at:
         return Decision(state)
     return _evaluate(state, policy, sample, obs.now)
+
+
+def _baseline(sample: CohortSample) -> int:
+    """The cohort size an attempt is judged against: desired replicas, else the pods seen."""
+    return sample.desired if sample.desired is not None else sample.pods
 
 
 def _evaluate(

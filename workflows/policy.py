@@ -92,6 +92,20 @@ class LabelSelector(Model):
     def matches(self, labels: dict[str, str]) -> bool:
         return not self.unmet(labels)
 
+    def to_query(self) -> str:
+        """The string form a client sends as ``labelSelector`` (``a=b,tier in (api,worker)``)."""
+        parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        for e in self.match_expressions:
+            parts.append(
+                {
+                    "In": f"{e.key} in ({','.join(e.values)})",
+                    "NotIn": f"{e.key} notin ({','.join(e.values)})",
+                    "Exists": e.key,
+                    "DoesNotExist": f"!{e.key}",
+                }[e.operator]
+            )
+        return ",".join(parts)
+
 
 def _compile_namespace_pattern(pattern: str) -> re.Pattern[str]:
     return re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$")

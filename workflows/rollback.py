@@ -275,6 +275,7 @@ class RollbackWorkflow:
             owner=state.owner,
             recommendation=state.recommendation,
             window_started_at=state.window_started_at,
+            cohort=state.last_sample.cohort if state.last_sample else None,
         )
         what = "final sample: evaluate adoption" if final else "sample cohort health"
         try:

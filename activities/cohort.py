@@ -1,0 +1,193 @@
+"""Judging pods: has each adopted the active recommendation, and is it healthy?
+
+Pure functions over pod dicts as the API serves them; ``sample_cohort`` feeds them one LIST.
+
+A pod has *adopted* when it carries the recommendation (same fingerprint among its annotations)
+and its actual container resources equal it: ``status.containerStatuses[].resources`` where the
+kubelet reports them, the pod spec otherwise.
+
+A pod is *not counted* for one reason, checked in this order (the first that applies):
+
+    Failed        phase Failed (a Succeeded Job pod is healthy)
+    OOMKilled     a container was OOMKilled during this window (its last termination, or now)
+    CrashLoopBackOff
+    Unschedulable PodScheduled=False with reason Unschedulable
+    NotReady      Ready is not True (a Pending pod without another reason, a failing probe)
+    resize        PodResizePending Infeasible/Deferred, PodResizeInProgress Error (the pod is
+                  fine, the resize is not happening)
+
+Restarts for other causes that recovered before the sample do not count: the spec allows
+transient restarts to recover within the window. An OOM kill on the new resources is not
+transient: it is what a rollback protects against, so it counts for the rest of the window.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from activities.owners import JOB_NAME_LABEL, resources_of
+from workflows.activity_api import CohortQuery
+from workflows.contract import FailureReason
+from workflows.fingerprint import Recommendation, Resources, recommendations_from_annotations
+
+Obj = dict[str, Any]
+
+REASON_LABELS = {
+    FailureReason.FAILED: "Failed",
+    FailureReason.OOM_KILLED: "OOMKilled",
+    FailureReason.CRASH_LOOP_BACK_OFF: "CrashLoopBackOff",
+    FailureReason.UNSCHEDULABLE: "Unschedulable",
+    FailureReason.NOT_READY: "NotReady",
+    FailureReason.RESIZE_INFEASIBLE: "resize Infeasible",
+    FailureReason.RESIZE_DEFERRED: "resize Deferred",
+    FailureReason.RESIZE_ERROR: "resize Error",
+}
+
+
+@dataclass(frozen=True)
+class PodVerdict:
+    name: str
+    adopted: bool
+    reason: FailureReason | None  # None: healthy
+    containers: tuple[str, ...] = ()  # the containers the reason is about
+
+    @property
+    def counts(self) -> bool:
+        return self.adopted and self.reason is None
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def actual_resources(pod: Obj) -> tuple[Resources, Resources]:
+    """Container resources as running: the kubelet's report where present, else the spec."""
+    requests, limits = resources_of(list(pod.get("spec", {}).get("containers") or []))
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        reported = status.get("resources")
+        if reported:
+            name = status["name"]
+            if "requests" in reported:
+                requests[name] = {k: str(v) for k, v in reported["requests"].items()}
+            if "limits" in reported:
+                limits[name] = {k: str(v) for k, v in reported["limits"].items()}
+    return requests, limits
+
+
+def carries(pod: Obj, recommendation: Recommendation) -> bool:
+    """Whether the pod's annotations hold this recommendation (raises on malformed ones)."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    wanted = recommendation.fingerprint
+    return any(r.fingerprint == wanted for r in recommendations_from_annotations(annotations))
+
+
+def _condition(pod: Obj, kind: str) -> Obj | None:
+    return next(
+        (c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") == kind), None
+    )
+
+
+def health(pod: Obj, since: datetime) -> tuple[FailureReason | None, tuple[str, ...]]:
+    """Why the pod is unhealthy (with the containers concerned), or ``(None, ())``."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return None, ()
+    if phase == "Failed":
+        return FailureReason.FAILED, ()
+    statuses = status.get("containerStatuses") or []
+    oom, crash = [], []
+    for cs in statuses:
+        now = cs.get("state") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        finished = _parse_time(last.get("finishedAt"))
+        if (now.get("terminated") or {}).get("reason") == "OOMKilled" or (
+            last.get("reason") == "OOMKilled" and finished is not None and finished >= since
+        ):
+            oom.append(cs["name"])
+        if (now.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+            crash.append(cs["name"])
+    if oom:
+        return FailureReason.OOM_KILLED, tuple(oom)
+    if crash:
+        return FailureReason.CRASH_LOOP_BACK_OFF, tuple(crash)
+    scheduled = _condition(pod, "PodScheduled")
+    if (
+        scheduled
+        and scheduled.get("status") == "False"
+        and scheduled.get("reason") == "Unschedulable"
+    ):
+        return FailureReason.UNSCHEDULABLE, ()
+    ready = _condition(pod, "Ready")
+    if not ready or ready.get("status") != "True":
+        return FailureReason.NOT_READY, ()
+    return None, ()
+
+
+def resize_blocked(pod: Obj) -> FailureReason | None:
+    pending = _condition(pod, "PodResizePending")
+    if pending and pending.get("status") == "True":
+        if pending.get("reason") == "Infeasible":
+            return FailureReason.RESIZE_INFEASIBLE
+        return FailureReason.RESIZE_DEFERRED
+    legacy = (pod.get("status") or {}).get("resize")  # before Kubernetes 1.33
+    if legacy in ("Infeasible", "Deferred"):
+        return (
+            FailureReason.RESIZE_INFEASIBLE
+            if legacy == "Infeasible"
+            else FailureReason.RESIZE_DEFERRED
+        )
+    progress = _condition(pod, "PodResizeInProgress")
+    if progress and progress.get("reason") == "Error":
+        return FailureReason.RESIZE_ERROR
+    return None
+
+
+def judge(pod: Obj, recommendation: Recommendation, since: datetime) -> PodVerdict:
+    name = pod["metadata"]["name"]
+    has = carries(pod, recommendation)
+    adopted = has and recommendation.equals_resources(*actual_resources(pod))
+    reason, containers = health(pod, since)
+    if reason is None and not adopted:
+        reason = resize_blocked(pod)
+    return PodVerdict(name, adopted, reason, containers)
+
+
+def in_cohort(pod: Obj, query: CohortQuery) -> bool:
+    """Client-side narrowing the label selector cannot express (CronJob's Job names)."""
+    if query.job_name_pattern is None:
+        return True
+    job = (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL, "")
+    return re.match(query.job_name_pattern, job) is not None
+
+
+@dataclass
+class Tally:
+    pods: int = 0
+    adopted: int = 0
+    adopted_healthy: int = 0
+    reasons: Counter[FailureReason] = field(default_factory=Counter)
+    containers: dict[FailureReason, set[str]] = field(default_factory=dict)
+
+    def add(self, verdict: PodVerdict) -> None:
+        self.pods += 1
+        self.adopted += verdict.adopted
+        self.adopted_healthy += verdict.counts
+        if verdict.reason is not None:
+            self.reasons[verdict.reason] += 1
+            self.containers.setdefault(verdict.reason, set()).update(verdict.containers)
+
+    def message(self) -> str:
+        """``2/5 pods OOMKilled (app); 1/5 pods Unschedulable``, most frequent first."""
+        parts = []
+        for reason, count in self.reasons.most_common():
+            names = sorted(self.containers.get(reason) or ())
+            suffix = f" ({', '.join(names)})" if names else ""
+            parts.append(f"{count}/{self.pods} pods {REASON_LABELS[reason]}{suffix}")
+        return "; ".join(parts)

@@ -1,0 +1,174 @@
+"""Kubernetes objects as the API serves them, for activity tests against the emulator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from workflows.fingerprint import Recommendation
+
+Obj = dict[str, Any]
+NS = "shop"
+REC_KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+
+
+def template(labels: dict[str, str], memory: str = "1Gi") -> Obj:
+    return {
+        "metadata": {"labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "app:1",
+                    "resources": {
+                        "requests": {"memory": memory, "cpu": "500m"},
+                        "limits": {"memory": memory},
+                    },
+                }
+            ]
+        },
+    }
+
+
+def owner(
+    kind: str, name: str = "web", replicas: int = 3, labels: dict[str, str] | None = None
+) -> Obj:
+    """A workload of ``kind`` selecting pods labelled ``app=<name>``."""
+    selector = {"matchLabels": {"app": name}}
+    meta = {"name": name, "namespace": NS, "labels": labels or {"team": "shop"}}
+    api = {
+        "Deployment": "apps/v1",
+        "StatefulSet": "apps/v1",
+        "DaemonSet": "apps/v1",
+        "Job": "batch/v1",
+        "CronJob": "batch/v1",
+        "Rollout": "argoproj.io/v1alpha1",
+        "AnalysisRun": "argoproj.io/v1alpha1",
+        "Model": "kubeai.org/v1",
+        "StrimziPodSet": "core.strimzi.io/v1beta2",
+    }[kind]
+    obj: Obj = {"apiVersion": api, "kind": kind, "metadata": meta}
+    tpl = template({"app": name})
+    match kind:
+        case "Deployment" | "StatefulSet" | "Rollout":
+            obj["spec"] = {"replicas": replicas, "selector": selector, "template": tpl}
+        case "DaemonSet":
+            obj["spec"] = {"selector": selector, "template": tpl}
+            obj["status"] = {"desiredNumberScheduled": replicas}
+        case "Job":
+            obj["spec"] = {"parallelism": replicas, "selector": selector, "template": tpl}
+        case "CronJob":
+            obj["spec"] = {
+                "schedule": "* * * * *",
+                "jobTemplate": {"spec": {"parallelism": replicas, "template": tpl}},
+            }
+        case "AnalysisRun":
+            obj["spec"] = {
+                "metrics": [{"name": "test", "provider": {"job": {"spec": {"template": tpl}}}}]
+            }
+        case "Model":
+            obj["spec"] = {"replicas": replicas, "url": "hf://x", "features": ["TextGeneration"]}
+        case "StrimziPodSet":
+            obj["spec"] = {
+                "selector": selector,
+                "pods": [{"metadata": {"name": f"{name}-{i}"}, **tpl} for i in range(replicas)],
+            }
+    return obj
+
+
+def pod(
+    name: str,
+    labels: dict[str, str],
+    memory: str = "1Gi",
+    rec: Recommendation | None = None,
+    reported: str | None = None,
+    ready: bool = True,
+    phase: str = "Running",
+    node: str = "node-1",
+    owner_ref: Obj | None = None,
+    container_state: Obj | None = None,
+    last_state: Obj | None = None,
+    conditions: list[Obj] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> Obj:
+    anns = dict(annotations or {})
+    if rec is not None:
+        anns[rec.requests_key or REC_KEY] = json.dumps(rec.requests)
+    status: Obj = {
+        "phase": phase,
+        "conditions": conditions
+        if conditions is not None
+        else [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True" if ready else "False"},
+        ],
+        "containerStatuses": [
+            {
+                "name": "app",
+                "ready": ready,
+                "restartCount": 0,
+                "state": container_state or {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+                "lastState": last_state or {},
+                **(
+                    {
+                        "resources": {
+                            "requests": {"memory": reported, "cpu": "500m"},
+                            "limits": {"memory": reported},
+                        }
+                    }
+                    if reported
+                    else {}
+                ),
+            }
+        ],
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": labels,
+            "annotations": anns,
+            "ownerReferences": [owner_ref] if owner_ref else [],
+        },
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "app:1",
+                    "resources": {
+                        "requests": {"memory": memory, "cpu": "500m"},
+                        "limits": {"memory": memory},
+                    },
+                }
+            ],
+        },
+        "status": status,
+    }
+
+
+def node(name: str = "node-1", cpu: str = "4", memory: str = "8Gi") -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"}},
+    }
+
+
+def policy(kind: str = "RollbackPolicy", name: str = "p", **spec: Any) -> Obj:
+    body: Obj = {
+        "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, **({"namespace": NS} if kind == "RollbackPolicy" else {})},
+        "spec": {
+            "monitoringPeriod": "2s",
+            "rollbackTarget": "lastSuccessful",
+            "adoptionThresholdPercent": 80,
+            "backoff": {"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 2},
+        },
+    }
+    body["spec"].update(spec)
+    return body

@@ -1,0 +1,39 @@
+"""The Kubernetes API emulator over real HTTP, and the activities wired to it by the real client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+
+from activities.kubernetes import Actuation, KubernetesActivities
+from worker.simcluster.apiserver import KubeEmulator
+
+
+@pytest.fixture
+def api() -> Iterator[KubeEmulator]:
+    with KubeEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def client(api: KubeEmulator) -> Iterator[ApiClient]:
+    config = Configuration()
+    config.host = api.url
+    with ApiClient(config) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def acts(client: ApiClient) -> KubernetesActivities:
+    return KubernetesActivities(
+        CoreV1Api(client), CustomObjectsApi(client), Actuation.ANNOTATIONS, "test"
+    )
+
+
+@pytest.fixture
+def in_place(client: ApiClient) -> KubernetesActivities:
+    return KubernetesActivities(
+        CoreV1Api(client), CustomObjectsApi(client), Actuation.IN_PLACE, "test"
+    )

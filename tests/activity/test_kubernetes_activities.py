@@ -1,0 +1,521 @@
+"""Kubernetes activities through the real ``kubernetes`` client over HTTP, on the emulator."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from activities.kubernetes import KubernetesActivities
+from tests.activity.builders import NS, node, owner, pod, policy
+from worker.simcluster.apiserver import Fault, KubeEmulator
+from workflows.activity_api import (
+    LoadOwnerInput,
+    OwnerRef,
+    ReapplyInput,
+    RecordTransitionInput,
+    ResolvePolicyInput,
+    RollBackInput,
+    SampleCohortInput,
+)
+from workflows.contract import (
+    ROLLBACK_LIMITS_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+    EventReason,
+    FailureReason,
+    Mode,
+    RollbackTarget,
+    WorkloadKind,
+)
+from workflows.fingerprint import Recommendation
+from workflows.state import OwnerState, ResourceSnapshot
+
+KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "512Mi"}})
+SINCE = datetime(2026, 1, 1, tzinfo=UTC)
+WEB = {"app": "web"}
+
+
+def ref(kind: str = "Deployment", name: str = "web") -> OwnerRef:
+    return OwnerRef(namespace=NS, kind=WorkloadKind(kind), name=name)
+
+
+def sample(acts: KubernetesActivities, kind: str = "Deployment", cohort=None):  # type: ignore[no-untyped-def]
+    return acts.sample_cohort(
+        SampleCohortInput(
+            owner=ref(kind), recommendation=REC, window_started_at=SINCE, cohort=cohort
+        )
+    )
+
+
+def owner_obj(api: KubeEmulator, kind: str = "Deployment") -> dict:  # type: ignore[type-arg]
+    rtype = api.store.rtype(kind)
+    return api.store.get(rtype, NS, "web")
+
+
+# --- owner resolution and sampling -------------------------------------------------------------
+
+
+def _pods_for(kind: str, api: KubeEmulator, count: int) -> None:
+    """Pods as each kind's controller would create them (labels, owner references)."""
+    created = api.store.create(owner(kind, replicas=count))
+    uid = created["metadata"]["uid"]
+    labels, parent = dict(WEB), {"kind": kind, "name": "web", "uid": uid, "controller": True}
+    if kind in ("Deployment", "Rollout"):
+        rs = api.store.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {"name": "web-abc", "namespace": NS, "ownerReferences": [parent]},
+                "spec": {"selector": {"matchLabels": WEB}},
+            }
+        )
+        parent = {
+            "kind": "ReplicaSet",
+            "name": "web-abc",
+            "uid": rs["metadata"]["uid"],
+            "controller": True,
+        }
+    elif kind in ("CronJob", "AnalysisRun"):
+        job_name = "web-29000000" if kind == "CronJob" else f"{uid}.test.1"
+        job_labels = {"analysisrun.argoproj.io/uid": uid} if kind == "AnalysisRun" else {}
+        job = api.store.create(
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {
+                    "name": job_name,
+                    "namespace": NS,
+                    "labels": job_labels,
+                    "ownerReferences": [parent],
+                },
+                "spec": {},
+            }
+        )
+        parent = {
+            "kind": "Job",
+            "name": job_name,
+            "uid": job["metadata"]["uid"],
+            "controller": True,
+        }
+        labels = {"job-name": job_name}
+    elif kind == "Model":
+        labels = {"model": "web"}
+    for i in range(count):
+        api.store.create(pod(f"web-{i}", labels, memory="512Mi", rec=REC, owner_ref=parent))
+    # A stranger in the namespace that no selector should pick up.
+    api.store.create(
+        pod("other-0", {"app": "other", "job-name": "other-1"}, memory="512Mi", rec=REC)
+    )
+
+
+ALL_KINDS = [k.value for k in WorkloadKind]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_cohort_and_baseline_for_every_kind(
+    api: KubeEmulator, acts: KubernetesActivities, kind: str
+) -> None:
+    _pods_for(kind, api, 3)
+    api.clear_journal()
+    first = sample(acts, kind)
+    assert (first.pods, first.adopted, first.adopted_healthy) == (3, 3, 3), first
+    assert first.desired == (None if kind == "AnalysisRun" else 3)
+    assert first.cohort is not None
+    pod_lists = api.requests("list", r"/api/v1/namespaces/shop/pods$")
+    assert len(pod_lists) == 1 and not api.requests("get", r"/pods/")
+    # Later samples reuse the cohort query: exactly one LIST, no GET of the owner.
+    api.clear_journal()
+    again = sample(acts, kind, cohort=first.cohort)
+    assert again.adopted_healthy == 3 and again.desired is None
+    assert [r.verb for r in api.journal] == ["list"]
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_pod_to_owner_for_every_kind(
+    api: KubeEmulator, acts: KubernetesActivities, kind: str
+) -> None:
+    _pods_for(kind, api, 1)
+    found = acts.owner_of(api.store.get(api.store.rtype("Pod"), NS, "web-0"))
+    assert found == ref(kind)
+    api.clear_journal()
+    acts.owner_of(api.store.get(api.store.rtype("Pod"), NS, "web-0"))
+    assert api.journal == []  # intermediate owners are cached
+    assert acts.owner_of(api.store.get(api.store.rtype("Pod"), NS, "other-0")) is None
+
+
+def test_one_list_per_sample_whatever_the_cohort_size(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    _pods_for("Deployment", api, 40)
+    api.clear_journal()
+    result = sample(acts)
+    assert result.pods == 40
+    assert [r.verb for r in api.journal] == ["get", "list"]
+
+
+NOW = datetime.now(UTC)
+RECENT = (NOW - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+OLD = "2025-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason"),
+    [
+        pytest.param(
+            {"last_state": {"terminated": {"reason": "OOMKilled", "finishedAt": RECENT}}},
+            FailureReason.OOM_KILLED,
+            id="oom-in-window",
+        ),
+        pytest.param(
+            {"container_state": {"terminated": {"reason": "OOMKilled"}}, "ready": False},
+            FailureReason.OOM_KILLED,
+            id="oom-now",
+        ),
+        pytest.param(
+            {"last_state": {"terminated": {"reason": "OOMKilled", "finishedAt": OLD}}},
+            None,
+            id="oom-before-window-is-history",
+        ),
+        pytest.param(
+            {"last_state": {"terminated": {"reason": "Error", "finishedAt": RECENT}}},
+            None,
+            id="recovered-restart-is-transient",
+        ),
+        pytest.param(
+            {"container_state": {"waiting": {"reason": "CrashLoopBackOff"}}, "ready": False},
+            FailureReason.CRASH_LOOP_BACK_OFF,
+            id="crashloop",
+        ),
+        pytest.param(
+            {
+                "phase": "Pending",
+                "ready": False,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                ],
+            },
+            FailureReason.UNSCHEDULABLE,
+            id="unschedulable",
+        ),
+        pytest.param({"ready": False}, FailureReason.NOT_READY, id="not-ready"),
+        pytest.param({"phase": "Failed", "ready": False}, FailureReason.FAILED, id="job-failed"),
+        pytest.param({"phase": "Succeeded", "ready": False}, None, id="job-succeeded-is-healthy"),
+    ],
+)
+def test_health_reasons(
+    api: KubeEmulator, acts: KubernetesActivities, kwargs: dict, reason: FailureReason | None
+) -> None:  # type: ignore[type-arg]
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, **kwargs))
+    result = acts.sample_cohort(
+        SampleCohortInput(
+            owner=ref(), recommendation=REC, window_started_at=NOW - timedelta(minutes=1)
+        )
+    )
+    if reason is None:
+        assert result.adopted_healthy == 1 and result.unhealthy == {}
+    else:
+        assert result.adopted_healthy == 0 and result.unhealthy == {reason: 1}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "reason"),
+    [
+        (
+            [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}],
+            FailureReason.RESIZE_INFEASIBLE,
+        ),
+        (
+            [{"type": "PodResizePending", "status": "True", "reason": "Deferred"}],
+            FailureReason.RESIZE_DEFERRED,
+        ),
+        (
+            [{"type": "PodResizeInProgress", "status": "True", "reason": "Error"}],
+            FailureReason.RESIZE_ERROR,
+        ),
+    ],
+)
+def test_resize_reasons_explain_non_adoption(
+    api: KubeEmulator,
+    acts: KubernetesActivities,
+    conditions: list,
+    reason: FailureReason,  # type: ignore[type-arg]
+) -> None:
+    api.store.create(owner("Deployment", replicas=1))
+    ready = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
+    # The pod carries the recommendation but still runs on its old 1Gi: the resize is stuck.
+    api.store.create(pod("web-0", WEB, memory="1Gi", rec=REC, conditions=ready + conditions))
+    result = sample(acts)
+    assert (result.adopted, result.unhealthy) == (0, {reason: 1})
+
+
+def test_adoption_uses_reported_resources_over_spec(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment", replicas=3))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC))  # spec only
+    api.store.create(pod("web-1", WEB, memory="512Mi", rec=REC, reported="1Gi"))  # kubelet lags
+    api.store.create(
+        pod("web-2", WEB, memory="1Gi", rec=REC, reported="536870912")
+    )  # 512Mi in bytes
+    api.store.create(pod("web-3", WEB, memory="512Mi"))  # resized, but no recommendation on it
+    result = sample(acts)
+    assert (result.pods, result.adopted) == (4, 2)
+
+
+def test_message_names_reasons_and_containers(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment", replicas=5))
+    oom = {"container_state": {"terminated": {"reason": "OOMKilled"}}, "ready": False}
+    for i in range(2):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC, **oom))
+    for i in range(2, 5):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC))
+    assert sample(acts).message == "2/5 pods OOMKilled (app)"
+
+
+def test_malformed_recommendation_is_a_clear_error(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(pod("web-0", WEB, annotations={KEY: "{not json"}))
+    result = sample(acts)
+    assert result.error is not None and "pod web-0: malformed recommendation" in result.error
+
+
+# --- owner state and events ---------------------------------------------------------------------
+
+
+def state(mode: Mode = Mode.MONITORING) -> OwnerState:
+    return OwnerState(
+        mode=mode,
+        active_recommendation_fingerprint=REC.fingerprint,
+        turn=1,
+        last_transition_time=SINCE,
+    )
+
+
+def record(
+    acts: KubernetesActivities, st: OwnerState | None, event_id: str = "run.1", clear: bool = False
+):  # type: ignore[no-untyped-def]
+    return acts.record_transition(
+        RecordTransitionInput(
+            owner=ref(),
+            state=st,
+            event_reason=EventReason.MONITORING_STARTED,
+            event_message="started",
+            event_id=event_id,
+            clear_rollback_recommendation=clear,
+        )
+    )
+
+
+def test_record_transition_is_idempotent(api: KubeEmulator, acts: KubernetesActivities) -> None:
+    api.store.create(owner("Deployment"))
+    first = record(acts, state())
+    assert first.state_written and first.event_emitted
+    annotations = owner_obj(api)["metadata"]["annotations"]
+    assert OwnerState.model_validate_json(annotations[ROLLBACK_STATE_ANNOTATION]) == state()
+    api.clear_journal()
+    again = record(acts, state())  # a retried activity
+    assert not again.state_written and not again.event_emitted
+    assert api.requests("patch") == []
+    events, _ = api.store.list_objects(api.store.rtype("Event"), NS)
+    assert len(events) == 1
+    assert events[0]["reason"] == EventReason.MONITORING_STARTED
+    assert events[0]["involvedObject"]["kind"] == "Deployment"
+
+
+def test_record_transition_retries_conflicts(api: KubeEmulator, acts: KubernetesActivities) -> None:
+    api.store.create(owner("Deployment"))
+    api.inject(Fault(status=409, method="PATCH", path="/deployments/web", times=2))
+    assert record(acts, state()).state_written
+    assert len(api.requests("patch")) == 3
+
+
+def test_record_transition_detects_a_concurrent_writer(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    """A write between our read and our patch makes the patch 409 on its resourceVersion."""
+    api.store.create(owner("Deployment"))
+    rtype = api.store.rtype("Deployment")
+    original = acts._owner
+
+    def racing_read(o: OwnerRef):  # type: ignore[no-untyped-def]
+        obj = original(o)
+        if not api.requests("patch"):
+            api.store.patch(
+                rtype,
+                NS,
+                "web",
+                {"metadata": {"labels": {"touched": "yes"}}},
+                "application/merge-patch+json",
+            )
+        return obj
+
+    acts._owner = racing_read  # type: ignore[method-assign]
+    assert record(acts, state()).state_written
+    stored = owner_obj(api)
+    assert stored["metadata"]["labels"]["touched"] == "yes"
+    assert ROLLBACK_STATE_ANNOTATION in stored["metadata"]["annotations"]
+    assert [r.status for r in api.requests("patch", "/deployments/web$")][:1] == [409]
+
+
+def test_clearing_state_and_rollback_annotations(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    obj = owner("Deployment")
+    obj["metadata"]["annotations"] = {
+        ROLLBACK_REQUESTS_ANNOTATION: "{}",
+        ROLLBACK_LIMITS_ANNOTATION: "{}",
+        ROLLBACK_STATE_ANNOTATION: state().to_json(),
+        "keep": "me",
+    }
+    api.store.create(obj)
+    record(acts, None, clear=True)
+    assert owner_obj(api)["metadata"]["annotations"] == {"keep": "me"}
+
+
+def test_owner_gone_everywhere(acts: KubernetesActivities) -> None:
+    gone = ref()
+    assert not acts.load_owner(LoadOwnerInput(owner=gone)).exists
+    assert not acts.resolve_policy(ResolvePolicyInput(owner=gone)).exists
+    assert not sample(acts).exists
+    assert not record(acts, state()).exists
+    assert not acts.roll_back(RollBackInput(owner=gone, target=RollbackTarget.MANIFEST)).exists
+
+
+def test_server_errors_raise_for_temporal_to_retry(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment"))
+    api.inject(Fault(status=500, method="GET", path="/deployments/web"))
+    with pytest.raises(ApiException) as info:
+        sample(acts)
+    assert info.value.status == 500
+    api.inject(Fault(status=429, method="GET", path="/pods"))
+    with pytest.raises(ApiException):
+        sample(acts)
+    assert sample(acts).exists  # and the next try goes through
+
+
+def test_load_owner_reads_state_and_resolves_policy(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    obj = owner("Deployment", labels={"tier": "api"})
+    obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: state(Mode.BACKED_OFF).to_json()}
+    api.store.create(obj)
+    api.store.create(policy("ClusterRollbackPolicy", "everywhere", weight=500))
+    api.store.create(
+        policy("RollbackPolicy", "local", scope={"labelSelector": {"matchLabels": {"tier": "api"}}})
+    )
+    api.store.create(
+        policy("RollbackPolicy", "broken", monitoringPeriod="soon")
+    )  # invalid: ignored
+    loaded = acts.load_owner(LoadOwnerInput(owner=ref()))
+    assert loaded.state is not None and loaded.state.mode is Mode.BACKED_OFF
+    assert loaded.policy is not None and loaded.policy.ref.name == "local"
+    assert loaded.policy.monitoring_period == timedelta(seconds=2)
+
+
+def test_unreadable_state_is_reported_not_raised(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    obj = owner("Deployment")
+    obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: "{broken"}
+    api.store.create(obj)
+    loaded = acts.load_owner(LoadOwnerInput(owner=ref()))
+    assert loaded.state is None and loaded.state_error is not None and loaded.policy is None
+
+
+# --- actuation ----------------------------------------------------------------------------------
+
+LAST_GOOD = ResourceSnapshot.of({"app": {"memory": "768Mi"}}, {"app": {"memory": "768Mi"}})
+
+
+@pytest.mark.parametrize(
+    ("target", "resources", "expected"),
+    [
+        (RollbackTarget.LAST_SUCCESSFUL, LAST_GOOD, {"app": {"memory": "768Mi"}}),
+        (RollbackTarget.MANIFEST, None, {"app": {"cpu": "500m", "memory": "1Gi"}}),
+    ],
+)
+def test_rollback_publishes_annotations(
+    api: KubeEmulator,
+    acts: KubernetesActivities,
+    target: RollbackTarget,
+    resources: ResourceSnapshot | None,
+    expected: dict,
+) -> None:  # type: ignore[type-arg]
+    api.store.create(owner("Deployment"))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC))
+    result = acts.roll_back(RollBackInput(owner=ref(), target=target, resources=resources))
+    annotations = owner_obj(api)["metadata"]["annotations"]
+    assert json.loads(annotations[ROLLBACK_REQUESTS_ANNOTATION]) == expected
+    assert result.pods_resized == 0 and api.requests("patch", "/resize") == []
+    api.clear_journal()
+    acts.roll_back(RollBackInput(owner=ref(), target=target, resources=resources))
+    assert api.requests("patch") == []  # already published: nothing written twice
+
+
+def test_in_place_rollback_resizes_and_filters(
+    api: KubeEmulator, in_place: KubernetesActivities
+) -> None:
+    api.store.create(node("roomy", memory="8Gi"))
+    api.store.create(node("full", memory="600Mi"))
+    api.store.create(owner("Deployment"))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, node="roomy"))
+    api.store.create(pod("web-1", WEB, memory="512Mi", rec=REC, node="full"))
+    api.store.create(
+        pod("web-2", WEB, memory="512Mi", rec=REC, node="roomy", phase="Pending", ready=False)
+    )
+    api.store.create(pod("web-3", WEB, memory="768Mi", rec=REC, node="roomy"))  # already there
+    result = in_place.roll_back(
+        RollBackInput(owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD)
+    )
+    assert result.pods_resized == 1 and result.pods_filtered == ["web-1"]
+    assert "1 filtered for lack of node capacity (web-1)" in result.message
+    resized = api.requests("patch", "/resize$")
+    assert [r.path.split("/")[-2] for r in resized] == ["web-0"]
+    assert all(r.content_type == "application/strategic-merge-patch+json" for r in resized)
+    pods = {p["metadata"]["name"]: p for p in api.store.list_objects(api.store.rtype("Pod"), NS)[0]}
+    assert pods["web-0"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == "768Mi"
+    assert pods["web-1"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == "512Mi"
+    assert api.requests("delete") == []  # filtered, never deleted
+    api.clear_journal()
+    again = in_place.roll_back(
+        RollBackInput(owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD)
+    )
+    assert again.pods_resized == 0 and api.requests("patch", "/resize$") == []
+
+
+def test_in_place_reports_restart_container_policy(
+    api: KubeEmulator, in_place: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment", replicas=1))
+    p = pod("web-0", WEB, memory="512Mi", rec=REC)
+    p["spec"]["containers"][0]["resizePolicy"] = [
+        {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+    ]
+    api.store.create(p)
+    result = in_place.roll_back(
+        RollBackInput(owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD)
+    )
+    assert "containers restart to apply (RestartContainer): web-0/app" in result.message
+
+
+def test_reapply(
+    api: KubeEmulator, acts: KubernetesActivities, in_place: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(pod("web-0", WEB, memory="768Mi", rec=REC))
+    annotations_mode = acts.reapply_recommendation(ReapplyInput(owner=ref(), recommendation=REC))
+    assert "applier re-applies" in annotations_mode.message and api.requests("patch") == []
+    in_place.reapply_recommendation(ReapplyInput(owner=ref(), recommendation=REC))
+    resized = api.store.get(api.store.rtype("Pod"), NS, "web-0")
+    assert resized["spec"]["containers"][0]["resources"]["requests"]["memory"] == "512Mi"

@@ -1,0 +1,709 @@
+"""A stateful Kubernetes API emulator served over real HTTP (aiohttp, in its own thread).
+
+What it honours, because the engine depends on it: namespaced and cluster-scoped resources of
+the built-in and custom groups the engine touches; GET/LIST with label and field selectors;
+POST, PUT (``resourceVersion`` preconditions, 409 on conflict), PATCH with merge,
+strategic-merge and JSON patches; the ``status`` and ``pods/resize`` subresources; DELETE with
+cascading garbage collection through ``ownerReferences``; WATCH streams with resourceVersion
+resume, bookmarks and 410 Gone for an expired version.
+
+For tests and benchmarks it keeps a request ``journal`` and takes injected ``faults``. Objects
+are plain dicts, as the API serves them. ``store`` methods are thread-safe so a simulation (or a
+test) can act on the cluster directly while clients talk HTTP to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import json
+import random
+import re
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from worker.simcluster.patches import PatchError, json_patch, merge_patch, strategic_merge_patch
+from worker.simcluster.selectors import matches, parse_field_selector, parse_label_selector
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    status_subresource: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+RESOURCE_TYPES = [
+    ResourceType("", "v1", "pods", "Pod"),
+    ResourceType("", "v1", "events", "Event", status_subresource=False),
+    ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
+    ResourceType("", "v1", "nodes", "Node", namespaced=False),
+    ResourceType("", "v1", "configmaps", "ConfigMap", status_subresource=False),
+    ResourceType("apps", "v1", "deployments", "Deployment"),
+    ResourceType("apps", "v1", "replicasets", "ReplicaSet"),
+    ResourceType("apps", "v1", "statefulsets", "StatefulSet"),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet"),
+    ResourceType("batch", "v1", "jobs", "Job"),
+    ResourceType("batch", "v1", "cronjobs", "CronJob"),
+    ResourceType("coordination.k8s.io", "v1", "leases", "Lease", status_subresource=False),
+    ResourceType("argoproj.io", "v1alpha1", "rollouts", "Rollout"),
+    ResourceType("argoproj.io", "v1alpha1", "analysisruns", "AnalysisRun"),
+    ResourceType("kubeai.org", "v1", "models", "Model"),
+    ResourceType("core.strimzi.io", "v1beta2", "strimzipodsets", "StrimziPodSet"),
+    ResourceType("rightsizing.kubex.ai", "v1alpha1", "rollbackpolicies", "RollbackPolicy"),
+    ResourceType(
+        "rightsizing.kubex.ai",
+        "v1alpha1",
+        "clusterrollbackpolicies",
+        "ClusterRollbackPolicy",
+        namespaced=False,
+    ),
+]
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def body(self) -> Obj:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class WatchEvent:
+    rv: int
+    type: str
+    rtype: ResourceType
+    obj: Obj
+
+
+@dataclass
+class Watcher:
+    rtype: ResourceType
+    namespace: str | None
+    accept: Callable[[Obj], bool]
+    queue: asyncio.Queue[WatchEvent | None]
+    loop: asyncio.AbstractEventLoop
+
+
+class Store:
+    """The cluster's objects, with resourceVersions, a change log for watches, and GC."""
+
+    def __init__(self, types: list[ResourceType], log_size: int = 50_000) -> None:
+        self.types = {(t.group, t.plural): t for t in types}
+        self.by_kind = {t.kind: t for t in types}
+        self._objects: dict[ResourceType, dict[str | None, dict[str, Obj]]] = {t: {} for t in types}
+        self._lock = threading.RLock()
+        self._rv = itertools.count(1)
+        self.resource_version = 0
+        self._log: deque[WatchEvent] = deque(maxlen=log_size)
+        self._watchers: list[Watcher] = []
+        self.listeners: list[Callable[[str, ResourceType, Obj], None]] = []
+
+    def rtype(self, kind_or_plural: str, group: str | None = None) -> ResourceType:
+        if group is None and kind_or_plural in self.by_kind:
+            return self.by_kind[kind_or_plural]
+        for (g, plural), t in self.types.items():
+            if plural == kind_or_plural and (group is None or g == group):
+                return t
+        raise ApiError(404, "NotFound", f"the server could not find the resource {kind_or_plural}")
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        with self._lock:
+            obj = self._objects[rtype].get(namespace if rtype.namespaced else None, {}).get(name)
+            if obj is None:
+                raise ApiError(404, "NotFound", f'{rtype.plural} "{name}" not found')
+            return copy.deepcopy(obj)
+
+    def list_objects(
+        self,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[list[Obj], int]:
+        try:
+            labels = parse_label_selector(label_selector)
+            fields = parse_field_selector(field_selector)
+        except ValueError as exc:
+            raise ApiError(400, "BadRequest", str(exc)) from exc
+        with self._lock:
+            buckets = self._objects[rtype]
+            pools = (
+                [buckets.get(namespace, {})] if namespace is not None else list(buckets.values())
+            )
+            items = [
+                copy.deepcopy(o)
+                for pool in pools
+                for o in pool.values()
+                if matches(labels, o["metadata"].get("labels")) and all(f(o) for f in fields)
+            ]
+            return items, self.resource_version
+
+    def items(self, kind: str, namespace: str | None = None) -> Iterator[Obj]:
+        """Direct (uncopied) iteration for the simulation; hold no reference past a step."""
+        with self._lock:
+            buckets = self._objects[self.by_kind[kind]]
+            pools = (
+                [buckets.get(namespace, {})] if namespace is not None else list(buckets.values())
+            )
+            snapshot = [o for pool in pools for o in pool.values()]
+        yield from snapshot
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def _bump(self, obj: Obj) -> None:
+        self.resource_version = next(self._rv)
+        obj["metadata"]["resourceVersion"] = str(self.resource_version)
+
+    def _emit(self, kind: str, rtype: ResourceType, obj: Obj) -> None:
+        event = WatchEvent(self.resource_version, kind, rtype, copy.deepcopy(obj))
+        self._log.append(event)
+        for watcher in list(self._watchers):
+            if (
+                watcher.rtype is rtype
+                and (
+                    watcher.namespace is None
+                    or watcher.namespace == obj["metadata"].get("namespace")
+                )
+                and watcher.accept(obj)
+            ):
+                watcher.loop.call_soon_threadsafe(watcher.queue.put_nowait, event)
+        for listener in self.listeners:
+            listener(kind, rtype, obj)
+
+    def create(self, obj: Obj, namespace: str | None = None) -> Obj:
+        rtype = self.rtype(obj.get("kind", ""))
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        ns = (namespace or meta.get("namespace") or "default") if rtype.namespaced else None
+        if ns is not None:
+            meta["namespace"] = ns
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise ApiError(422, "Invalid", "metadata.name: Required value")
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        obj["apiVersion"] = rtype.api_version
+        with self._lock:
+            pool = self._objects[rtype].setdefault(ns, {})
+            if meta["name"] in pool:
+                raise ApiError(
+                    409, "AlreadyExists", f'{rtype.plural} "{meta["name"]}" already exists'
+                )
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", _now())
+            meta["generation"] = 1
+            self._bump(obj)
+            pool[meta["name"]] = obj
+            self._emit("ADDED", rtype, obj)
+            return copy.deepcopy(obj)
+
+    def replace(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        new: Obj,
+        subresource: str | None = None,
+    ) -> Obj:
+        with self._lock:
+            current = (
+                self._objects[rtype].get(namespace if rtype.namespaced else None, {}).get(name)
+            )
+            if current is None:
+                raise ApiError(404, "NotFound", f'{rtype.plural} "{name}" not found')
+            wanted_rv = (new.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {rtype.plural} "{name}": the object has'
+                    " been modified; please apply your changes to the latest version and try again",
+                )
+            updated = self._admit(rtype, current, copy.deepcopy(new), subresource)
+            if updated == current:
+                return copy.deepcopy(current)  # no-op writes do not bump the version
+            if updated.get("spec") != current.get("spec"):
+                updated["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
+            self._bump(updated)
+            self._objects[rtype][namespace if rtype.namespaced else None][name] = updated
+            self._emit("MODIFIED", rtype, updated)
+            return copy.deepcopy(updated)
+
+    def _admit(self, rtype: ResourceType, current: Obj, new: Obj, subresource: str | None) -> Obj:
+        """What a write may change: the main resource, ``status``, or container resources."""
+        meta = new.setdefault("metadata", {})
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "name",
+            "resourceVersion",
+            "generation",
+        ):
+            if key in current["metadata"]:
+                meta[key] = current["metadata"][key]
+        new["apiVersion"], new["kind"] = current.get("apiVersion"), current.get("kind")
+        if subresource == "status":
+            return {**current, "status": new.get("status", {})}
+        if subresource == "resize":
+            if rtype.kind != "Pod":
+                raise ApiError(404, "NotFound", "resize is a subresource of pods only")
+            return _resize(current, new)
+        if subresource is not None:
+            raise ApiError(404, "NotFound", f"unknown subresource {subresource}")
+        if rtype.status_subresource:
+            new["status"] = current.get("status", {})
+            if "status" not in current:
+                new.pop("status")
+        return new
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        content_type: str,
+        subresource: str | None = None,
+    ) -> Obj:
+        with self._lock:
+            current = self.get(rtype, namespace, name)
+            try:
+                if content_type.startswith("application/json-patch+json"):
+                    patched = json_patch(current, body)
+                elif content_type.startswith("application/strategic-merge-patch+json"):
+                    if rtype.group not in ("", "apps", "batch", "coordination.k8s.io"):
+                        raise ApiError(
+                            415,
+                            "UnsupportedMediaType",
+                            "strategic merge patch is not supported for custom resources",
+                        )
+                    patched = strategic_merge_patch(current, body)
+                elif content_type.startswith("application/merge-patch+json"):
+                    patched = merge_patch(current, body)
+                else:
+                    raise ApiError(
+                        415, "UnsupportedMediaType", f"unsupported patch type {content_type}"
+                    )
+            except PatchError as exc:
+                raise ApiError(422, "Invalid", str(exc)) from exc
+            # A patch carrying metadata.resourceVersion is a precondition, as on a real server.
+            wanted = (
+                body.get("metadata", {}).get("resourceVersion") if isinstance(body, dict) else None
+            )
+            if not wanted:
+                patched.setdefault("metadata", {}).pop("resourceVersion", None)
+            return self.replace(rtype, namespace, name, patched, subresource)
+
+    def delete(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        with self._lock:
+            pool = self._objects[rtype].get(namespace if rtype.namespaced else None, {})
+            obj = pool.pop(name, None)
+            if obj is None:
+                raise ApiError(404, "NotFound", f'{rtype.plural} "{name}" not found')
+            self._bump(obj)
+            self._emit("DELETED", rtype, obj)
+            self._collect_garbage(obj["metadata"]["uid"])
+            return copy.deepcopy(obj)
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        for rtype, buckets in self._objects.items():
+            for ns, pool in list(buckets.items()):
+                for name, obj in list(pool.items()):
+                    refs = obj["metadata"].get("ownerReferences") or []
+                    if any(r.get("uid") == owner_uid for r in refs):
+                        self.delete(rtype, ns, name)
+
+    # --- watches ------------------------------------------------------------------------------
+
+    def watch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        accept: Callable[[Obj], bool],
+        since: int | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[Watcher, list[WatchEvent]]:
+        """Register a watcher; returns it with the backlog to send first (after ``since``)."""
+        with self._lock:
+            queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+            watcher = Watcher(rtype, namespace, accept, queue, loop)
+            if since is None:  # no version: the current state as ADDED events
+                backlog = [
+                    WatchEvent(self.resource_version, "ADDED", rtype, copy.deepcopy(o))
+                    for o in self.list_objects(rtype, namespace)[0]
+                    if accept(o)
+                ]
+            else:
+                oldest = self._log[0].rv if self._log else self.resource_version + 1
+                if since < oldest - 1 and since < self.resource_version:
+                    raise ApiError(410, "Expired", f"too old resource version: {since} ({oldest})")
+                backlog = [
+                    e
+                    for e in self._log
+                    if e.rv > since
+                    and e.rtype is rtype
+                    and accept(e.obj)
+                    and (namespace is None or e.obj["metadata"].get("namespace") == namespace)
+                ]
+            self._watchers.append(watcher)
+            return watcher, backlog
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self._lock:
+            if watcher in self._watchers:
+                self._watchers.remove(watcher)
+
+    def drop_watches(self) -> None:
+        """End every open watch stream, as an API server restart or a load balancer would."""
+        with self._lock:
+            watchers, self._watchers = self._watchers, []
+        for w in watchers:
+            w.loop.call_soon_threadsafe(w.queue.put_nowait, None)
+
+
+def _resize(current: Obj, new: Obj) -> Obj:
+    """``pods/resize``: only container resources (and resize policies) may change."""
+    updated = copy.deepcopy(current)
+    wanted = {c["name"]: c for c in new.get("spec", {}).get("containers", [])}
+    for container in updated.get("spec", {}).get("containers", []):
+        if container["name"] in wanted:
+            resources = wanted[container["name"]].get("resources")
+            if resources is not None:
+                container["resources"] = resources
+    if updated.get("spec", {}).get("containers") and len(wanted) > len(
+        updated["spec"]["containers"]
+    ):
+        raise ApiError(422, "Invalid", "pods/resize cannot add containers")
+    return updated
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    status: int = 0
+
+    @property
+    def verb(self) -> str:
+        """Kubernetes verb: get, list, watch, create, update, patch, delete."""
+        if self.method == "GET":
+            if self.query.get("watch") in ("true", "1"):
+                return "watch"
+            return "get" if _is_object_path(self.path) else "list"
+        return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+            self.method, self.method.lower()
+        )
+
+
+def _is_object_path(path: str) -> bool:
+    parts = _resource_parts(path)
+    return parts is not None and parts[2] is not None
+
+
+_PREFIX = re.compile(r"^/(?:api/(?P<cv>v1)|apis/(?P<g>[^/]+)/(?P<v>[^/]+))/(?P<rest>.*)$")
+
+
+def _resource_parts(path: str) -> tuple[str, str | None, str | None, str | None, str] | None:
+    """(plural, namespace, name, subresource, group) of an API path, or None."""
+    m = _PREFIX.match(path)
+    if m is None:
+        return None
+    group = m["g"] or ""
+    segs = [s for s in m["rest"].split("/") if s]
+    if len(segs) >= 3 and segs[0] == "namespaces":
+        ns, plural = segs[1], segs[2]
+        name = segs[3] if len(segs) > 3 else None
+        sub = segs[4] if len(segs) > 4 else None
+        if plural in ("status", "finalize") and len(segs) == 3:  # namespaces/<name>/status
+            return "namespaces", None, ns, plural, group
+        return plural, ns, name, sub, group
+    if not segs:
+        return None
+    return (
+        segs[0],
+        None,
+        segs[1] if len(segs) > 1 else None,
+        segs[2] if len(segs) > 2 else None,
+        group,
+    )
+
+
+@dataclass
+class Fault:
+    """Answer matching requests with ``status`` (or hang ``delay`` seconds) instead of serving."""
+
+    status: int = 500
+    method: str | None = None
+    path: str = ""
+    times: int | None = 1  # None: every time (with ``probability``)
+    probability: float = 1.0
+    delay: float = 0.0
+
+    def applies(self, request: Request, rng: random.Random) -> bool:
+        if self.times is not None and self.times <= 0:
+            return False
+        if self.method and request.method != self.method:
+            return False
+        if self.path and not re.search(self.path, request.path):
+            return False
+        return rng.random() < self.probability
+
+
+class KubeEmulator:
+    """The HTTP face of ``Store``: ``with KubeEmulator() as api: api.url``."""
+
+    def __init__(
+        self, types: list[ResourceType] | None = None, seed: int = 0, bookmark_interval: float = 5.0
+    ) -> None:
+        self.store = Store(types or RESOURCE_TYPES)
+        self.journal: list[Request] = []
+        self.faults: list[Fault] = []
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.bookmark_interval = bookmark_interval
+        self.url = ""
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self, port: int = 0) -> KubeEmulator:
+        self._thread = threading.Thread(
+            target=self._serve, args=(port,), daemon=True, name="kube-emulator"
+        )
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the Kubernetes emulator did not start")
+        return self
+
+    def _serve(self, port: int) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.1
+        )
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        self._loop.run_until_complete(site.start())
+        sockets = site._server.sockets  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        self._ready.set()
+        self._loop.run_forever()
+
+    def stop(self) -> None:
+        if self._loop is None:
+            return
+        self.store.drop_watches()
+        assert self._runner is not None
+        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+        try:
+            fut.result(5)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(5)
+
+    def __enter__(self) -> KubeEmulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- test helpers -------------------------------------------------------------------------
+
+    def requests(self, verb: str | None = None, path: str = "") -> list[Request]:
+        with self._lock:
+            return [
+                r
+                for r in self.journal
+                if (verb is None or r.verb == verb) and re.search(path, r.path)
+            ]
+
+    def clear_journal(self) -> None:
+        with self._lock:
+            self.journal.clear()
+
+    def inject(self, fault: Fault) -> Fault:
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    # --- HTTP ---------------------------------------------------------------------------------
+
+    def _fault_for(self, request: Request) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.applies(request, self._rng):
+                    if fault.times is not None:
+                        fault.times -= 1
+                    return fault
+        return None
+
+    async def _handle(self, http: web.Request) -> web.StreamResponse:
+        request = Request(http.method, http.path, dict(http.query), http.content_type or "")
+        with self._lock:
+            self.journal.append(request)
+        fault = self._fault_for(request)
+        if fault is not None:
+            if fault.delay:
+                await asyncio.sleep(fault.delay)
+            request.status = fault.status
+            reason = {409: "Conflict", 429: "TooManyRequests", 404: "NotFound"}.get(
+                fault.status, "InternalError"
+            )
+            error = ApiError(fault.status, reason, f"injected fault {fault.status}")
+            return web.json_response(error.body(), status=fault.status)
+        try:
+            if http.path in ("/version", "/version/"):
+                return web.json_response(
+                    {"major": "1", "minor": "34", "gitVersion": "v1.34.0-emulator"}
+                )
+            response = await self._dispatch(http, request)
+        except ApiError as err:
+            request.status = err.code
+            return web.json_response(err.body(), status=err.code)
+        request.status = response.status
+        return response
+
+    async def _dispatch(self, http: web.Request, request: Request) -> web.StreamResponse:
+        parts = _resource_parts(http.path)
+        if parts is None:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource {http.path}"
+            )
+        plural, namespace, name, sub, group = parts
+        rtype = self.store.rtype(plural, group)
+        store = self.store
+        if request.verb == "watch":
+            return await self._watch(http, rtype, namespace, name)
+        if request.verb == "list":
+            items, rv = store.list_objects(
+                rtype, namespace, http.query.get("labelSelector"), http.query.get("fieldSelector")
+            )
+            body = {
+                "kind": f"{rtype.kind}List",
+                "apiVersion": rtype.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+                "items": items,
+            }
+            return web.json_response(body)
+        if http.method == "GET":
+            assert name is not None
+            return web.json_response(store.get(rtype, namespace, name))
+        if http.method == "DELETE":
+            assert name is not None
+            return web.json_response(store.delete(rtype, namespace, name))
+        try:
+            body = await http.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, "BadRequest", f"invalid JSON body: {exc}") from exc
+        if http.method == "POST":
+            if isinstance(body, dict) and not body.get("kind"):
+                body["kind"] = rtype.kind
+            return web.json_response(store.create(body, namespace), status=201)
+        assert name is not None
+        if http.method == "PUT":
+            return web.json_response(store.replace(rtype, namespace, name, body, sub))
+        if http.method == "PATCH":
+            return web.json_response(
+                store.patch(rtype, namespace, name, body, request.content_type, sub)
+            )
+        raise ApiError(405, "MethodNotAllowed", f"{http.method} is not supported")
+
+    async def _watch(
+        self, http: web.Request, rtype: ResourceType, namespace: str | None, name: str | None
+    ) -> web.StreamResponse:
+        labels = parse_label_selector(http.query.get("labelSelector"))
+        fields = parse_field_selector(http.query.get("fieldSelector"))
+
+        def accept(obj: Obj) -> bool:
+            return (
+                (name is None or obj["metadata"]["name"] == name)
+                and matches(labels, obj["metadata"].get("labels"))
+                and all(f(obj) for f in fields)
+            )
+
+        rv_param = http.query.get("resourceVersion")
+        since = int(rv_param) if rv_param not in (None, "", "0") else None
+        timeout = float(http.query.get("timeoutSeconds") or 3600)
+        bookmarks = http.query.get("allowWatchBookmarks") in ("true", "1")
+        loop = asyncio.get_running_loop()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(http)
+        try:
+            watcher, backlog = self.store.watch(rtype, namespace, accept, since, loop)
+        except ApiError as err:  # 410 Gone travels as an ERROR event inside a 200 stream
+            await response.write(_line({"type": "ERROR", "object": err.body()}))
+            return response
+        try:
+            for old in backlog:
+                await response.write(_line({"type": old.type, "object": old.obj}))
+            deadline = loop.time() + timeout
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                wait = min(remaining, self.bookmark_interval) if bookmarks else remaining
+                try:
+                    event = await asyncio.wait_for(watcher.queue.get(), wait)
+                except TimeoutError:
+                    if bookmarks and loop.time() < deadline:
+                        bookmark = {
+                            "kind": rtype.kind,
+                            "apiVersion": rtype.api_version,
+                            "metadata": {"resourceVersion": str(self.store.resource_version)},
+                        }
+                        await response.write(_line({"type": "BOOKMARK", "object": bookmark}))
+                    continue
+                if event is None:  # dropped
+                    break
+                await response.write(_line({"type": event.type, "object": event.obj}))
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.unwatch(watcher)
+        return response
+
+
+def _line(event: Obj) -> bytes:
+    return (json.dumps(event) + "\n").encode()
