@@ -1,21 +1,29 @@
 """``rollbackctl``: the command line of the rollback engine.
 
 Sub-commands are grouped by what they touch: ``policy`` works on files only (no cluster, no
-Temporal), ``crds`` prints or writes the CustomResourceDefinitions. Each handler returns the
+Temporal), ``crds`` prints or writes the CustomResourceDefinitions, ``worker`` runs the Temporal
+worker against a cluster, ``dev-server`` runs the embedded Temporal. Each handler returns the
 process exit status; user errors are printed as one line each, never as a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from activities.kubernetes import Actuation
 from worker import crds
+from worker.devserver import DevServer
+from worker.kube import activities_for, api_client
 from worker.policyfiles import load_documents, load_policies
+from worker.runner import build_worker, run_until_signalled
+from worker.temporal import TemporalConfig, add_connection_flags
 from workflows.backoff import backoff_schedule
 from workflows.durations import format_duration
 from workflows.policy import AnyPolicy, RollbackPolicy
@@ -131,6 +139,50 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    config = TemporalConfig.from_args(args)
+    activities = activities_for(
+        api_client(args.kubeconfig, args.kube_url), Actuation(args.actuation)
+    )
+
+    async def serve() -> None:
+        client = await config.connect()
+        await run_until_signalled(build_worker(client, config.task_queue, activities))
+
+    asyncio.run(serve())
+    return 0
+
+
+def cmd_dev_server(args: argparse.Namespace) -> int:
+    server = DevServer(Path(args.data_dir), args.port, args.ui_port, args.headless)
+    with server:
+        ui = f", Web UI http://127.0.0.1:{server.ui_port}" if server.ui_port else ""
+        print(
+            f"Temporal dev server on {server.address}{ui}; data in {args.data_dir}. Ctrl-C stops."
+        )
+        try:
+            assert server.process is not None
+            server.process.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kubernetes")
+    group.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+    )
+    group.add_argument("--kube-url", help="plain-HTTP API server URL (the simulated cluster)")
+    group.add_argument(
+        "--actuation",
+        choices=[a.value for a in Actuation],
+        default="annotations",
+        help="annotations: publish rollback recommendations for an applier;"
+        " in-place: also resize pods",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollbackctl", description="Durable rollback engine for Kubernetes rightsizing."
@@ -156,10 +208,27 @@ def build_parser() -> argparse.ArgumentParser:
     crd = sub.add_parser("crds", help="print the CustomResourceDefinitions (or --write DIR)")
     crd.add_argument("--write", metavar="DIR", help="write one YAML file per CRD into DIR")
     crd.set_defaults(handler=cmd_crds)
+
+    worker = sub.add_parser(
+        "worker", help="run the Temporal worker (workflows + Kubernetes activities)"
+    )
+    add_connection_flags(worker)
+    _add_kube_flags(worker)
+    worker.set_defaults(handler=cmd_worker)
+
+    dev = sub.add_parser("dev-server", help="run the embedded Temporal dev server (SQLite, Web UI)")
+    dev.add_argument("--data-dir", default=".rollback-data", help="where the SQLite file lives")
+    dev.add_argument("--port", type=int, default=7233)
+    dev.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port + 1000)")
+    dev.add_argument("--headless", action="store_true", help="no Web UI")
+    dev.set_defaults(handler=cmd_dev_server)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     return handler(args)

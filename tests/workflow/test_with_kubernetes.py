@@ -1,0 +1,130 @@
+"""The workflow with the real Kubernetes activities: Temporal dev server + API emulator over HTTP."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes.client import ApiClient, Configuration
+from temporalio.testing import WorkflowEnvironment
+
+from activities.kubernetes import Actuation
+from tests.activity.builders import NS, owner, pod, policy
+from worker.kube import activities_for
+from worker.runner import build_worker
+from worker.simcluster.apiserver import KubeEmulator
+from worker.temporal import observe
+from workflows.activity_api import OwnerRef
+from workflows.contract import (
+    ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+    EventReason,
+    FailureReason,
+    Mode,
+    WorkloadKind,
+)
+from workflows.fingerprint import Recommendation
+from workflows.state import OwnerState, ResourceSnapshot
+
+REC = Recommendation(
+    requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
+    requests={"app": {"memory": "512Mi"}},
+)
+WEB = {"app": "web"}
+
+
+@pytest.fixture
+def api() -> Iterator[KubeEmulator]:
+    with KubeEmulator() as emulator:
+        yield emulator
+
+
+def client_for(api: KubeEmulator) -> ApiClient:
+    config = Configuration()
+    config.host = api.url
+    return ApiClient(config)
+
+
+def events(api: KubeEmulator) -> list[str]:
+    items, _ = api.store.list_objects(api.store.rtype("Event"), NS)
+    items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+    return [e["reason"] for e in items]
+
+
+async def test_success_writes_state_and_events(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    api.store.create(owner("Deployment", replicas=3))
+    api.store.create(policy())
+    for i in range(3):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC))
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
+    async with build_worker(temporal_env.client, queue, acts):
+        result = await (await observe(temporal_env.client, queue, ref, REC)).result()
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    deployment = api.store.get(api.store.rtype("Deployment"), NS, "web")
+    state = OwnerState.model_validate_json(
+        deployment["metadata"]["annotations"][ROLLBACK_STATE_ANNOTATION]
+    )
+    assert (
+        state.mode is Mode.MONITORING_SUCCEEDED
+        and state.policy is not None
+        and state.policy.name == "p"
+    )
+    assert state.last_successful_state == ResourceSnapshot.of(REC.requests, {})
+    assert events(api) == [EventReason.MONITORING_STARTED, EventReason.MONITORING_SUCCEEDED]
+    # Every sample after the first is one LIST of pods and nothing else.
+    lists = api.requests("list", "/namespaces/shop/pods$")
+    gets = api.requests("get", "/deployments/web$")
+    assert len(lists) >= 3
+    assert len(gets) <= 4  # load_owner, first sample, two state writes: never once per sample
+
+
+async def test_oom_rolls_back_in_place_and_backs_off(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    good = ResourceSnapshot.of({"app": {"memory": "1Gi"}}, {})
+    obj = owner("Deployment", replicas=2)
+    obj["metadata"]["annotations"] = {
+        ROLLBACK_STATE_ANNOTATION: OwnerState(
+            mode=Mode.MONITORING_SUCCEEDED,
+            active_recommendation_fingerprint="0" * 16,
+            turn=1,
+            last_successful_state=good,
+            last_transition_time="2026-01-01T00:00:00Z",  # type: ignore[arg-type]
+        ).to_json()
+    }
+    api.store.create(obj)
+    api.store.create(policy(backoff={"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 2}))
+    oom = {"container_state": {"terminated": {"reason": "OOMKilled"}}, "ready": False}
+    for i in range(2):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC, **oom))
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    acts = activities_for(client_for(api), Actuation.IN_PLACE)
+    async with build_worker(temporal_env.client, queue, acts):
+        result = await (await observe(temporal_env.client, queue, ref, REC)).result()
+    assert (result.mode, result.failure_reason) == (Mode.BACKED_OFF, FailureReason.OOM_KILLED)
+    assert events(api) == [
+        EventReason.MONITORING_STARTED,
+        EventReason.ROLLING_BACK_STARTED,
+        EventReason.BACKOFF_TURN_COMPLETED,
+    ]
+    # Rolled back to 1Gi through pods/resize, then re-applied 512Mi for the next turn.
+    resizes = api.requests("patch", "/pods/web-0/resize$")
+    assert len(resizes) == 2
+    annotations = api.store.get(api.store.rtype("Deployment"), NS, "web")["metadata"]["annotations"]
+    assert ROLLBACK_REQUESTS_ANNOTATION not in annotations  # cleared when the turn completed
+    published = [r for r in api.requests("patch", "/deployments/web$")]
+    assert published, "the rollback recommendation was published on the owner"
+    message = next(
+        e["message"]
+        for e in api.store.list_objects(api.store.rtype("Event"), NS)[0]
+        if e["reason"] == EventReason.ROLLING_BACK_STARTED
+    )
+    assert "2/2 pods OOMKilled (app)" in message and "restoring lastSuccessful" in message
+    assert json.loads(annotations[ROLLBACK_STATE_ANNOTATION])["mode"] == "backedOff"
