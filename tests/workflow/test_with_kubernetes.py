@@ -1,4 +1,4 @@
-"""The workflow with the real Kubernetes activities: Temporal dev server + API emulator over HTTP."""
+"""The workflow with the real Kubernetes activities: Temporal dev server + the API emulator."""
 
 from __future__ import annotations
 
