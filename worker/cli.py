@@ -1,9 +1,10 @@
 """``rollbackctl``: the command line of the rollback engine.
 
 Sub-commands are grouped by what they touch: ``policy`` works on files only (no cluster, no
-Temporal), ``crds`` prints or writes the CustomResourceDefinitions, ``worker`` runs the Temporal
-worker against a cluster, ``dev-server`` runs the embedded Temporal. Each handler returns the
-process exit status; user errors are printed as one line each, never as a traceback.
+Temporal), ``crds`` prints or writes the CustomResourceDefinitions, ``worker`` and ``intake``
+run the processes against a cluster, ``get|describe|cancel|reopen`` operate on workflows,
+``dev-server`` runs the embedded Temporal. Each handler returns the process exit status; user
+errors are printed as one line each, never as a traceback.
 """
 
 from __future__ import annotations
@@ -12,20 +13,25 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client import ApiClient
+from temporalio.client import Client
+
 from activities.kubernetes import Actuation
-from worker import crds
+from worker import crds, ops
 from worker.devserver import DevServer
 from worker.kube import activities_for, api_client
+from worker.ops import OpsError
 from worker.policyfiles import load_documents, load_policies
-from worker.runner import build_worker, run_until_signalled
+from worker.process import serve, stop_on_signals
 from worker.temporal import TemporalConfig, add_connection_flags
 from workflows.backoff import backoff_schedule
-from workflows.durations import format_duration
+from workflows.durations import format_duration, parse_duration
 from workflows.policy import AnyPolicy, RollbackPolicy
 from workflows.selection import Resolution, WorkloadRef, policy_id, resolve
 
@@ -139,18 +145,105 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kube(args: argparse.Namespace) -> ApiClient:
+    return api_client(args.kubeconfig, args.kube_url)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     config = TemporalConfig.from_args(args)
-    activities = activities_for(
-        api_client(args.kubeconfig, args.kube_url), Actuation(args.actuation)
-    )
+    activities = activities_for(_kube(args), Actuation(args.actuation))
 
-    async def serve() -> None:
-        client = await config.connect()
-        await run_until_signalled(build_worker(client, config.task_queue, activities))
+    async def main() -> None:
+        await serve(
+            await config.connect(), config.task_queue, stop_on_signals(), activities=activities
+        )
 
-    asyncio.run(serve())
+    asyncio.run(main())
     return 0
+
+
+def cmd_intake(args: argparse.Namespace) -> int:
+    config = TemporalConfig.from_args(args)
+    api = _kube(args)
+
+    async def main() -> None:
+        await serve(
+            await config.connect(),
+            config.task_queue,
+            stop_on_signals(),
+            intake_api=api,
+            lease_namespace=args.lease_namespace,
+            identity=args.identity,
+            sample_interval=parse_duration(args.sample_interval),
+        )
+
+    asyncio.run(main())
+    return 0
+
+
+def _ops(
+    args: argparse.Namespace, action: Callable[[Client, TemporalConfig], Awaitable[int]]
+) -> int:
+    config = TemporalConfig.from_args(args)
+
+    async def main() -> int:
+        return await action(await config.connect(), config)
+
+    try:
+        return asyncio.run(main())
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    async def action(client: Client, _: TemporalConfig) -> int:
+        rows = await ops.get(client, args.namespace_filter, args.mode)
+        if args.output == "json":
+            print(json.dumps([r.as_json() for r in rows], indent=2))
+        else:
+            print(ops.table(rows) if rows else "No rollback workflows found.")
+        return 0
+
+    return _ops(args, action)
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    async def action(client: Client, _: TemporalConfig) -> int:
+        owner = ops.parse_owner(args.owner)
+        status, state = await ops.describe(client, owner)
+        if args.output == "json":
+            body = state.model_dump(mode="json", by_alias=True) if state else None
+            print(
+                json.dumps(
+                    {"workflowId": owner.workflow_id, "status": status, "state": body}, indent=2
+                )
+            )
+        else:
+            print(ops.describe_text(owner, status, state))
+        return 0
+
+    return _ops(args, action)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    async def action(client: Client, _: TemporalConfig) -> int:
+        owner = ops.parse_owner(args.owner)
+        await ops.cancel(client, owner, args.reason)
+        print(f"cancel signalled to {owner.workflow_id}")
+        return 0
+
+    return _ops(args, action)
+
+
+def cmd_reopen(args: argparse.Namespace) -> int:
+    async def action(client: Client, config: TemporalConfig) -> int:
+        owner = ops.parse_owner(args.owner)
+        await ops.reopen(client, config.task_queue, owner)
+        print(f"reopen signalled to {owner.workflow_id}")
+        return 0
+
+    return _ops(args, action)
 
 
 def cmd_dev_server(args: argparse.Namespace) -> int:
@@ -180,6 +273,21 @@ def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
         default="annotations",
         help="annotations: publish rollback recommendations for an applier;"
         " in-place: also resize pods",
+    )
+
+
+def _add_intake_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("intake")
+    group.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "default"),
+        help="namespace of the leader-election Lease (POD_NAMESPACE)",
+    )
+    group.add_argument(
+        "--identity", help="leader-election identity (default: POD_NAME or host-pid)"
+    )
+    group.add_argument(
+        "--sample-interval", default="30s", help="cohort sampling interval (default 30s)"
     )
 
 
@@ -215,6 +323,35 @@ def build_parser() -> argparse.ArgumentParser:
     add_connection_flags(worker)
     _add_kube_flags(worker)
     worker.set_defaults(handler=cmd_worker)
+
+    intake = sub.add_parser("intake", help="run the intake controller (leader-elected)")
+    add_connection_flags(intake)
+    _add_kube_flags(intake)
+    _add_intake_flags(intake)
+    intake.set_defaults(handler=cmd_intake)
+
+    listing = sub.add_parser("get", help="list workloads with their rollback mode, turn and policy")
+    add_connection_flags(listing)
+    listing.add_argument(
+        "-n", "--in-namespace", dest="namespace_filter", help="only this Kubernetes namespace"
+    )
+    listing.add_argument("--mode", help="only this mode, e.g. failedPermanent")
+    listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    listing.set_defaults(handler=cmd_get)
+
+    for name, handler, text in (
+        ("describe", cmd_describe, "status and recent history of one workload"),
+        ("cancel", cmd_cancel, "stop monitoring a workload, leaving its resources as they are"),
+        ("reopen", cmd_reopen, "start a fresh monitoring window for the current recommendation"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        add_connection_flags(cmd)
+        cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
+        if name == "describe":
+            cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
+        if name == "cancel":
+            cmd.add_argument("--reason", default="cancelled with rollbackctl")
+        cmd.set_defaults(handler=handler)
 
     dev = sub.add_parser("dev-server", help="run the embedded Temporal dev server (SQLite, Web UI)")
     dev.add_argument("--data-dir", default=".rollback-data", help="where the SQLite file lives")

@@ -185,7 +185,8 @@ class RollbackWorkflow:
         if input.resume is not None:
             self._state = input.resume
         else:
-            self._state = initial_state(input.owner, input.recommendation, input.sample_interval)
+            # The status query answers None until the start has been decided.
+            initial = initial_state(input.owner, input.recommendation, input.sample_interval)
             loaded = await self._activity(
                 LOAD_OWNER,
                 LoadOwnerInput(owner=input.owner),
@@ -195,7 +196,7 @@ class RollbackWorkflow:
             started = AttemptStarted(
                 workflow.now(), loaded, input.trigger, input.observed_pod_created_at
             )
-            await self._apply(decide(self._state, started))
+            await self._apply(decide(initial, started))
         while not self.state.mode.terminal:
             await self._drain_signals()
             if self.state.mode is Mode.MONITORING:

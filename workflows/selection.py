@@ -140,3 +140,52 @@ def resolve(policies: Iterable[AnyPolicy], workload: WorkloadRef) -> Resolution:
             assert winner is not None
             candidates.append(Candidate(p, matched=True, reason=_lost_because(p, winner)))
     return Resolution(policy=winner, candidates=candidates)
+
+
+class PolicyIndex:
+    """Policies by namespace, so resolving a workload never scans every policy.
+
+    A workload in namespace ``ns`` is matched against the namespaced policies of ``ns`` and the
+    cluster policies whose namespace selector admits ``ns`` (cached per namespace, recomputed
+    when a cluster policy changes). Upserts and removals come from the intake's watches.
+    """
+
+    def __init__(self) -> None:
+        self._namespaced: dict[str, dict[str, RollbackPolicy]] = {}
+        self._cluster: dict[str, ClusterRollbackPolicy] = {}
+        self._cluster_for: dict[str, list[ClusterRollbackPolicy]] = {}
+
+    def __len__(self) -> int:
+        return len(self._cluster) + sum(len(p) for p in self._namespaced.values())
+
+    def upsert(self, policy: AnyPolicy) -> None:
+        if isinstance(policy, RollbackPolicy):
+            namespace = policy.metadata.namespace or "default"
+            self._namespaced.setdefault(namespace, {})[policy.metadata.name] = policy
+        else:
+            self._cluster[policy.metadata.name] = policy
+            self._cluster_for.clear()
+
+    def remove(self, kind: str, namespace: str | None, name: str) -> None:
+        if kind == "RollbackPolicy":
+            self._namespaced.get(namespace or "default", {}).pop(name, None)
+        elif self._cluster.pop(name, None) is not None:
+            self._cluster_for.clear()
+
+    def forget_namespace(self, namespace: str) -> None:
+        self._namespaced.pop(namespace, None)
+        self._cluster_for.pop(namespace, None)
+
+    def candidates(self, namespace: str) -> list[AnyPolicy]:
+        if namespace not in self._cluster_for:
+            self._cluster_for[namespace] = [
+                p
+                for p in self._cluster.values()
+                if p.spec.scope.namespace_selector is None
+                or p.spec.scope.namespace_selector.matches(namespace)
+            ]
+        namespaced: list[AnyPolicy] = list(self._namespaced.get(namespace, {}).values())
+        return namespaced + list(self._cluster_for[namespace])
+
+    def resolve(self, workload: WorkloadRef) -> Resolution:
+        return resolve(self.candidates(workload.namespace), workload)

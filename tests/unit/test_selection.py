@@ -10,7 +10,7 @@ import yaml
 from tests.conftest import EXAMPLES, policy_doc
 from workflows.contract import WorkloadKind
 from workflows.policy import POLICY_KINDS, AnyPolicy, LabelSelector, NamespaceSelector
-from workflows.selection import WorkloadRef, policy_id, resolve
+from workflows.selection import PolicyIndex, WorkloadRef, policy_id, resolve
 
 
 def load(name: str) -> AnyPolicy:
@@ -203,3 +203,25 @@ def test_policy_ids() -> None:
 def test_bad_workload_manifests(manifest: dict[str, Any], error: str) -> None:
     with pytest.raises(ValueError, match=error):
         WorkloadRef.from_manifest(manifest)
+
+
+def test_policy_index_matches_a_linear_resolve() -> None:
+    policies = [
+        load("production-rollback.yaml"),
+        load("production-cluster-rollback.yaml"),
+        build(policy_doc("ClusterRollbackPolicy", "all", weight=-1)),
+        build(policy_doc("RollbackPolicy", "elsewhere"), namespace="other"),
+    ]
+    index = PolicyIndex()
+    for p in policies:
+        index.upsert(p)
+    assert len(index) == 4
+    for ns in ("production", "prod-eu", "staging", "other", "dev"):
+        for labels in (STOREFRONT, {"tier": "api"}):
+            w = workload(namespace=ns, **labels)
+            assert index.resolve(w).policy is resolve(policies, w).policy, (ns, labels)
+    assert all(c.metadata.name != "elsewhere" for c in index.candidates("production"))
+    index.remove("ClusterRollbackPolicy", None, "all")
+    assert index.resolve(workload(namespace="dev")).policy is None
+    index.forget_namespace("production")
+    assert index.resolve(workload(namespace="production")).policy is None

@@ -6,12 +6,13 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import timedelta
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from tests.workflow.fake_cluster import FakeCluster, FakeOwner
@@ -129,3 +130,18 @@ async def check_replay(client: Client, workflow_id: str, record_as: str) -> int:
         for index, history in enumerate(found):
             (HISTORIES / f"{record_as}.{index}.json").write_text(history.to_json())
     return len(found)
+
+
+async def terminate_running(client: Client, task_queue: str) -> None:
+    """End what a test left running on its task queue, so workflow IDs can be reused."""
+    query = f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"'
+    async for wf in client.list_workflows(query):
+        await client.get_workflow_handle(wf.id, run_id=wf.run_id).terminate("test teardown")
+
+
+async def end_if_running(client: Client, workflow_id: str) -> None:
+    """Terminate another test's run of a shared workflow ID (same owner, other task queue)."""
+    handle = client.get_workflow_handle(workflow_id)
+    with suppress(RPCError):
+        if (await handle.describe()).status is WorkflowExecutionStatus.RUNNING:
+            await handle.terminate("test isolation")

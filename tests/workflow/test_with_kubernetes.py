@@ -12,6 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation
 from tests.activity.builders import NS, owner, pod, policy
+from tests.workflow.helpers import end_if_running
 from worker.kube import activities_for
 from worker.runner import build_worker
 from worker.simcluster.apiserver import KubeEmulator
@@ -64,6 +65,7 @@ async def test_success_writes_state_and_events(
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
     acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
     async with build_worker(temporal_env.client, queue, acts):
+        await end_if_running(temporal_env.client, ref.workflow_id)
         result = await (await observe(temporal_env.client, queue, ref, REC)).result()
     assert result.mode is Mode.MONITORING_SUCCEEDED
     deployment = api.store.get(api.store.rtype("Deployment"), NS, "web")
@@ -107,6 +109,7 @@ async def test_oom_rolls_back_in_place_and_backs_off(
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
     acts = activities_for(client_for(api), Actuation.IN_PLACE)
     async with build_worker(temporal_env.client, queue, acts):
+        await end_if_running(temporal_env.client, ref.workflow_id)
         result = await (await observe(temporal_env.client, queue, ref, REC)).result()
     assert (result.mode, result.failure_reason) == (Mode.BACKED_OFF, FailureReason.OOM_KILLED)
     assert events(api) == [

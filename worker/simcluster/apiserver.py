@@ -387,6 +387,11 @@ class Store:
             if watcher in self._watchers:
                 self._watchers.remove(watcher)
 
+    def watching(self, kind: str) -> int:
+        """How many watch streams are open on ``kind``."""
+        with self._lock:
+            return sum(1 for w in self._watchers if w.rtype.kind == kind)
+
     def drop_watches(self) -> None:
         """End every open watch stream, as an API server restart or a load balancer would."""
         with self._lock:

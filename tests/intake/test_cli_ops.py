@@ -1,0 +1,86 @@
+"""``rollbackctl get|describe|cancel|reopen`` against the real Temporal dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.workflow.fake_cluster import FakeCluster
+from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
+from worker.cli import main
+from worker.temporal import observe
+from workflows.contract import Mode
+from workflows.rollback import RollbackWorkflow
+
+
+async def cli(
+    capsys: pytest.CaptureFixture[str], env: WorkflowEnvironment, queue: str, *argv: str
+) -> tuple[int, str]:
+    address = env.client.service_client.config.target_host
+    code = await asyncio.to_thread(main, [*argv, "--address", address, "--task-queue", queue])
+    return code, capsys.readouterr().out
+
+
+async def test_get_describe_cancel_reopen(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, queue = FakeCluster(), f"cli-{uuid.uuid4().hex[:6]}"
+    ref, owner = new_owner(cluster, settings(window=60))
+    recommendation = rec("768Mi")
+    owner.apply(recommendation)
+    async with running_worker(temporal_env.client, queue, cluster):
+        handle = await observe(temporal_env.client, queue, ref, recommendation)
+        await wait_for(handle, lambda s: s.samples_taken >= 1)
+
+        code, out = await cli(capsys, temporal_env, queue, "get", "-n", "shop", "-o", "json")
+        rows = {r["workload"]: r for r in json.loads(out)}
+        assert (
+            code == 0
+            and rows[ref.workload]["mode"] == "monitoring"
+            and rows[ref.workload]["turn"] == 1
+        )
+        assert rows[ref.workload]["policy"] == "RollbackPolicy/shop/short"
+
+        code, out = await cli(capsys, temporal_env, queue, "describe", str(ref))
+        assert code == 0
+        assert (
+            "Mode:         monitoring (turn 1)" in out
+            and "5/5 adopted and healthy (required 4)" in out
+        )
+
+        code, out = await cli(
+            capsys, temporal_env, queue, "cancel", str(ref), "--reason", "maintenance"
+        )
+        assert code == 0
+        assert (await handle.result()).mode is Mode.CANCELLED
+
+        code, out = await cli(capsys, temporal_env, queue, "get", "--mode", "cancelled")
+        assert code == 0 and ref.workload in out and "cancelled" in out
+
+        code, _ = await cli(capsys, temporal_env, queue, "cancel", str(ref))
+        assert code == 1  # not running: said on stderr
+
+        code, out = await cli(capsys, temporal_env, queue, "reopen", str(ref))
+        assert code == 0
+        reopened = temporal_env.client.get_workflow_handle_for(
+            RollbackWorkflow.run, ref.workflow_id
+        )
+        state = await wait_for(
+            reopened, lambda s: s.mode is Mode.MONITORING and s.samples_taken >= 1
+        )
+        assert state.turn == 1 and owner.state is not None and owner.state.mode is Mode.MONITORING
+        await reopened.signal(RollbackWorkflow.cancel, {"reason": "done"})
+        await reopened.result()
+
+
+async def test_describe_unknown_workload(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = await cli(capsys, temporal_env, "q", "describe", "nowhere/Deployment/none")
+    assert code == 1
+    code, _ = await cli(capsys, temporal_env, "q", "describe", "not-a-ref")
+    assert code == 1

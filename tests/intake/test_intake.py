@@ -1,0 +1,286 @@
+"""The intake against the API emulator and the real Temporal dev server, with the real worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from activities.kubernetes import Actuation
+from tests.activity.builders import NS, owner, pod, policy
+from tests.workflow.helpers import terminate_running
+from worker.intake import Intake
+from worker.kube import activities_for
+from worker.leader import LeaderElector
+from worker.runner import build_worker
+from worker.simcluster.apiserver import KubeEmulator
+from workflows.activity_api import OwnerRef
+from workflows.contract import ROLLBACK_STATE_ANNOTATION, EventReason, Mode, WorkloadKind
+from workflows.fingerprint import Recommendation
+from workflows.rollback import RollbackResult, RollbackWorkflow
+from workflows.state import OwnerState
+
+KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+HASHED = "static.rightsizing.kubex.ai/h77aa01-desired-resource-requests"
+REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "512Mi"}})
+WEB = {"app": "web"}
+REF = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+
+
+@dataclass
+class Env:
+    api: KubeEmulator
+    intake: Intake
+    client: Client
+    queue: str
+
+    async def result(self) -> RollbackResult:
+        return await self.client.get_workflow_handle_for(
+            RollbackWorkflow.run, REF.workflow_id
+        ).result()
+
+    async def runs(self) -> int:
+        query = f'WorkflowId = "{REF.workflow_id}" AND TaskQueue = "{self.queue}"'
+        return len([wf async for wf in self.client.list_workflows(query)])
+
+    def events(self) -> list[str]:
+        items, _ = self.api.store.list_objects(self.api.store.rtype("Event"), NS)
+        items.sort(key=lambda e: int(e["metadata"]["resourceVersion"]))
+        return [e["reason"] for e in items]
+
+
+def api_client(api: KubeEmulator) -> ApiClient:
+    config = Configuration()
+    config.host = api.url
+    return ApiClient(config)
+
+
+def deployment(api: KubeEmulator, replicas: int = 2) -> dict:  # type: ignore[type-arg]
+    dep = api.store.create(owner("Deployment", replicas=replicas))
+    ref = {"kind": "Deployment", "name": "web", "uid": dep["metadata"]["uid"], "controller": True}
+    rs = api.store.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {"name": "web-1", "namespace": NS, "ownerReferences": [ref]},
+            "spec": {"selector": {"matchLabels": WEB}},
+        }
+    )
+    return {"kind": "ReplicaSet", "name": "web-1", "uid": rs["metadata"]["uid"], "controller": True}
+
+
+def add_pods(api: KubeEmulator, rs_ref: dict, names: list[str], rec: Recommendation = REC) -> None:  # type: ignore[type-arg]
+    for name in names:
+        api.store.create(pod(name, WEB, memory="512Mi", rec=rec, owner_ref=rs_ref))
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition never held")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def env(temporal_env: WorkflowEnvironment) -> AsyncIterator[Env]:
+    with KubeEmulator() as api:
+        kube = api_client(api)
+        queue = f"intake-{uuid.uuid4().hex[:6]}"
+        intake = Intake(
+            CoreV1Api(kube),
+            CustomObjectsApi(kube),
+            temporal_env.client,
+            queue,
+            asyncio.get_running_loop(),
+            timedelta(seconds=1),
+        )
+        async with build_worker(
+            temporal_env.client, queue, activities_for(kube, Actuation.ANNOTATIONS)
+        ):
+            yield Env(api, intake, temporal_env.client, queue)
+            await asyncio.to_thread(intake.stop)
+            await terminate_running(temporal_env.client, queue)
+
+
+async def started(env: Env) -> None:
+    await asyncio.to_thread(env.intake.start)
+
+
+async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env) -> None:
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    await started(env)
+    add_pods(env.api, deployment(env.api), ["web-a", "web-b"])
+    await eventually(lambda: env.intake.stats["signals"] == 2)
+    assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+    assert await env.runs() == 1
+    # Updates that change nothing about adoption signal nothing.
+    pods = env.api.store.rtype("Pod")
+    env.api.store.patch(
+        pods,
+        NS,
+        "web-a",
+        {"metadata": {"labels": {"touched": "1"}}},
+        "application/merge-patch+json",
+    )
+    env.api.store.patch(
+        pods, NS, "web-b", {"status": {"phase": "Running"}}, "application/merge-patch+json"
+    )
+    await asyncio.sleep(0.5)
+    assert env.intake.stats["signals"] == 2 and await env.runs() == 1
+
+
+async def test_no_policy_retains(env: Env) -> None:
+    await started(env)
+    add_pods(env.api, deployment(env.api), ["web-a"])
+    await eventually(lambda: env.intake.stats["retained"] == 1)
+    assert env.intake.stats["signals"] == 0 and await env.runs() == 0
+    annotations = (
+        env.api.store.get(env.api.store.rtype("Deployment"), NS, "web")["metadata"].get(
+            "annotations"
+        )
+        or {}
+    )
+    assert ROLLBACK_STATE_ANNOTATION not in annotations
+
+
+@pytest.mark.parametrize("reopen", [True, False], ids=["reopen-on", "reopen-off"])
+async def test_replacement_pod_reopens_only_when_enabled(env: Env, reopen: bool) -> None:
+    env.api.store.create(policy(monitoringPeriod="2s", enableMonitoringReopen=reopen))
+    await started(env)
+    rs = deployment(env.api, replicas=1)
+    add_pods(env.api, rs, ["web-a"])
+    await eventually(lambda: env.intake.stats["signals"] == 1)
+    assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+    await asyncio.sleep(1.1)  # creationTimestamp has a one-second resolution
+    add_pods(env.api, rs, ["web-replacement"])
+    await eventually(lambda: env.intake.stats["signals"] == 2)
+    await eventually(lambda: len(env.events()) >= (4 if reopen else 2))
+    assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+    expected = [EventReason.MONITORING_STARTED, EventReason.MONITORING_SUCCEEDED] * (
+        2 if reopen else 1
+    )
+    assert env.events() == expected
+
+
+async def test_key_change_restarts_monitoring(env: Env) -> None:
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    await started(env)
+    add_pods(env.api, deployment(env.api, replicas=1), ["web-a"])
+    await eventually(lambda: env.intake.stats["signals"] == 1)
+    await env.result()
+    moved = Recommendation(requests_key=HASHED, requests=REC.requests)
+    env.api.store.patch(
+        env.api.store.rtype("Pod"),
+        NS,
+        "web-a",
+        {"metadata": {"annotations": {KEY: None, HASHED: json.dumps(REC.requests)}}},
+        "application/merge-patch+json",
+    )
+    await eventually(lambda: env.intake.stats["signals"] == 2)
+    await eventually(lambda: len(env.events()) == 4)
+    result = await env.result()
+    assert (result.mode, result.fingerprint) == (Mode.MONITORING_SUCCEEDED, moved.fingerprint)
+
+
+def settled_state(mode: Mode) -> str:
+    return OwnerState(
+        mode=mode,
+        active_recommendation_fingerprint=REC.fingerprint,
+        turn=1,
+        last_transition_time=datetime.now(UTC) + timedelta(minutes=1),
+    ).to_json()
+
+
+@pytest.mark.parametrize(
+    ("stored", "signals"), [(Mode.MONITORING_SUCCEEDED, 0), (Mode.BACKED_OFF, 1)]
+)
+async def test_restart_does_not_wake_settled_owners(env: Env, stored: Mode, signals: int) -> None:
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    rs = deployment(env.api, replicas=3)
+    env.api.store.patch(
+        env.api.store.rtype("Deployment"),
+        NS,
+        "web",
+        {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: settled_state(stored)}}},
+        "application/merge-patch+json",
+    )
+    add_pods(env.api, rs, ["web-a", "web-b", "web-c"])  # all there before the intake starts
+    await started(env)
+    await eventually(lambda: env.intake.stats["adoptions"] == 3)
+    await asyncio.sleep(0.3)
+    assert env.intake.stats["signals"] == signals  # batched: one per owner, not one per pod
+    if signals:
+        result = await env.result()
+        assert result.turn == 2  # backedOff + the same fingerprint adopted again: the next turn
+
+
+async def test_watch_resumes_after_the_connection_drops(env: Env) -> None:
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    await started(env)
+    rs = deployment(env.api, replicas=1)
+    pods_informer = env.intake._informers[-1]
+    await eventually(lambda: env.api.store.watching("Pod") == 1)
+    env.api.store.drop_watches()
+    await eventually(lambda: pods_informer.watches >= 2 and env.api.store.watching("Pod") == 1)
+    add_pods(env.api, rs, ["web-after-drop"])
+    await eventually(lambda: env.intake.stats["signals"] == 1)
+    assert pods_informer.relists == 1  # resumed from its resourceVersion, no relist
+
+
+async def test_malformed_annotation_leaves_an_event(env: Env) -> None:
+    env.api.store.create(policy())
+    await started(env)
+    rs = deployment(env.api)
+    bad = pod("web-bad", WEB, annotations={KEY: "{oops"}, owner_ref=rs)
+    env.api.store.create(bad)
+    await eventually(lambda: env.intake.stats["malformed"] == 1)
+    await eventually(lambda: EventReason.ATTEMPT_ABORTED in env.events())
+    assert env.intake.stats["signals"] == 0
+
+
+def test_leader_election_with_two_candidates() -> None:
+    with KubeEmulator() as api:
+        custom = CustomObjectsApi(api_client(api))
+        log: list[str] = []
+
+        def candidate(name: str) -> LeaderElector:
+            return LeaderElector(
+                custom,
+                "default",
+                "intake",
+                name,
+                on_started=lambda: log.append(f"{name}+"),
+                on_stopped=lambda: log.append(f"{name}-"),
+                lease_duration=1.5,
+                renew_deadline=1.0,
+                retry_period=0.2,
+            )
+
+        a, b = candidate("a").start(), candidate("b").start()
+        deadline = time.monotonic() + 5
+        while not (a.leading.is_set() or b.leading.is_set()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        leaders = [e for e in (a, b) if e.leading.is_set()]
+        assert len(leaders) == 1
+        first, other = (a, b) if a.leading.is_set() else (b, a)
+        first.stop(release=False)  # a crash: the Lease is left to expire
+        deadline = time.monotonic() + 6
+        while not other.leading.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert other.leading.is_set()
+        other.stop()
+        lease = api.store.get(api.store.rtype("Lease"), "default", "intake")
+        assert lease["spec"]["holderIdentity"] == ""  # released on a clean stop
+        assert lease["spec"]["leaseTransitions"] == 1
+        assert log[0].endswith("+") and sum(1 for e in log if e.endswith("+")) == 2

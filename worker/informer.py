@@ -1,0 +1,154 @@
+"""A small informer: LIST, then WATCH from that resourceVersion, and keep going.
+
+- Resumes each watch from the last resourceVersion it saw (events and BOOKMARKs advance it), so
+  a dropped connection or a server-side timeout loses nothing.
+- Relists on 410 Gone (the version expired): objects that vanished meanwhile are reported as
+  DELETED, the rest as a resync.
+- Backs off exponentially (with jitter, capped) on errors, and resets after a healthy watch.
+- Objects stay plain dicts (``_preload_content=False``): no model deserialisation on the hot path.
+
+The handler receives ``(event_type, obj, initial)``; ``initial`` is true for objects delivered by
+a (re)list, so a consumer can batch what it learns at start-up instead of reacting per object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch import watch as _watch
+from urllib3.exceptions import HTTPError
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj, bool], None]
+iter_resp_lines: Callable[[Any], Any] = _watch.iter_resp_lines  # untyped in the client
+
+WATCH_TIMEOUT_SECONDS = 300
+MAX_BACKOFF_SECONDS = 30.0
+
+
+def object_key(obj: Obj) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return meta.get("namespace") or "", meta["name"]
+
+
+class Informer:
+    def __init__(
+        self,
+        name: str,
+        list_call: Callable[..., Any],
+        handler: Handler,
+        on_synced: Callable[[], None] | None = None,
+        watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+    ) -> None:
+        self.name = name
+        self.list_call = list_call
+        self.handler = handler
+        self.on_synced = on_synced
+        self.watch_timeout = watch_timeout
+        self.cache: dict[tuple[str, str], Obj] = {}
+        self.resource_version: str | None = None
+        self.synced = threading.Event()
+        self.relists = 0
+        self.watches = 0
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Informer:
+        self._thread = threading.Thread(target=self.run, name=f"informer-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        response = self._response
+        if response is not None:
+            with suppress(Exception):  # shutdown() unblocks the read in the informer's thread
+                response.shutdown()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if self.resource_version is None:
+                    self._relist()
+                self._watch()
+                failures = 0
+            except Exception as exc:  # an informer must outlive any one failure
+                if self._stop.is_set():
+                    break  # stop() closed the stream under the read
+                failures += 1
+                delay = min(MAX_BACKOFF_SECONDS, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
+                expected = isinstance(exc, (ApiException, HTTPError, OSError, ValueError))
+                log.log(
+                    logging.WARNING if expected else logging.ERROR,
+                    "%s informer: %s; retrying in %.1fs",
+                    self.name,
+                    exc,
+                    delay,
+                    exc_info=not expected,
+                )
+                self._stop.wait(delay)
+
+    def _relist(self) -> None:
+        body = json.loads(self.list_call(_preload_content=False).data)
+        items: list[Obj] = body.get("items", [])
+        fresh = {object_key(o): o for o in items}
+        for key in set(self.cache) - set(fresh):
+            self.handler("DELETED", self.cache.pop(key), True)
+        for key, obj in fresh.items():
+            self.cache[key] = obj
+            self.handler("ADDED", obj, True)
+        self.resource_version = body["metadata"]["resourceVersion"]
+        self.relists += 1
+        if not self.synced.is_set():
+            self.synced.set()
+        if self.on_synced is not None:
+            self.on_synced()
+
+    def _watch(self) -> None:
+        self.watches += 1
+        self._response = self.list_call(
+            watch=True,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout,
+            _preload_content=False,
+        )
+        try:
+            for line in iter_resp_lines(self._response):
+                if self._stop.is_set():
+                    return
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        log.info("%s informer: resourceVersion expired, relisting", self.name)
+                        self.resource_version = None
+                        return
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                self.resource_version = obj.get("metadata", {}).get(
+                    "resourceVersion", self.resource_version
+                )
+                if kind == "BOOKMARK":
+                    continue
+                key = object_key(obj)
+                if kind == "DELETED":
+                    self.cache.pop(key, None)
+                else:
+                    self.cache[key] = obj
+                self.handler(kind, obj, False)
+        finally:
+            response, self._response = self._response, None
+            if response is not None:
+                response.release_conn()

@@ -1,0 +1,170 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, as client-go does it.
+
+Exactly one intake drives workflows per cluster. A candidate takes the Lease when it does not
+exist or its holder stopped renewing (``renewTime + leaseDurationSeconds`` has passed), renews it
+every ``retry_period`` while leading, and steps down when it could not renew within
+``renew_deadline``. Every write is a replace carrying the read ``resourceVersion``, so two
+candidates racing for an expired Lease cannot both win. Even so, the workflows stay correct if two
+intakes briefly overlap: they signal-with-start the same workflow IDs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client import CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION, PLURAL = "coordination.k8s.io", "v1", "leases"
+
+
+def _micro(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        custom: CustomObjectsApi,
+        namespace: str,
+        name: str,
+        identity: str,
+        on_started: Callable[[], None],
+        on_stopped: Callable[[], None],
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.custom = custom
+        self.namespace, self.name, self.identity = namespace, name, identity
+        self.on_started, self.on_stopped = on_started, on_stopped
+        self.lease_duration, self.renew_deadline, self.retry_period = (
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        )
+        self.leading = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_renew = 0.0
+
+    def start(self) -> LeaderElector:
+        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, release: bool = True) -> None:
+        """Stop campaigning; a leader steps down (and releases the Lease unless told not to)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self.leading.is_set():
+            self._step_down()
+            if release:
+                self._release()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                acquired = self._try_acquire_or_renew()
+            except (ApiException, OSError) as exc:
+                log.warning("leader election: %s", exc)
+                acquired = False
+            now = time.monotonic()
+            if acquired:
+                self._last_renew = now
+                if not self.leading.is_set():
+                    log.info("leader election: %s is now the leader", self.identity)
+                    self.leading.set()
+                    self.on_started()
+            elif self.leading.is_set() and now - self._last_renew > self.renew_deadline:
+                log.warning(
+                    "leader election: could not renew within %ss, stepping down",
+                    self.renew_deadline,
+                )
+                self._step_down()
+            self._stop.wait(self.retry_period)
+
+    def _step_down(self) -> None:
+        self.leading.clear()
+        self.on_stopped()
+
+    def _spec(self, now: datetime, acquired: datetime, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_duration),
+            "acquireTime": _micro(acquired),
+            "renewTime": _micro(now),
+            "leaseTransitions": transitions,
+        }
+
+    def _try_acquire_or_renew(self) -> bool:
+        now = datetime.now(UTC)
+        try:
+            lease: Any = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body = {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(now, now, 0),
+            }
+            try:
+                self.custom.create_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, body
+                )
+                return True
+            except ApiException as create_exc:
+                if create_exc.status == 409:
+                    return False
+                raise
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse(spec.get("renewTime"))
+        duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
+        expired = renewed is None or (now - renewed).total_seconds() > duration
+        if holder not in (None, "", self.identity) and not expired:
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+        acquired = _parse(spec.get("acquireTime")) if holder == self.identity else now
+        lease["spec"] = self._spec(now, acquired or now, transitions)
+        try:
+            self.custom.replace_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name, lease
+            )
+        except ApiException as exc:
+            if exc.status == 409:  # someone else wrote it first
+                return False
+            raise
+        return True
+
+    def _release(self) -> None:
+        try:
+            lease: Any = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name
+            )
+            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = ""
+                lease["spec"]["renewTime"] = None
+                self.custom.replace_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, self.name, lease
+                )
+        except ApiException as exc:
+            log.info("leader election: release failed (%s); the Lease expires by itself", exc)

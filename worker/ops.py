@@ -1,0 +1,192 @@
+"""Operations against Temporal for ``rollbackctl get|describe|cancel|reopen``.
+
+``get`` lists the newest run of every owner's workflow through the search attributes the
+workflow upserts; ``describe`` asks a run for its ``status`` (queries work on closed runs too,
+a worker replays them); ``cancel`` signals a running workflow; ``reopen`` signal-with-starts,
+so it also reopens an owner whose run has ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from worker.temporal import observe
+from workflows.activity_api import OwnerRef
+from workflows.contract import SearchAttribute, WorkloadKind
+from workflows.machine import RollbackState, Trigger
+from workflows.rollback import WORKFLOW_NAME, CancelSignal, RollbackWorkflow
+
+
+class OpsError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def parse_owner(text: str) -> OwnerRef:
+    """``NAMESPACE/KIND/NAME`` (the kind as in the workflow ID, e.g. ``shop/Deployment/api``)."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise OpsError(f"expected NAMESPACE/KIND/NAME, got {text!r}")
+    try:
+        kind = WorkloadKind(parts[1])
+    except ValueError:
+        raise OpsError(f"unknown kind {parts[1]!r}") from None
+    return OwnerRef(namespace=parts[0], kind=kind, name=parts[2])
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def list_query(namespace: str | None = None, mode: str | None = None) -> str:
+    clauses = [f"WorkflowType = {_quote(WORKFLOW_NAME)}"]
+    if namespace:
+        clauses.append(f"{SearchAttribute.NAMESPACE} = {_quote(namespace)}")
+    if mode:
+        clauses.append(f"{SearchAttribute.MODE} = {_quote(mode)}")
+    return " AND ".join(clauses)
+
+
+@dataclass
+class Row:
+    workflow_id: str
+    namespace: str
+    workload: str
+    mode: str
+    turn: int | None
+    policy: str
+    fingerprint: str
+    status: str
+    started: datetime
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "workflowId": self.workflow_id,
+            "namespace": self.namespace,
+            "workload": self.workload,
+            "mode": self.mode,
+            "turn": self.turn,
+            "policy": self.policy,
+            "fingerprint": self.fingerprint,
+            "status": self.status,
+            "started": self.started.isoformat(),
+        }
+
+
+def _row(wf: WorkflowExecution) -> Row:
+    attrs: dict[str, Any] = {pair.key.name: pair.value for pair in wf.typed_search_attributes}
+    status = wf.status.name.title() if wf.status else "Unknown"
+    return Row(
+        workflow_id=wf.id,
+        namespace=str(attrs.get(SearchAttribute.NAMESPACE, "")),
+        workload=str(attrs.get(SearchAttribute.WORKLOAD, "")),
+        mode=str(attrs.get(SearchAttribute.MODE, "")),
+        turn=attrs.get(SearchAttribute.TURN),
+        policy=str(attrs.get(SearchAttribute.POLICY, "")),
+        fingerprint=str(attrs.get(SearchAttribute.FINGERPRINT, "")),
+        status=status,
+        started=wf.start_time,
+    )
+
+
+async def get(client: Client, namespace: str | None = None, mode: str | None = None) -> list[Row]:
+    """The newest run of each owner; ``mode`` filters on that run's mode."""
+    newest: dict[str, WorkflowExecution] = {}
+    async for wf in client.list_workflows(list_query(namespace)):
+        if wf.id not in newest or wf.start_time > newest[wf.id].start_time:
+            newest[wf.id] = wf
+    rows = [_row(wf) for wf in newest.values()]
+    if mode:
+        rows = [r for r in rows if r.mode == mode]
+    return sorted(rows, key=lambda r: (r.namespace, r.workload))
+
+
+async def describe(client: Client, owner: OwnerRef) -> tuple[str, RollbackState | None]:
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    try:
+        info = await handle.describe()
+        state = await handle.query(RollbackWorkflow.status)
+    except RPCError as exc:
+        raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
+    return (info.status.name.title() if info.status else "Unknown"), state
+
+
+async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    try:
+        info = await handle.describe()
+        if info.status is not WorkflowExecutionStatus.RUNNING:
+            status = info.status.name.lower() if info.status else "unknown"
+            raise OpsError(f"{owner.workflow_id} is not running ({status})")
+        await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason=reason))
+    except RPCError as exc:
+        raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
+
+
+async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> None:
+    """Reopen monitoring for the owner's current recommendation (taken from its last run)."""
+    _, state = await describe(client, owner)
+    if state is None:
+        raise OpsError(f"{owner.workflow_id} has no recorded state to reopen")
+    await observe(
+        client,
+        task_queue,
+        owner,
+        state.recommendation,
+        trigger=Trigger.REOPEN,
+        sample_interval=state.sample_interval,
+    )
+
+
+def table(rows: list[Row]) -> str:
+    header = ("NAMESPACE", "WORKLOAD", "MODE", "TURN", "POLICY", "FINGERPRINT", "STATUS")
+    body = [
+        (
+            r.namespace,
+            r.workload,
+            r.mode,
+            "" if r.turn is None else str(r.turn),
+            r.policy,
+            r.fingerprint,
+            r.status,
+        )
+        for r in rows
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=False)]
+    return "\n".join(
+        "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *body)
+    )
+
+
+def describe_text(owner: OwnerRef, status: str, state: RollbackState | None) -> str:
+    if state is None:
+        return f"{owner.workflow_id}: {status}, no state yet"
+    lines = [
+        f"Workload:     {owner}",
+        f"Workflow:     {owner.workflow_id} ({status})",
+        f"Mode:         {state.mode} (turn {state.turn})",
+        f"Policy:       {state.policy.ref if state.policy else '-'}",
+        f"Fingerprint:  {state.fingerprint}",
+    ]
+    if state.failure_reason:
+        lines.append(f"Failure:      {state.failure_reason}: {state.failure_message or ''}")
+    if state.window_ends_at:
+        lines.append(f"Window ends:  {state.window_ends_at.isoformat()}")
+    if state.backoff_ends_at:
+        lines.append(f"Backoff ends: {state.backoff_ends_at.isoformat()}")
+    if state.last_sample is not None:
+        s = state.last_sample
+        lines.append(
+            f"Last sample:  {s.adopted_healthy}/{state.baseline} adopted and healthy"
+            f" (required {state.required}), {s.pods} pods; {s.message or 'no problems'}"
+        )
+    lines.append("History:")
+    for entry in state.history:
+        reason = f" ({entry.failure_reason})" if entry.failure_reason else ""
+        lines.append(f"  {entry.time.isoformat()}  {entry.mode} turn {entry.turn}{reason}")
+    return "\n".join(lines)
