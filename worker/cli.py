@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 
@@ -29,6 +30,7 @@ from worker.kube import activities_for, api_client
 from worker.ops import OpsError
 from worker.policyfiles import load_documents, load_policies
 from worker.process import serve, stop_on_signals
+from worker.simulate import Scenario, run_scenario
 from worker.temporal import TemporalConfig, add_connection_flags
 from workflows.backoff import backoff_schedule
 from workflows.durations import format_duration, parse_duration
@@ -261,6 +263,39 @@ def cmd_dev_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    try:
+        scenario = Scenario.load(args.scenario)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"{args.scenario}: {exc}", file=sys.stderr)
+        return 1
+    quiet = args.output == "json"
+    report = asyncio.run(
+        run_scenario(
+            scenario,
+            on_line=(lambda _: None) if quiet else _print_line,
+            on_progress=None if quiet or not sys.stderr.isatty() else _progress,
+        )
+    )
+    if quiet:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        verdict = "PASSED" if report.passed else "FAILED"
+        print(f"\n{scenario.name}: {verdict} in {report.duration:.1f}s")
+        for problem in report.problems:
+            print(f"  {problem}")
+    return 0 if report.passed else 1
+
+
+def _print_line(line: str) -> None:
+    print(f"\r{line}", flush=True)
+
+
+def _progress(elapsed: float, total: float) -> None:
+    sys.stderr.write(f"\r[{elapsed:5.1f}s / {total:.0f}s] waiting for the expected outcome...")
+    sys.stderr.flush()
+
+
 def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Kubernetes")
     group.add_argument(
@@ -352,6 +387,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "cancel":
             cmd.add_argument("--reason", default="cancelled with rollbackctl")
         cmd.set_defaults(handler=handler)
+
+    simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
+    simulate.add_argument("scenario", metavar="SCENARIO.yaml")
+    simulate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    simulate.set_defaults(handler=cmd_simulate)
 
     dev = sub.add_parser("dev-server", help="run the embedded Temporal dev server (SQLite, Web UI)")
     dev.add_argument("--data-dir", default=".rollback-data", help="where the SQLite file lives")

@@ -85,7 +85,9 @@ class DevServer:
         port: int = 7233,
         ui_port: int | None = None,
         headless: bool = False,
+        log_path: Path | None = None,
     ) -> None:
+        self.log_path = log_path
         self.port = port
         self.ui_port = None if headless else (ui_port or port + 1000)
         self.command = dev_server_command(data_dir, port, ui_port, headless)
@@ -98,7 +100,13 @@ class DevServer:
     def start(self) -> DevServer:
         if port_in_use(self.port):
             raise RuntimeError(f"port {self.port} is already in use (another Temporal server?)")
-        self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL)
+        if self.log_path is None:
+            self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL)
+        else:
+            with self.log_path.open("ab") as out:
+                self.process = subprocess.Popen(
+                    self.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
         wait_for_port(self.port, process=self.process)
         return self
 

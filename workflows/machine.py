@@ -204,6 +204,7 @@ class Observed:
 
     now: datetime
     recommendation: Recommendation
+    pod_created_at: datetime | None = None
 
 
 Observation = AttemptStarted | Sampled | RolledBack | BackoffOver | Cancel | Reopen | Observed

