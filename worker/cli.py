@@ -30,7 +30,7 @@ from worker.kube import activities_for, api_client
 from worker.ops import OpsError
 from worker.policyfiles import load_documents, load_policies
 from worker.process import serve, stop_on_signals
-from worker.simulate import Scenario, run_scenario
+from worker.simulate import SCENARIOS, Scenario, World, play, run_scenario
 from worker.temporal import TemporalConfig, add_connection_flags
 from workflows.backoff import backoff_schedule
 from workflows.durations import format_duration, parse_duration
@@ -287,6 +287,79 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+DEMO = SCENARIOS / "oom-rollback.yaml"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    print(f"Demo: {DEMO.name} — {Scenario.load(DEMO).description.strip()}\n")
+    args.scenario, args.output = str(DEMO), "text"
+    return cmd_simulate(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The embedded default: Temporal dev server + worker + intake, against a cluster or the
+    simulated one (with the demo scenario playing)."""
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    simulated = not (args.kubeconfig or args.kube_url or os.environ.get("KUBECONFIG"))
+
+    async def main() -> None:
+        stop = stop_on_signals()
+        if simulated:
+            world = World(
+                Scenario.load(DEMO),
+                _print_line,
+                data_dir,
+                temporal_port=args.port,
+                ui=True,
+                task_queue=TemporalConfig.from_env().task_queue,
+            )
+            await world.start()
+            _banner(world.temporal, f"simulated cluster at {world.api.url} playing {DEMO.name}")
+            try:
+                await play(world)
+                await stop.wait()
+            finally:
+                await world.stop()
+            return
+        server = None
+        if not args.address:
+            server = DevServer(data_dir / "temporal", args.port, log_path=data_dir / "temporal.log")
+            await asyncio.to_thread(server.start)
+            args.address = server.address
+        config = TemporalConfig.from_args(args)
+        api = _kube(args)
+        try:
+            if server is not None:
+                _banner(server, "cluster from your kubeconfig")
+            await serve(
+                await config.connect(),
+                config.task_queue,
+                stop,
+                activities=activities_for(api, Actuation(args.actuation)),
+                intake_api=api,
+                lease_namespace=args.lease_namespace,
+                identity=args.identity,
+                sample_interval=parse_duration(args.sample_interval),
+            )
+        finally:
+            if server is not None:
+                await asyncio.to_thread(server.stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def _banner(server: DevServer, cluster: str) -> None:
+    ui = f"http://127.0.0.1:{server.ui_port}" if server.ui_port else "(headless)"
+    print(
+        f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
+        "Look with: rollbackctl get   |   rollbackctl describe NAMESPACE/KIND/NAME\n"
+        'In the UI: filter with RollbackMode = "failedPermanent". Ctrl-C stops.\n',
+        flush=True,
+    )
+
+
 def _print_line(line: str) -> None:
     print(f"\r{line}", flush=True)
 
@@ -324,6 +397,32 @@ def _add_intake_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--sample-interval", default="30s", help="cohort sampling interval (default 30s)"
     )
+
+
+def _add_operations(sub: Any) -> None:
+    """``get``, ``describe``, ``cancel``, ``reopen``: operations on workflows."""
+    listing = sub.add_parser("get", help="list workloads with their rollback mode, turn and policy")
+    add_connection_flags(listing)
+    listing.add_argument(
+        "-n", "--in-namespace", dest="namespace_filter", help="only this Kubernetes namespace"
+    )
+    listing.add_argument("--mode", help="only this mode, e.g. failedPermanent")
+    listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    listing.set_defaults(handler=cmd_get)
+
+    for name, handler, text in (
+        ("describe", cmd_describe, "status and recent history of one workload"),
+        ("cancel", cmd_cancel, "stop monitoring a workload, leaving its resources as they are"),
+        ("reopen", cmd_reopen, "start a fresh monitoring window for the current recommendation"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        add_connection_flags(cmd)
+        cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
+        if name == "describe":
+            cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
+        if name == "cancel":
+            cmd.add_argument("--reason", default="cancelled with rollbackctl")
+        cmd.set_defaults(handler=handler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -365,28 +464,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_intake_flags(intake)
     intake.set_defaults(handler=cmd_intake)
 
-    listing = sub.add_parser("get", help="list workloads with their rollback mode, turn and policy")
-    add_connection_flags(listing)
-    listing.add_argument(
-        "-n", "--in-namespace", dest="namespace_filter", help="only this Kubernetes namespace"
-    )
-    listing.add_argument("--mode", help="only this mode, e.g. failedPermanent")
-    listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    listing.set_defaults(handler=cmd_get)
+    _add_operations(sub)
 
-    for name, handler, text in (
-        ("describe", cmd_describe, "status and recent history of one workload"),
-        ("cancel", cmd_cancel, "stop monitoring a workload, leaving its resources as they are"),
-        ("reopen", cmd_reopen, "start a fresh monitoring window for the current recommendation"),
-    ):
-        cmd = sub.add_parser(name, help=text)
-        add_connection_flags(cmd)
-        cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
-        if name == "describe":
-            cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
-        if name == "cancel":
-            cmd.add_argument("--reason", default="cancelled with rollbackctl")
-        cmd.set_defaults(handler=handler)
+    run = sub.add_parser(
+        "run", help="the embedded default: Temporal dev server, worker and intake in one process"
+    )
+    add_connection_flags(run)
+    _add_kube_flags(run)
+    _add_intake_flags(run)
+    run.add_argument("--data-dir", default=".rollback-data", help="Temporal's SQLite and logs")
+    run.add_argument("--port", type=int, default=7233, help="Temporal port (Web UI on port + 1000)")
+    run.set_defaults(handler=cmd_run)
+
+    demo = sub.add_parser("demo", help="play the demo scenario on the simulated cluster and exit")
+    demo.set_defaults(handler=cmd_demo)
 
     simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
     simulate.add_argument("scenario", metavar="SCENARIO.yaml")

@@ -320,6 +320,7 @@ class World:
         workdir: Path,
         temporal_port: int | None = None,
         ui: bool = False,
+        task_queue: str | None = None,
     ) -> None:
         self.scenario = scenario
         self.workdir = workdir
@@ -330,7 +331,7 @@ class World:
         self.temporal = DevServer(
             workdir / "temporal", port, headless=not ui, log_path=workdir / "temporal.log"
         )
-        self.task_queue = f"{TASK_QUEUE}-{scenario.name}"
+        self.task_queue = task_queue or f"{TASK_QUEUE}-{scenario.name}"
         self.worker: WorkerProcess | None = None
         self.intake: IntakeService | None = None
 
@@ -558,6 +559,15 @@ class World:
         }
 
 
+async def play(world: World) -> None:
+    """Run the scenario's steps at their times (relative to the world's start)."""
+    for step in sorted(world.scenario.steps, key=lambda s: s.at):
+        delay = step.at - (time.monotonic() - world.recorder.start)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await world.run_step(step)
+
+
 async def run_scenario(
     scenario: Scenario,
     on_line: Callable[[str], None] = print,
@@ -569,11 +579,7 @@ async def run_scenario(
         try:
             await world.start()
             start = world.recorder.start
-            for step in sorted(scenario.steps, key=lambda s: s.at):
-                delay = step.at - (time.monotonic() - start)
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await world.run_step(step)
+            await play(world)
             held_since: float | None = None
             while time.monotonic() - start < scenario.timeout:
                 if on_progress is not None:

@@ -1,0 +1,95 @@
+"""``rollbackctl run``: the combined worker + intake process, against a kubeconfig and simulated."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+from tests.activity.builders import NS, owner, pod, policy
+from worker.simcluster.apiserver import KubeEmulator
+from worker.simulate import free_port
+from workflows.contract import ROLLBACK_STATE_ANNOTATION
+from workflows.fingerprint import Recommendation
+
+REC = Recommendation(requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
+                     requests={"app": {"memory": "512Mi"}})
+
+
+def _wait(check, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
+    with KubeEmulator() as api:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
+            "clusters": [{"name": "sim", "cluster": {"server": api.url}}],
+            "users": [{"name": "sim", "user": {}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+        }))
+        api.store.create(policy(monitoringPeriod="2s"))
+        dep = api.store.create(owner("Deployment", replicas=1))
+        port = free_port()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "run", "--kubeconfig", str(kubeconfig),
+             "--data-dir", str(tmp_path / "data"), "--port", str(port), "--lease-namespace", "default",
+             "--sample-interval", "500ms"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        try:
+            ref = {"kind": "Deployment", "name": "web", "uid": dep["metadata"]["uid"], "controller": True}
+            rs = api.store.create({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                   "metadata": {"name": "web-1", "namespace": NS, "ownerReferences": [ref]},
+                                   "spec": {"selector": {"matchLabels": {"app": "web"}}}})
+            assert _wait(lambda: api.store.watching("Pod") == 1, 30), "the intake never watched pods"
+            api.store.create(pod("web-a", {"app": "web"}, memory="512Mi", rec=REC, owner_ref={
+                "kind": "ReplicaSet", "name": "web-1", "uid": rs["metadata"]["uid"], "controller": True}))
+
+            def state() -> dict | None:  # type: ignore[type-arg]
+                obj = api.store.get(api.store.rtype("Deployment"), NS, "web")
+                raw = (obj["metadata"].get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+                return json.loads(raw) if raw else None
+
+            assert _wait(lambda: (state() or {}).get("mode") == "monitoringSucceeded", 30)
+            lease = api.store.get(api.store.rtype("Lease"), "default", "rightsizing-rollback-intake")
+            assert lease["spec"]["holderIdentity"]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            output = process.communicate(timeout=60)[0].decode()
+        assert process.returncode == 0, output[-3000:]
+        assert "cluster from your kubeconfig" in output
+
+
+def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "run", "--data-dir", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1"}.items() if k != "KUBECONFIG"},
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 60
+        for line in process.stdout:
+            lines.append(line)
+            if "-> rollingBack" in line or time.monotonic() > deadline:
+                break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+    text = "".join(lines)
+    assert f"Web UI http://127.0.0.1:{port + 1000}" in text
+    assert "simulated cluster" in text and "-> rollingBack turn 1 (oomKilled)" in text
