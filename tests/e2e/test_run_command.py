@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from tests.activity.builders import NS, owner, pod, policy
 from worker.simcluster.apiserver import KubeEmulator
 from worker.simulate import free_port
