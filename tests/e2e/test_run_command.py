@@ -16,8 +16,10 @@ from worker.simulate import free_port
 from workflows.contract import ROLLBACK_STATE_ANNOTATION
 from workflows.fingerprint import Recommendation
 
-REC = Recommendation(requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
-                     requests={"app": {"memory": "512Mi"}})
+REC = Recommendation(
+    requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
+    requests={"app": {"memory": "512Mi"}},
+)
 
 
 def _wait(check, timeout: float) -> bool:  # type: ignore[no-untyped-def]
@@ -32,29 +34,74 @@ def _wait(check, timeout: float) -> bool:  # type: ignore[no-untyped-def]
 def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
     with KubeEmulator() as api:
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "sim",
-            "clusters": [{"name": "sim", "cluster": {"server": api.url}}],
-            "users": [{"name": "sim", "user": {}}],
-            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
-        }))
+        kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "sim",
+                    "clusters": [{"name": "sim", "cluster": {"server": api.url}}],
+                    "users": [{"name": "sim", "user": {}}],
+                    "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim"}}],
+                }
+            )
+        )
         api.store.create(policy(monitoringPeriod="2s"))
         dep = api.store.create(owner("Deployment", replicas=1))
         port = free_port()
         process = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "run", "--kubeconfig", str(kubeconfig),
-             "--data-dir", str(tmp_path / "data"), "--port", str(port), "--lease-namespace", "default",
-             "--sample-interval", "500ms"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            [
+                sys.executable,
+                "-m",
+                "worker.cli",
+                "run",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--port",
+                str(port),
+                "--lease-namespace",
+                "default",
+                "--sample-interval",
+                "500ms",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            ref = {"kind": "Deployment", "name": "web", "uid": dep["metadata"]["uid"], "controller": True}
-            rs = api.store.create({"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                                   "metadata": {"name": "web-1", "namespace": NS, "ownerReferences": [ref]},
-                                   "spec": {"selector": {"matchLabels": {"app": "web"}}}})
-            assert _wait(lambda: api.store.watching("Pod") == 1, 30), "the intake never watched pods"
-            api.store.create(pod("web-a", {"app": "web"}, memory="512Mi", rec=REC, owner_ref={
-                "kind": "ReplicaSet", "name": "web-1", "uid": rs["metadata"]["uid"], "controller": True}))
+            ref = {
+                "kind": "Deployment",
+                "name": "web",
+                "uid": dep["metadata"]["uid"],
+                "controller": True,
+            }
+            rs = api.store.create(
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "metadata": {"name": "web-1", "namespace": NS, "ownerReferences": [ref]},
+                    "spec": {"selector": {"matchLabels": {"app": "web"}}},
+                }
+            )
+            assert _wait(lambda: api.store.watching("Pod") == 1, 30), (
+                "the intake never watched pods"
+            )
+            api.store.create(
+                pod(
+                    "web-a",
+                    {"app": "web"},
+                    memory="512Mi",
+                    rec=REC,
+                    owner_ref={
+                        "kind": "ReplicaSet",
+                        "name": "web-1",
+                        "uid": rs["metadata"]["uid"],
+                        "controller": True,
+                    },
+                )
+            )
 
             def state() -> dict | None:  # type: ignore[type-arg]
                 obj = api.store.get(api.store.rtype("Deployment"), NS, "web")
@@ -62,7 +109,9 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
                 return json.loads(raw) if raw else None
 
             assert _wait(lambda: (state() or {}).get("mode") == "monitoringSucceeded", 30)
-            lease = api.store.get(api.store.rtype("Lease"), "default", "rightsizing-rollback-intake")
+            lease = api.store.get(
+                api.store.rtype("Lease"), "default", "rightsizing-rollback-intake"
+            )
             assert lease["spec"]["holderIdentity"]
         finally:
             process.send_signal(signal.SIGTERM)
@@ -74,8 +123,19 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
 def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "run", "--data-dir", str(tmp_path), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "run",
+            "--data-dir",
+            str(tmp_path),
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
         env={k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1"}.items() if k != "KUBECONFIG"},
     )
     lines: list[str] = []
