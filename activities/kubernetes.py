@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import socket
+import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -258,6 +259,16 @@ class KubernetesActivities:
 
     @activity.defn(name=SAMPLE_COHORT)
     def sample_cohort(self, input: SampleCohortInput) -> CohortSample:
+        started = time.monotonic()
+        try:
+            return self._sample(input)
+        finally:
+            if activity.in_activity():
+                activity.metric_meter().create_histogram(
+                    "rollback_sample_latency", "one cohort sample", "ms"
+                ).record(int((time.monotonic() - started) * 1000))
+
+    def _sample(self, input: SampleCohortInput) -> CohortSample:
         owner, desired, query = input.owner, None, input.cohort
         if query is None:
             obj = self._owner(owner)

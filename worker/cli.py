@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,9 +21,10 @@ from typing import Any
 import yaml
 from kubernetes.client import ApiClient
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 
 from activities.kubernetes import Actuation
-from worker import crds, ops
+from worker import crds, ops, telemetry
 from worker.devserver import DevServer
 from worker.kube import activities_for, api_client
 from worker.ops import OpsError
@@ -147,17 +147,18 @@ def cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kube(args: argparse.Namespace) -> ApiClient:
-    return api_client(args.kubeconfig, args.kube_url)
+def _kube(args: argparse.Namespace, rt: Runtime | None = None) -> ApiClient:
+    return api_client(args.kubeconfig, args.kube_url, telemetry.meter(rt))
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     config = TemporalConfig.from_args(args)
-    activities = activities_for(_kube(args), Actuation(args.actuation))
+    rt = telemetry.runtime(args.metrics_address)
+    activities = activities_for(_kube(args, rt), Actuation(args.actuation))
 
     async def main() -> None:
         await serve(
-            await config.connect(), config.task_queue, stop_on_signals(), activities=activities
+            await config.connect(rt), config.task_queue, stop_on_signals(), activities=activities
         )
 
     asyncio.run(main())
@@ -166,17 +167,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_intake(args: argparse.Namespace) -> int:
     config = TemporalConfig.from_args(args)
-    api = _kube(args)
+    rt = telemetry.runtime(args.metrics_address)
+    api = _kube(args, rt)
 
     async def main() -> None:
         await serve(
-            await config.connect(),
+            await config.connect(rt),
             config.task_queue,
             stop_on_signals(),
             intake_api=api,
             lease_namespace=args.lease_namespace,
             identity=args.identity,
             sample_interval=parse_duration(args.sample_interval),
+            metric_meter=telemetry.meter(rt),
         )
 
     asyncio.run(main())
@@ -328,12 +331,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             await asyncio.to_thread(server.start)
             args.address = server.address
         config = TemporalConfig.from_args(args)
-        api = _kube(args)
+        rt = telemetry.runtime(args.metrics_address)
+        api = _kube(args, rt)
         try:
             if server is not None:
                 _banner(server, "cluster from your kubeconfig")
             await serve(
-                await config.connect(),
+                await config.connect(rt),
                 config.task_queue,
                 stop,
                 activities=activities_for(api, Actuation(args.actuation)),
@@ -341,6 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 lease_namespace=args.lease_namespace,
                 identity=args.identity,
                 sample_interval=parse_duration(args.sample_interval),
+                metric_meter=telemetry.meter(rt),
             )
         finally:
             if server is not None:
@@ -378,9 +383,14 @@ def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--actuation",
         choices=[a.value for a in Actuation],
-        default="annotations",
+        default=os.environ.get("ROLLBACK_ACTUATION", "annotations"),
         help="annotations: publish rollback recommendations for an applier;"
-        " in-place: also resize pods",
+        " in-place: also resize pods (ROLLBACK_ACTUATION)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=os.environ.get("ROLLBACK_METRICS_ADDRESS"),
+        help="serve Prometheus /metrics on host:port, e.g. 0.0.0.0:9464 (ROLLBACK_METRICS_ADDRESS)",
     )
 
 
@@ -395,7 +405,9 @@ def _add_intake_flags(parser: argparse.ArgumentParser) -> None:
         "--identity", help="leader-election identity (default: POD_NAME or host-pid)"
     )
     group.add_argument(
-        "--sample-interval", default="30s", help="cohort sampling interval (default 30s)"
+        "--sample-interval",
+        default=os.environ.get("ROLLBACK_SAMPLE_INTERVAL", "30s"),
+        help="cohort sampling interval (ROLLBACK_SAMPLE_INTERVAL, default 30s)",
     )
 
 
@@ -428,6 +440,12 @@ def _add_operations(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rollbackctl", description="Durable rollback engine for Kubernetes rightsizing."
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=os.environ.get("ROLLBACK_LOG_FORMAT", "text"),
+        help="log lines as text or JSON objects (ROLLBACK_LOG_FORMAT)",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -494,10 +512,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     args = build_parser().parse_args(argv)
+    telemetry.configure_logging(args.log_format)
     handler: Handler = args.handler
     return handler(args)
 

@@ -16,11 +16,14 @@ from datetime import timedelta
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
+from temporalio.common import MetricMeter
+from temporalio.service import RPCError
 
 from activities.kubernetes import KubernetesActivities
 from worker.intake import Intake
 from worker.leader import LeaderElector
 from worker.runner import build_worker
+from workflows.contract import Mode, SearchAttribute
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "rightsizing-rollback-intake"
@@ -79,6 +82,21 @@ class IntakeService:
         self.elector.stop()
 
 
+async def report_workloads(temporal: Client, meter: MetricMeter, every: float = 30.0) -> None:
+    """``rollback_workloads{mode}``: running workflows by the mode of their current run."""
+    gauge = meter.create_gauge("rollback_workloads", "running rollback workflows by mode")
+    while True:
+        for mode in (m for m in Mode if not m.terminal):
+            query = f'{SearchAttribute.MODE} = "{mode.value}" AND ExecutionStatus = "Running"'
+            try:
+                count = (await temporal.count_workflows(query)).count
+            except RPCError as exc:
+                log.warning("counting workflows in %s failed: %s", mode, exc)
+                continue
+            gauge.set(count, {"mode": mode.value})
+        await asyncio.sleep(every)
+
+
 async def serve(
     temporal: Client,
     task_queue: str,
@@ -88,9 +106,12 @@ async def serve(
     lease_namespace: str = "default",
     identity: str | None = None,
     sample_interval: timedelta = timedelta(seconds=30),
+    metric_meter: MetricMeter | None = None,
 ) -> None:
     """Run the worker (given activities), the intake (given an API client), or both."""
-    service = None
+    service, reporter = None, None
+    if intake_api is not None and metric_meter is not None:
+        reporter = asyncio.create_task(report_workloads(temporal, metric_meter))
     if intake_api is not None:
         service = IntakeService(
             temporal,
@@ -108,5 +129,7 @@ async def serve(
         else:
             await stop.wait()
     finally:
+        if reporter is not None:
+            reporter.cancel()
         if service is not None:
             await asyncio.to_thread(service.stop)

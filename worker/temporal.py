@@ -22,6 +22,7 @@ from pathlib import Path
 from temporalio.client import Client, TLSConfig, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 
 from workflows.activity_api import OwnerRef
 from workflows.contract import TASK_QUEUE
@@ -90,13 +91,14 @@ class TemporalConfig:
             )
         return self.tls or bool(self.api_key)
 
-    async def connect(self) -> Client:
+    async def connect(self, runtime: Runtime | None = None) -> Client:
         return await Client.connect(
             self.address,
             namespace=self.namespace,
             api_key=self.api_key,
             tls=self.tls_config(),
             data_converter=pydantic_data_converter,
+            runtime=runtime,
         )
 
 

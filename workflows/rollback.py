@@ -346,6 +346,7 @@ class RollbackWorkflow:
             self.state.transitions,
         ):
             workflow.upsert_search_attributes(search_attributes(self.state))
+            self._count_transition()
         for effect in decision.effects:
             match effect:
                 case Record():
@@ -379,10 +380,30 @@ class RollbackWorkflow:
                         )
                     )
 
+    def _count_transition(self) -> None:
+        """Metrics (the SDK skips them during replay): transitions, rollbacks, ended runs."""
+        state, meter = self.state, workflow.metric_meter()
+        meter.create_counter("rollback_transitions", "transitions by mode").add(
+            1, {"mode": state.mode.value}
+        )
+        if state.mode is Mode.ROLLING_BACK:
+            meter.create_counter("rollback_rollbacks", "rollbacks started by reason").add(
+                1, {"reason": str(state.failure_reason)}
+            )
+        if state.mode.terminal:
+            meter.create_counter("rollback_attempts", "runs ended by outcome").add(
+                1, {"outcome": state.mode.value}
+            )
+
     async def _record(self, effect: Record) -> None:
         state = self.state
         workflow.logger.info(
-            "%s: %s turn %d: %s", state.owner, state.mode, state.turn, effect.message
+            "%s: %s turn %d: %s",
+            state.owner,
+            state.mode,
+            state.turn,
+            effect.message,
+            extra={"owner": str(state.owner), "fingerprint": state.fingerprint},
         )
         await self._activity(
             RECORD_TRANSITION,

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from tests.activity.builders import NS, owner, pod, policy
@@ -48,12 +49,14 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
         )
         api.store.create(policy(monitoringPeriod="2s"))
         dep = api.store.create(owner("Deployment", replicas=1))
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
         process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "worker.cli",
+                "--log-format",
+                "json",
                 "run",
                 "--kubeconfig",
                 str(kubeconfig),
@@ -65,6 +68,8 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
                 "default",
                 "--sample-interval",
                 "500ms",
+                "--metrics-address",
+                f"127.0.0.1:{metrics_port}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -113,11 +118,22 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
                 api.store.rtype("Lease"), "default", "rightsizing-rollback-intake"
             )
             assert lease["spec"]["holderIdentity"]
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                metrics = response.read().decode()
+            assert 'rollback_transitions{mode="monitoringSucceeded"' in metrics, metrics[-3000:]
+            assert 'rollback_kube_requests{code="200",method="GET"' in metrics
+            assert "rollback_sample_latency" in metrics
+            assert "temporal_workflow_task" in metrics  # the SDK's own, same endpoint
         finally:
             process.send_signal(signal.SIGTERM)
             output = process.communicate(timeout=60)[0].decode()
         assert process.returncode == 0, output[-3000:]
         assert "cluster from your kubeconfig" in output
+        lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+        about = [x for x in lines if x.get("fingerprint") == REC.fingerprint]
+        assert about, output[-2000:]
+        assert all(x["owner"] == "shop/Deployment/web" and x["workflow_id"] for x in about)
 
 
 def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""Metrics and logs for the processes.
+
+Metrics: one Prometheus endpoint (``--metrics-address``, ``ROLLBACK_METRICS_ADDRESS``, default
+off on a laptop, ``0.0.0.0:9464`` in the manifests) served by the Temporal SDK's runtime, so the
+SDK's own metrics (workflow and activity task latencies, polls, failures) and ours share it:
+
+    rollback_transitions{mode}            transitions recorded by workflows
+    rollback_attempts{outcome}            runs ended, by final mode
+    rollback_rollbacks{reason}            rollbacks started, by failure reason
+    rollback_workloads{mode}              workloads by the mode of their newest run (intake)
+    rollback_sample_latency (ms)          one cohort sample (GET owner when needed + LIST pods)
+    rollback_kube_requests{method,code}   Kubernetes API calls, with their status code
+
+Logs: ``--log-format json`` (``ROLLBACK_LOG_FORMAT``) writes one JSON object per line with the
+owner, fingerprint and workflow ID whenever the line is about one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from typing import Any
+
+from kubernetes.client import ApiClient, Configuration
+from temporalio.common import MetricMeter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def runtime(metrics_address: str | None) -> Runtime | None:
+    """A Temporal runtime exporting Prometheus metrics, or None for the default runtime."""
+    if not metrics_address:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_address))
+    )
+
+
+def meter(rt: Runtime | None) -> MetricMeter:
+    return rt.metric_meter if rt is not None else MetricMeter.noop
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key in _STANDARD:
+                continue
+            if key in ("temporal_workflow", "temporal_activity") and isinstance(value, dict):
+                line["workflow_id"] = value.get("workflow_id")
+                line["run_id"] = value.get("run_id")
+            else:
+                line[key] = (
+                    value if isinstance(value, str | int | float | bool | None) else str(value)
+                )
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line)
+
+
+def configure_logging(fmt: str = "text", level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+class InstrumentedApiClient(ApiClient):
+    """The official ``ApiClient`` counting each call by method and status code."""
+
+    def __init__(self, configuration: Configuration, metric_meter: MetricMeter) -> None:
+        super().__init__(configuration)
+        self._requests = metric_meter.create_counter(
+            "rollback_kube_requests", "Kubernetes API requests by method and status code"
+        )
+
+    def call_api(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            response = super().call_api(method, url, *args, **kwargs)
+        except Exception as exc:
+            self._requests.add(
+                1, {"method": str(method), "code": str(getattr(exc, "status", "error"))}
+            )
+            raise
+        self._requests.add(1, {"method": str(method), "code": str(getattr(response, "status", 0))})
+        return response
