@@ -101,6 +101,16 @@ class Actuation(StrEnum):
     IN_PLACE = "in-place"  # publish it and resize running pods through pods/resize
 
 
+def already_exists(exc: ApiException) -> bool:
+    """409 AlreadyExists on a create (not a 409 Conflict, which is worth retrying)."""
+    if exc.status != 409:
+        return False
+    try:
+        return bool(json.loads(exc.body or "{}").get("reason") == "AlreadyExists")
+    except ValueError:
+        return False
+
+
 class ConflictError(Exception):
     """The owner kept changing under us; Temporal retries the activity."""
 
@@ -420,7 +430,7 @@ class KubernetesActivities:
         try:
             self.core.create_namespaced_event(owner.namespace, body)  # type: ignore[arg-type]
         except ApiException as exc:
-            if exc.status == 409:  # this transition's Event exists: a retry
+            if already_exists(exc):  # this transition's Event exists: a retry
                 return False
             raise
         return True

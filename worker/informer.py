@@ -32,6 +32,7 @@ iter_resp_lines: Callable[[Any], Any] = _watch.iter_resp_lines  # untyped in the
 
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF_SECONDS = 30.0
+HANDLER_ATTEMPTS = 6
 
 
 def object_key(obj: Obj) -> tuple[str, str]:
@@ -105,16 +106,35 @@ class Informer:
         items: list[Obj] = body.get("items", [])
         fresh = {object_key(o): o for o in items}
         for key in set(self.cache) - set(fresh):
-            self.handler("DELETED", self.cache.pop(key), True)
+            self._handle("DELETED", self.cache.pop(key), True)
         for key, obj in fresh.items():
             self.cache[key] = obj
-            self.handler("ADDED", obj, True)
+            self._handle("ADDED", obj, True)
         self.resource_version = body["metadata"]["resourceVersion"]
         self.relists += 1
         if not self.synced.is_set():
             self.synced.set()
         if self.on_synced is not None:
             self.on_synced()
+
+    def _handle(self, kind: str, obj: Obj, initial: bool) -> None:
+        """Deliver one event; a handler failing on a transient API error is retried, so the
+        event is not lost (the resourceVersion has already moved past it)."""
+        for attempt in range(HANDLER_ATTEMPTS):
+            try:
+                self.handler(kind, obj, initial)
+                return
+            except (ApiException, HTTPError, OSError) as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("%s informer: handling %s failed (%s), retrying", self.name, kind, exc)
+                self._stop.wait(min(MAX_BACKOFF_SECONDS, 0.2 * 2**attempt))
+        log.error(
+            "%s informer: gave up on a %s event after %d attempts",
+            self.name,
+            kind,
+            HANDLER_ATTEMPTS,
+        )
 
     def _watch(self) -> None:
         self.watches += 1
@@ -147,7 +167,7 @@ class Informer:
                     self.cache.pop(key, None)
                 else:
                     self.cache[key] = obj
-                self.handler(kind, obj, False)
+                self._handle(kind, obj, False)
         finally:
             response, self._response = self._response, None
             if response is not None:

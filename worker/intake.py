@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from activities.cohort import actual_resources
-from activities.kubernetes import KubernetesActivities
+from activities.kubernetes import KubernetesActivities, already_exists
 from worker.informer import Informer
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
@@ -181,26 +181,31 @@ class Intake:
         except MalformedRecommendationError as exc:
             self._malformed(pod, exc)
             return
-        fingerprint = rec.fingerprint if rec else None
-        previous = self._adopted.get(uid)
-        self._adopted[uid] = fingerprint
-        if rec is None or fingerprint == previous:
-            return  # nothing adopted, or nothing new: a duplicate event
-        self.stats["adoptions"] += 1
+        if rec is None:
+            self._adopted[uid] = None
+            return
+        if self._adopted.get(uid) == rec.fingerprint:
+            return  # nothing new: a duplicate event
+        # Marked as seen only once handled: if an API call below fails, the informer delivers
+        # this event again and it must not look like a duplicate then.
         owner = self.owners.owner_of(pod)
-        if owner is None:
-            return
-        seen = Observation(owner, rec, pod["metadata"]["name"], _created(pod))
-        if initial:
-            with self._lock:
-                key = (owner, rec.fingerprint)
-                known = self._batch.get(key)
-                if known is None or (seen.pod_created_at or datetime.min.replace(tzinfo=UTC)) > (
-                    known.pod_created_at or datetime.min.replace(tzinfo=UTC)
-                ):
-                    self._batch[key] = seen
-            return
-        self._consider(seen)
+        if owner is not None:
+            seen = Observation(owner, rec, pod["metadata"]["name"], _created(pod))
+            if initial:
+                self._batch_observation(seen)
+            else:
+                self._consider(seen)
+        self._adopted[uid] = rec.fingerprint
+        self.stats["adoptions"] += 1
+
+    def _batch_observation(self, seen: Observation) -> None:
+        """At start-up: one observation per (owner, fingerprint), the newest pod's."""
+        oldest = datetime.min.replace(tzinfo=UTC)
+        with self._lock:
+            key = (seen.owner, seen.recommendation.fingerprint)
+            known = self._batch.get(key)
+            if known is None or (seen.pod_created_at or oldest) > (known.pod_created_at or oldest):
+                self._batch[key] = seen
 
     def _flush_batch(self) -> None:
         with self._lock:
@@ -308,5 +313,5 @@ class Intake:
         try:
             self.core.create_namespaced_event(meta.get("namespace", "default"), event)  # type: ignore[arg-type]
         except ApiException as err:
-            if err.status != 409:  # 409: already reported for this value
-                log.warning("could not record an Event for pod %s: %s", meta["name"], err)
+            if not already_exists(err):
+                raise  # transient: the informer retries the event

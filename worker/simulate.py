@@ -18,7 +18,7 @@ A scenario is YAML::
       - {at: 1s, apply: {workload: shop/Deployment/api, requests: {app: {memory: 256Mi}}}}
       - {at: 4s, deletePod: {workload: shop/Deployment/api}}
       - {at: 5s, scale: {workload: shop/Deployment/api, replicas: 3}}
-      - {at: 6s, applyPolicy: {...}}   /  {deletePolicy: {kind: ..., namespace: ..., name: ...}}
+      - {at: 6s, applyPolicy: {...}}   /  {delete: {kind: ..., namespace: ..., name: ...}}
       - {at: 7s, killWorker: {for: 2s}} / {restartTemporal: {for: 1s}}
     expect:
       shop/Deployment/api: {mode: failedPermanent, turn: 2, failureReason: oomKilled,
@@ -120,7 +120,7 @@ class Step(Model):
     delete_pod: Obj | None = None
     scale: Obj | None = None
     apply_policy: Obj | None = None
-    delete_policy: Obj | None = None
+    delete: Obj | None = None  # any object: {kind, namespace, name}
     kill_worker: Obj | None = None
     restart_temporal: Obj | None = None
 
@@ -233,7 +233,10 @@ class Recorder:
             return
         owner = owner_key(rtype.kind, meta.get("namespace", ""), meta["name"])
         raw = (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
-        state = json.loads(raw) if raw else None
+        try:
+            state = json.loads(raw) if raw else None
+        except ValueError:
+            state = None  # unreadable: the engine replaces it
         summary = f"{state['mode']}/{state['turn']}" if state else None
         if summary == self._last.get(owner, None) and owner in self._last:
             return
@@ -466,8 +469,8 @@ class World:
                 )
             except ApiError:
                 store.create(step.apply_policy)
-        if step.delete_policy is not None:
-            d = step.delete_policy
+        if step.delete is not None:
+            d = step.delete
             store.delete(store.rtype(d["kind"]), d.get("namespace"), d["name"])
             self.recorder.on_line(
                 f"{self.recorder.t():7.2f}s  step: {d['kind']} {d['name']} deleted"
@@ -496,7 +499,10 @@ class World:
         except ApiError:
             return None
         raw = (owner["metadata"].get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return {"mode": "unreadable"}
 
     def problems(self) -> list[str]:
         found = []

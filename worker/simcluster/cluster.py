@@ -223,7 +223,10 @@ class SimulatedCluster:
         if not recs:
             return {}, {}, {}
         rec = recs[0]
-        state = json.loads(annotations.get(ROLLBACK_STATE_ANNOTATION) or "{}")
+        try:
+            state = json.loads(annotations.get(ROLLBACK_STATE_ANNOTATION) or "{}")
+        except ValueError:
+            state = {}
         if (
             state.get("mode") == "failedPermanent"
             and state.get("activeRecommendationFingerprint") == rec.fingerprint

@@ -1,0 +1,26 @@
+"""The benchmark's quick mode as a smoke check: it runs end to end and prints every figure.
+Figures only: nothing here fails on a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+
+def test_quick_bench_prints_every_section() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    for heading in ("## P4", "## P2", "## P1", "## SQLite", "## P3"):
+        assert heading in out.stdout
+    assert "same answers" in out.stdout  # the index and the linear scan agreed
+    assert "1.00 LIST" in out.stdout  # one LIST per owner per sample
+    assert "20/20 reached monitoringSucceeded" in out.stdout
