@@ -232,7 +232,7 @@ FAULTED = pytest.param(
     id="faulted",
     marks=pytest.mark.skipif(
         not os.environ.get("ROLLBACK_FAULTS"),
-        reason="flaky: about 1 run in 3 loses a workload's first signal (ROLLBACK_FAULTS=1 runs it)",
+        reason="flaky: about 1 run in 3 loses a first signal; ROLLBACK_FAULTS=1 runs it",
     ),
 )
 
