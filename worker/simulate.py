@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.client import ApiClient, Configuration
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from worker.devserver import DevServer
+from worker.kube import api_client
 from worker.process import IntakeService
 from worker.simcluster.apiserver import ApiError, KubeEmulator
 from worker.simcluster.cluster import Behaviour, SimulatedCluster
@@ -379,12 +379,10 @@ class World:
         client = await TemporalConfig(
             address=self.temporal.address, task_queue=self.task_queue
         ).connect()
-        configuration = Configuration()
-        configuration.host = self.api.url
         self.intake = IntakeService(
             client,
             self.task_queue,
-            ApiClient(configuration),
+            api_client(url=self.api.url),
             "default",
             "simulation",
             timedelta(seconds=self.scenario.sample_interval),

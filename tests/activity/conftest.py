@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from activities.kubernetes import Actuation, KubernetesActivities
+from worker.kube import api_client
 from worker.simcluster.apiserver import KubeEmulator
 
 
@@ -19,10 +20,8 @@ def api() -> Iterator[KubeEmulator]:
 
 @pytest.fixture
 def client(api: KubeEmulator) -> Iterator[ApiClient]:
-    config = Configuration()
-    config.host = api.url
-    with ApiClient(config) as api_client:
-        yield api_client
+    with api_client(url=api.url) as kube:
+        yield kube
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation, KubernetesActivities
@@ -24,6 +24,7 @@ from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
+from worker.kube import api_client
 from worker.leader import LeaderElector
 from worker.simcluster.apiserver import KubeEmulator, Request, _resource_parts
 from workflows.activity_api import (
@@ -68,9 +69,7 @@ def denied(journal: list[Request], granted: list[Rule]) -> set[str]:
 
 
 def kube(api: KubeEmulator) -> ApiClient:
-    config = Configuration()
-    config.host = api.url
-    return ApiClient(config)
+    return api_client(url=api.url)
 
 
 def exercise_activities(actuation: Actuation) -> list[Request]:

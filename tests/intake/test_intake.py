@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -20,6 +20,7 @@ from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
 from worker.kube import activities_for
+from worker.kube import api_client as client_for_url
 from worker.leader import LeaderElector
 from worker.runner import build_worker
 from worker.simcluster.apiserver import KubeEmulator
@@ -59,9 +60,7 @@ class Env:
 
 
 def api_client(api: KubeEmulator) -> ApiClient:
-    config = Configuration()
-    config.host = api.url
-    return ApiClient(config)
+    return client_for_url(url=api.url)
 
 
 def deployment(api: KubeEmulator, replicas: int = 2) -> dict:  # type: ignore[type-arg]

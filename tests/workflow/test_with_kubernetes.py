@@ -7,13 +7,13 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kubernetes.client import ApiClient, Configuration
+from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import end_if_running
-from worker.kube import activities_for
+from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.simcluster.apiserver import KubeEmulator
 from worker.temporal import observe
@@ -43,9 +43,7 @@ def api() -> Iterator[KubeEmulator]:
 
 
 def client_for(api: KubeEmulator) -> ApiClient:
-    config = Configuration()
-    config.host = api.url
-    return ApiClient(config)
+    return api_client(url=api.url)
 
 
 def events(api: KubeEmulator) -> list[str]:
