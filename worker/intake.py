@@ -62,6 +62,7 @@ Obj = dict[str, Any]
 
 RECOMMENDATION_MARK = ".rightsizing.kubex.ai/"
 OWNER_INFO_TTL = 30.0
+SIGNAL_ATTEMPTS = 10  # about two minutes of backoff
 SETTLED = (Mode.MONITORING_SUCCEEDED, Mode.FAILED_PERMANENT, Mode.CANCELLED)
 
 
@@ -265,25 +266,29 @@ class Intake:
         self._owner_info.pop(owner, None)  # the workflow is about to write a new state
         self.stats["signals"] += 1
         log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)
-        future = asyncio.run_coroutine_threadsafe(
-            observe(
-                self.temporal,
-                self.task_queue,
-                owner,
-                seen.recommendation,
-                pod=seen.pod,
-                pod_created_at=seen.pod_created_at,
-                sample_interval=self.sample_interval,
-            ),
-            self.loop,
-        )
-        future.add_done_callback(self._signal_done)
+        future = asyncio.run_coroutine_threadsafe(self._deliver(seen), self.loop)
         self.pending = [f for f in self.pending if not f.done()] + [future]
 
-    def _signal_done(self, future: Future[Any]) -> None:
-        if future.exception() is not None:
-            self.stats["signal_errors"] += 1
-            log.error("signal-with-start failed: %s", future.exception())
+    async def _deliver(self, seen: Observation) -> None:
+        """Signal-with-start, retried with backoff: Temporal being briefly away (a restart, a
+        deploy) must not lose an adoption."""
+        for attempt in range(SIGNAL_ATTEMPTS):
+            try:
+                await observe(
+                    self.temporal,
+                    self.task_queue,
+                    seen.owner,
+                    seen.recommendation,
+                    pod=seen.pod,
+                    pod_created_at=seen.pod_created_at,
+                    sample_interval=self.sample_interval,
+                )
+                return
+            except Exception as exc:  # RPC errors of every kind: retried alike
+                log.warning("%s: signal-with-start failed (%s), retrying", seen.owner, exc)
+                await asyncio.sleep(min(30.0, 0.5 * 2**attempt))
+        self.stats["signal_errors"] += 1
+        log.error("%s: signal-with-start failed %d times; dropped", seen.owner, SIGNAL_ATTEMPTS)
 
     def _malformed(self, pod: Obj, exc: Exception) -> None:
         meta = pod["metadata"]
