@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from activities.kubetime import parse_kube_time
 from activities.owners import JOB_NAME_LABEL, resources_of
 from workflows.activity_api import CohortQuery
 from workflows.contract import FailureReason
@@ -58,12 +59,6 @@ class PodVerdict:
     @property
     def counts(self) -> bool:
         return self.adopted and self.reason is None
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def actual_resources(pod: Obj) -> tuple[Resources, Resources]:
@@ -106,7 +101,7 @@ def health(pod: Obj, since: datetime) -> tuple[FailureReason | None, tuple[str, 
     for cs in statuses:
         now = cs.get("state") or {}
         last = (cs.get("lastState") or {}).get("terminated") or {}
-        finished = _parse_time(last.get("finishedAt"))
+        finished = parse_kube_time(last.get("finishedAt"))
         if (now.get("terminated") or {}).get("reason") == "OOMKilled" or (
             last.get("reason") == "OOMKilled" and finished is not None and finished >= since
         ):

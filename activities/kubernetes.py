@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from activities.cohort import Tally, actual_resources, in_cohort, judge
+from activities.kubetime import kube_now
 from activities.owners import (
     ANALYSIS_RUN_UID_LABEL,
     INTERMEDIATE,
@@ -113,10 +114,6 @@ def already_exists(exc: ApiException) -> bool:
 
 class ConflictError(Exception):
     """The owner kept changing under us; Temporal retries the activity."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _body(response: Any) -> Any:
@@ -406,7 +403,7 @@ class KubernetesActivities:
         raise ConflictError(f"{owner}: still conflicting after {CONFLICT_RETRIES} attempts")
 
     def _event(self, input: RecordTransitionInput, obj: Obj) -> bool:
-        owner, now = input.owner, _now()
+        owner, now = input.owner, kube_now()
         digest = hashlib.sha256(input.event_id.encode()).hexdigest()[:12]
         body = {
             "metadata": {"name": f"{owner.name}.rb-{digest}", "namespace": owner.namespace},

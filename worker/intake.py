@@ -36,6 +36,7 @@ from temporalio.client import Client
 
 from activities.cohort import actual_resources
 from activities.kubernetes import KubernetesActivities, already_exists
+from activities.kubetime import kube_now, parse_kube_time
 from worker.informer import Informer
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
@@ -67,8 +68,7 @@ SETTLED = (Mode.MONITORING_SUCCEEDED, Mode.FAILED_PERMANENT, Mode.CANCELLED)
 
 
 def _created(pod: Obj) -> datetime | None:
-    value = pod["metadata"].get("creationTimestamp")
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
+    return parse_kube_time(pod["metadata"].get("creationTimestamp"))
 
 
 def adopted_recommendation(pod: Obj) -> Recommendation | None:
@@ -297,7 +297,7 @@ class Intake:
             "pod %s/%s: malformed recommendation: %s", meta.get("namespace"), meta["name"], exc
         )
         digest = hashlib.sha256(f"{meta.get('uid')}{exc}".encode()).hexdigest()[:12]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = kube_now()
         event = {
             "metadata": {"name": f"{meta['name']}.rb-{digest}", "namespace": meta.get("namespace")},
             "involvedObject": {

@@ -20,6 +20,8 @@ from typing import Any
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
+from activities.kubetime import parse_kube_time
+
 log = logging.getLogger(__name__)
 
 GROUP, VERSION, PLURAL = "coordination.k8s.io", "v1", "leases"
@@ -27,12 +29,6 @@ GROUP, VERSION, PLURAL = "coordination.k8s.io", "v1", "leases"
 
 def _micro(ts: datetime) -> str:
     return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 class LeaderElector:
@@ -137,13 +133,13 @@ class LeaderElector:
                 raise
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
+        renewed = parse_kube_time(spec.get("renewTime"))
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
         expired = renewed is None or (now - renewed).total_seconds() > duration
         if holder not in (None, "", self.identity) and not expired:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
-        acquired = _parse(spec.get("acquireTime")) if holder == self.identity else now
+        acquired = parse_kube_time(spec.get("acquireTime")) if holder == self.identity else now
         lease["spec"] = self._spec(now, acquired or now, transitions)
         try:
             self.custom.replace_namespaced_custom_object(

@@ -25,11 +25,11 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
 
+from activities.kubetime import kube_now
 from worker.simcluster.patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from worker.simcluster.selectors import matches, parse_field_selector, parse_label_selector
 
@@ -93,10 +93,6 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -223,7 +219,7 @@ class Store:
                     409, "AlreadyExists", f'{rtype.plural} "{meta["name"]}" already exists'
                 )
             meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", _now())
+            meta.setdefault("creationTimestamp", kube_now())
             meta["generation"] = 1
             self._bump(obj)
             pool[meta["name"]] = obj

@@ -32,10 +32,10 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from activities.kubetime import kube_now
 from worker.simcluster.apiserver import ApiError, Store
 from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
@@ -72,10 +72,6 @@ class Workload:
     name: str
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     pod_template: Obj | None = None  # for kinds without one (Model)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _dig(obj: Any, *path: str) -> Any:
@@ -587,7 +583,7 @@ class SimulatedCluster:
         )
         if not starving:
             if "running" not in (cs.get("state") or {}):
-                cs["state"] = {"running": {"startedAt": _now()}}
+                cs["state"] = {"running": {"startedAt": kube_now()}}
             cs["ready"] = True
             return True
         last_kill = self._clock.get(f"{uid}/{name}/oom", 0.0)
@@ -595,13 +591,13 @@ class SimulatedCluster:
             self._clock[f"{uid}/{name}/oom"] = now
             cs["restartCount"] = cs.get("restartCount", 0) + 1
             cs["lastState"] = {
-                "terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": _now()}
+                "terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": kube_now()}
             }
         crashing = cs.get("restartCount", 0) > CRASH_LOOP_AFTER
         cs["state"] = (
             {"waiting": {"reason": "CrashLoopBackOff"}}
             if crashing
-            else {"running": {"startedAt": _now()}}
+            else {"running": {"startedAt": kube_now()}}
         )
         cs["ready"] = False
         return False
