@@ -143,6 +143,9 @@ class Informer:
             resource_version=self.resource_version,
             allow_watch_bookmarks=True,
             timeout_seconds=self.watch_timeout,
+            # A quiet watch sends nothing until the server ends it: only a longer silence is a
+            # dead connection.
+            _request_timeout=(10, self.watch_timeout + 30),
             _preload_content=False,
         )
         try:

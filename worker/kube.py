@@ -2,6 +2,16 @@
 
 Resolution order: ``--kube-url`` (the simulated cluster, plain HTTP), ``--kubeconfig`` (or
 ``$KUBECONFIG``), the in-cluster service account, then ``~/.kube/config``.
+
+Every client built here:
+- gives each call a timeout (connect, read) unless the call sets its own, so a hung API server
+  fails the call instead of the activity's whole start-to-close budget;
+- retries, inside the call, what the API server did not process: 429 on any verb (honouring
+  Retry-After, as client-go does) and 5xx on GET, a few times with a short backoff. Writes that
+  failed otherwise surface as ``ApiException`` and are retried by the caller (the activity's
+  retry policy, the informer's handler retries), where the resourceVersion precondition makes
+  them safe to repeat;
+- counts each call by method and status code (``rollback_kube_requests``).
 """
 
 from __future__ import annotations
@@ -13,15 +23,70 @@ from typing import Any
 from kubernetes import config as _kube_config
 from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 from temporalio.common import MetricMeter
+from urllib3.util.retry import Retry
 
 from activities.kubernetes import Actuation, KubernetesActivities
-from worker.telemetry import InstrumentedApiClient
 
 kube_config: Any = _kube_config  # the config loaders are untyped
 
+CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 10.0
+
+
+class UnprocessedRetry(Retry):
+    """urllib3's Retry, also for 429 on writes: a throttled request was never processed."""
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        if status_code == 429 and self.total:
+            return True
+        return super().is_retry(method, status_code, has_retry_after)
+
+
+RETRIES = UnprocessedRetry(
+    total=4,
+    connect=2,
+    read=False,  # a timed-out call raises ReadTimeoutError at once: the caller decides
+    status=3,
+    status_forcelist=(429, 500, 502, 503, 504),
+    allowed_methods=frozenset({"GET", "HEAD"}),
+    backoff_factor=0.1,
+    backoff_max=2.0,
+    respect_retry_after_header=True,
+    raise_on_status=False,  # the last answer becomes an ApiException, as without retries
+)
+
+
+class KubeApiClient(ApiClient):
+    """The official ``ApiClient`` with a default timeout per call and a count of each call."""
+
+    def __init__(
+        self, configuration: Configuration, metric_meter: MetricMeter, read_timeout: float
+    ) -> None:
+        super().__init__(configuration)
+        self.timeout = (CONNECT_TIMEOUT, read_timeout)
+        self._requests = metric_meter.create_counter(
+            "rollback_kube_requests", "Kubernetes API requests by method and status code"
+        )
+
+    def call_api(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+        if len(args) < 4 and kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = self.timeout
+        try:
+            response = super().call_api(method, url, *args, **kwargs)
+        except Exception as exc:
+            self._requests.add(
+                1, {"method": str(method), "code": str(getattr(exc, "status", "error"))}
+            )
+            raise
+        self._requests.add(1, {"method": str(method), "code": str(getattr(response, "status", 0))})
+        return response
+
 
 def api_client(
-    kubeconfig: str | None = None, url: str | None = None, metric_meter: MetricMeter | None = None
+    kubeconfig: str | None = None,
+    url: str | None = None,
+    metric_meter: MetricMeter | None = None,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
 ) -> ApiClient:
     configuration = Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
@@ -38,7 +103,8 @@ def api_client(
         raise RuntimeError(
             "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a cluster"
         )
-    return InstrumentedApiClient(configuration, metric_meter or MetricMeter.noop)
+    configuration.retries = RETRIES
+    return KubeApiClient(configuration, metric_meter or MetricMeter.noop, read_timeout)
 
 
 def activities_for(client: ApiClient, actuation: Actuation) -> KubernetesActivities:

@@ -22,7 +22,6 @@ import logging
 import sys
 from typing import Any
 
-from kubernetes.client import ApiClient, Configuration
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
@@ -74,24 +73,3 @@ def configure_logging(fmt: str = "text", level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-
-
-class InstrumentedApiClient(ApiClient):
-    """The official ``ApiClient`` counting each call by method and status code."""
-
-    def __init__(self, configuration: Configuration, metric_meter: MetricMeter) -> None:
-        super().__init__(configuration)
-        self._requests = metric_meter.create_counter(
-            "rollback_kube_requests", "Kubernetes API requests by method and status code"
-        )
-
-    def call_api(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            response = super().call_api(method, url, *args, **kwargs)
-        except Exception as exc:
-            self._requests.add(
-                1, {"method": str(method), "code": str(getattr(exc, "status", "error"))}
-            )
-            raise
-        self._requests.add(1, {"method": str(method), "code": str(getattr(response, "status", 0))})
-        return response
