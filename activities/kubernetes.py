@@ -10,8 +10,12 @@
   activity therefore never applies a transition twice.
 - Events are named after the transition (``<owner>.rb-<digest of workflow run and step>``): a
   retry that re-creates one gets 409 AlreadyExists and emits nothing new.
-- 404 on the owner ends the attempt cleanly (``exists=False``); 409 is retried here; 429, 5xx
-  and timeouts raise so Temporal retries with backoff (see ``workflows.rollback.K8S_RETRY``).
+- 404 on the owner ends the attempt cleanly (``exists=False``). Writes are retried here a few
+  times on 409 and on transient errors (429, 5xx, timeouts, dropped connections): safe, since
+  the resourceVersion precondition and the Event names make a repeated write a no-op, and
+  cheaper than an activity retry. Reads are retried inside the call by the API client
+  (``worker.kube``). What is left raises, and Temporal retries the activity with backoff (see
+  ``workflows.rollback.K8S_RETRY``).
 
 Actuation has two modes (worker configuration): ``annotations`` publishes the rollback
 recommendation on the owner for an external applier; ``in-place`` publishes it too and resizes
@@ -35,6 +39,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
+from urllib3.exceptions import HTTPError
 
 from activities.cohort import Tally, actual_resources, in_cohort, judge
 from activities.kubetime import kube_now
@@ -89,7 +94,8 @@ Obj = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-CONFLICT_RETRIES = 5
+WRITE_ATTEMPTS = 5
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 COMPONENT = "rightsizing-rollback"
 PARENT_CACHE_SIZE = 10_000
 WORKLOAD_KINDS = frozenset(k.value for k in WorkloadKind)
@@ -110,6 +116,21 @@ def already_exists(exc: ApiException) -> bool:
         return bool(json.loads(exc.body or "{}").get("reason") == "AlreadyExists")
     except ValueError:
         return False
+
+
+def transient(exc: Exception) -> bool:
+    """An error after which the same request may well succeed."""
+    if isinstance(exc, ApiException):
+        return exc.status in TRANSIENT_STATUSES
+    return isinstance(exc, (HTTPError, OSError))  # timeouts, refused or dropped connections
+
+
+def pause_before_retry(what: str, exc: Exception, attempt: int) -> None:
+    """Sleep briefly before another try of a safe-to-repeat write, or re-raise ``exc``."""
+    if not transient(exc) or attempt + 1 >= WRITE_ATTEMPTS:
+        raise exc
+    log.info("%s failed (%s), retrying", what, str(exc).splitlines()[0])
+    time.sleep(0.2 * 2**attempt)
 
 
 class ConflictError(Exception):
@@ -369,21 +390,21 @@ class KubernetesActivities:
     ) -> tuple[Obj | None, bool]:
         """Bring the owner's annotations to ``wanted`` (``None`` removes); no diff, no write."""
         kind = OWNER_KINDS[owner.kind]
-        for _ in range(CONFLICT_RETRIES):
-            obj = self._owner(owner)
-            if obj is None:
-                return None, False
-            current = obj["metadata"].get("annotations") or {}
-            changes = {k: v for k, v in wanted.items() if current.get(k) != v}
-            if not changes:
-                return obj, False
-            body = {
-                "metadata": {
-                    "resourceVersion": obj["metadata"]["resourceVersion"],
-                    "annotations": changes,
-                }
-            }
+        for attempt in range(WRITE_ATTEMPTS):
             try:
+                obj = self._owner(owner)
+                if obj is None:
+                    return None, False
+                current = obj["metadata"].get("annotations") or {}
+                changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+                if not changes:
+                    return obj, False
+                body = {
+                    "metadata": {
+                        "resourceVersion": obj["metadata"]["resourceVersion"],
+                        "annotations": changes,
+                    }
+                }
                 patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
                     kind.group,
                     kind.version,
@@ -397,10 +418,13 @@ class KubernetesActivities:
             except ApiException as exc:
                 if exc.status == 404:
                     return None, False
-                if exc.status != 409:
-                    raise
-                log.info("%s: conflict writing annotations, re-reading", owner)
-        raise ConflictError(f"{owner}: still conflicting after {CONFLICT_RETRIES} attempts")
+                if exc.status == 409:  # written meanwhile (maybe by our own timed-out try)
+                    log.info("%s: conflict writing annotations, re-reading", owner)
+                    continue
+                pause_before_retry(f"{owner}: writing annotations", exc, attempt)
+            except (HTTPError, OSError) as exc:
+                pause_before_retry(f"{owner}: writing annotations", exc, attempt)
+        raise ConflictError(f"{owner}: still conflicting after {WRITE_ATTEMPTS} attempts")
 
     def _event(self, input: RecordTransitionInput, obj: Obj) -> bool:
         owner, now = input.owner, kube_now()
@@ -424,13 +448,18 @@ class KubernetesActivities:
             "lastTimestamp": now,
             "count": 1,
         }
-        try:
-            self.core.create_namespaced_event(owner.namespace, body)  # type: ignore[arg-type]
-        except ApiException as exc:
-            if already_exists(exc):  # this transition's Event exists: a retry
-                return False
-            raise
-        return True
+        attempt = 0
+        while True:  # until created, found, or pause_before_retry re-raises
+            try:
+                self.core.create_namespaced_event(owner.namespace, body)  # type: ignore[arg-type]
+                return True
+            except ApiException as exc:
+                if already_exists(exc):  # this transition's Event exists: a retry
+                    return False
+                pause_before_retry(f"{owner}: creating Event {input.event_reason}", exc, attempt)
+            except (HTTPError, OSError) as exc:
+                pause_before_retry(f"{owner}: creating Event {input.event_reason}", exc, attempt)
+            attempt += 1
 
     def _resize_cohort(
         self,

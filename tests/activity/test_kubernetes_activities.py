@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.kubernetes import KubernetesActivities
 from tests.activity.builders import NS, node, owner, pod, policy
+from worker.kube import api_client
 from worker.simcluster.apiserver import Fault, KubeEmulator
 from workflows.activity_api import (
     LoadOwnerInput,
@@ -338,6 +341,36 @@ def test_record_transition_retries_conflicts(api: KubeEmulator, acts: Kubernetes
     assert len(api.requests("patch")) == 3
 
 
+def test_record_transition_retries_failed_writes(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    """A 500 on the patch and one on the Event: retried here, not by a whole activity retry."""
+    api.store.create(owner("Deployment"))
+    api.inject(Fault(status=500, method="PATCH", path="/deployments/web"))
+    api.inject(Fault(status=503, method="POST", path="/events"))
+    result = record(acts, state())
+    assert result.state_written and result.event_emitted
+    assert [r.status for r in api.requests("patch")] == [500, 200]
+    assert [r.status for r in api.requests("create", "/events")] == [503, 201]
+
+
+def test_a_write_that_timed_out_but_landed_is_not_applied_twice(api: KubeEmulator) -> None:
+    """The server answers after the client gave up: the retry finds the write done (or loses
+    the race on the resourceVersion precondition), and the Event exists once."""
+    api.store.create(owner("Deployment"))
+    api.inject(Fault(status=None, delay=0.8, method="PATCH", path="/deployments/web"))
+    api.inject(Fault(status=None, delay=0.8, method="POST", path="/events"))
+    with api_client(url=api.url, read_timeout=0.3) as slow:
+        acts = KubernetesActivities(CoreV1Api(slow), CustomObjectsApi(slow))
+        record(acts, state())
+    time.sleep(1.0)  # let the delayed requests land
+    annotations = owner_obj(api)["metadata"]["annotations"]
+    assert OwnerState.model_validate_json(annotations[ROLLBACK_STATE_ANNOTATION]) == state()
+    assert [r.status for r in api.requests("patch")].count(200) == 1  # one write landed
+    events, _ = api.store.list_objects(api.store.rtype("Event"), NS)
+    assert len(events) == 1
+
+
 def test_record_transition_detects_a_concurrent_writer(
     api: KubeEmulator, acts: KubernetesActivities
 ) -> None:
@@ -393,14 +426,17 @@ def test_owner_gone_everywhere(acts: KubernetesActivities) -> None:
 def test_server_errors_raise_for_temporal_to_retry(
     api: KubeEmulator, acts: KubernetesActivities
 ) -> None:
+    """Errors the client's own retries did not absorb (see tests/activity/test_kube_client.py)."""
     api.store.create(owner("Deployment"))
-    api.inject(Fault(status=500, method="GET", path="/deployments/web"))
+    api.inject(Fault(status=500, method="GET", path="/deployments/web", times=None))
     with pytest.raises(ApiException) as info:
         sample(acts)
     assert info.value.status == 500
-    api.inject(Fault(status=429, method="GET", path="/pods"))
+    api.faults.clear()
+    api.inject(Fault(status=503, method="GET", path="/pods", times=None))
     with pytest.raises(ApiException):
         sample(acts)
+    api.faults.clear()
     assert sample(acts).exists  # and the next try goes through
 
 
