@@ -19,6 +19,7 @@ from typing import Any
 
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from activities.kubetime import parse_kube_time
 
@@ -76,8 +77,8 @@ class LeaderElector:
         while not self._stop.is_set():
             try:
                 acquired = self._try_acquire_or_renew()
-            except (ApiException, OSError) as exc:
-                log.warning("leader election: %s", exc)
+            except Exception as exc:  # a timeout, a 500...: the campaign must outlive any failure
+                log.warning("leader election: %s", str(exc).splitlines()[0])
                 acquired = False
             now = time.monotonic()
             if acquired:
@@ -162,5 +163,5 @@ class LeaderElector:
                 self.custom.replace_namespaced_custom_object(
                     GROUP, VERSION, self.namespace, PLURAL, self.name, lease
                 )
-        except ApiException as exc:
+        except (ApiException, HTTPError, OSError) as exc:
             log.info("leader election: release failed (%s); the Lease expires by itself", exc)

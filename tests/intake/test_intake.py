@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -19,11 +20,10 @@ from activities.kubernetes import Actuation
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
-from worker.kube import activities_for
-from worker.kube import api_client as client_for_url
+from worker.kube import activities_for, api_client
 from worker.leader import LeaderElector
 from worker.runner import build_worker
-from worker.simcluster.apiserver import KubeEmulator
+from worker.simcluster.apiserver import Fault, KubeEmulator
 from workflows.activity_api import OwnerRef
 from workflows.contract import ROLLBACK_STATE_ANNOTATION, EventReason, Mode, WorkloadKind
 from workflows.fingerprint import Recommendation
@@ -59,10 +59,6 @@ class Env:
         return [e["reason"] for e in items]
 
 
-def api_client(api: KubeEmulator) -> ApiClient:
-    return client_for_url(url=api.url)
-
-
 def deployment(api: KubeEmulator, replicas: int = 2) -> dict:  # type: ignore[type-arg]
     dep = api.store.create(owner("Deployment", replicas=replicas))
     ref = {"kind": "Deployment", "name": "web", "uid": dep["metadata"]["uid"], "controller": True}
@@ -93,7 +89,7 @@ async def eventually(check: Callable[[], bool], timeout: float = 15.0) -> None:
 @pytest.fixture
 async def env(temporal_env: WorkflowEnvironment) -> AsyncIterator[Env]:
     with KubeEmulator() as api:
-        kube = api_client(api)
+        kube = api_client(url=api.url)
         queue = f"intake-{uuid.uuid4().hex[:6]}"
         intake = Intake(
             CoreV1Api(kube),
@@ -249,7 +245,7 @@ async def test_malformed_annotation_leaves_an_event(env: Env) -> None:
 
 def test_leader_election_with_two_candidates() -> None:
     with KubeEmulator() as api:
-        custom = CustomObjectsApi(api_client(api))
+        custom = CustomObjectsApi(api_client(url=api.url))
         log: list[str] = []
 
         def candidate(name: str) -> LeaderElector:
@@ -283,3 +279,21 @@ def test_leader_election_with_two_candidates() -> None:
         assert lease["spec"]["holderIdentity"] == ""  # released on a clean stop
         assert lease["spec"]["leaseTransitions"] == 1
         assert log[0].endswith("+") and sum(1 for e in log if e.endswith("+")) == 2
+
+
+def test_leader_election_survives_a_failing_api_server() -> None:
+    """Timeouts and errors on the Lease: the candidate keeps campaigning and then leads."""
+    with KubeEmulator() as api:
+        api.inject(Fault(status=None, delay=1.0, path="/leases", times=2))  # two timeouts
+        api.inject(Fault(status=500, method="POST", path="/leases"))
+        custom = CustomObjectsApi(api_client(url=api.url, read_timeout=0.3))
+        started = threading.Event()
+        elector = LeaderElector(
+            custom, "default", "intake", "a", started.set, lambda: None, retry_period=0.1
+        ).start()
+        try:
+            assert started.wait(10)
+            assert elector._thread is not None and elector._thread.is_alive()
+            assert [f.hits for f in api.faults] == [2, 1]
+        finally:
+            elector.stop()
