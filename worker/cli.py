@@ -26,7 +26,7 @@ from temporalio.runtime import Runtime
 from activities.kubernetes import Actuation
 from worker import crds, ops, telemetry
 from worker.devserver import DevServer
-from worker.kube import activities_for, api_client
+from worker.kube import DEFAULT_READ_TIMEOUT, activities_for, api_client
 from worker.ops import OpsError
 from worker.policyfiles import load_documents, load_policies
 from worker.process import serve, stop_on_signals
@@ -148,7 +148,7 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def _kube(args: argparse.Namespace, rt: Runtime | None = None) -> ApiClient:
-    return api_client(args.kubeconfig, args.kube_url, telemetry.meter(rt))
+    return api_client(args.kubeconfig, args.kube_url, telemetry.meter(rt), args.kube_timeout)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -158,7 +158,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         await serve(
-            await config.connect(rt), config.task_queue, stop_on_signals(), activities=activities
+            await config.connect_patiently(rt),
+            config.task_queue,
+            stop_on_signals(),
+            activities=activities,
         )
 
     asyncio.run(main())
@@ -172,7 +175,7 @@ def cmd_intake(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         await serve(
-            await config.connect(rt),
+            await config.connect_patiently(rt),
             config.task_queue,
             stop_on_signals(),
             intake_api=api,
@@ -337,7 +340,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if server is not None:
                 _banner(server, "cluster from your kubeconfig")
             await serve(
-                await config.connect(rt),
+                await config.connect_patiently(rt),
                 config.task_queue,
                 stop,
                 activities=activities_for(api, Actuation(args.actuation)),
@@ -380,6 +383,13 @@ def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
     )
     group.add_argument("--kube-url", help="plain-HTTP API server URL (the simulated cluster)")
+    group.add_argument(
+        "--kube-timeout",
+        type=float,
+        default=float(os.environ.get("ROLLBACK_KUBE_TIMEOUT", DEFAULT_READ_TIMEOUT)),
+        help="seconds to wait for an API server answer before the call fails"
+        " (ROLLBACK_KUBE_TIMEOUT, default %(default)s)",
+    )
     group.add_argument(
         "--actuation",
         choices=[a.value for a in Actuation],

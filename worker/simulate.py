@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from worker.devserver import DevServer
-from worker.kube import api_client
+from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.process import IntakeService
 from worker.simcluster.apiserver import ApiError, KubeEmulator
 from worker.simcluster.cluster import Behaviour, SimulatedCluster
@@ -271,7 +271,13 @@ class WorkerProcess:
     """The production worker as a child process, so a scenario can SIGKILL it."""
 
     def __init__(
-        self, address: str, task_queue: str, kube_url: str, actuation: str, log_path: Path
+        self,
+        address: str,
+        task_queue: str,
+        kube_url: str,
+        actuation: str,
+        log_path: Path,
+        kube_timeout: float = DEFAULT_READ_TIMEOUT,
     ) -> None:
         self.command = [
             sys.executable,
@@ -285,6 +291,8 @@ class WorkerProcess:
             kube_url,
             "--actuation",
             actuation,
+            "--kube-timeout",
+            str(kube_timeout),
         ]
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -324,8 +332,10 @@ class World:
         temporal_port: int | None = None,
         ui: bool = False,
         task_queue: str | None = None,
+        kube_timeout: float = DEFAULT_READ_TIMEOUT,
     ) -> None:
         self.scenario = scenario
+        self.kube_timeout = kube_timeout
         self.workdir = workdir
         self.recorder = Recorder(on_line)
         self.api = KubeEmulator()
@@ -374,6 +384,7 @@ class World:
             self.api.url,
             self.scenario.actuation,
             self.workdir / "worker.log",
+            self.kube_timeout,
         )
         self.worker.start()
         client = await TemporalConfig(
@@ -382,7 +393,7 @@ class World:
         self.intake = IntakeService(
             client,
             self.task_queue,
-            api_client(url=self.api.url),
+            api_client(url=self.api.url, read_timeout=self.kube_timeout),
             "default",
             "simulation",
             timedelta(seconds=self.scenario.sample_interval),

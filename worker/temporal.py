@@ -13,7 +13,10 @@ starts its next run (the next turn, a reopen, a new recommendation) under the sa
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +38,10 @@ from workflows.rollback import (
     RollbackResult,
     RollbackWorkflow,
 )
+
+log = logging.getLogger(__name__)
+
+CONNECT_PATIENCE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,22 @@ class TemporalConfig:
             data_converter=pydantic_data_converter,
             runtime=runtime,
         )
+
+    async def connect_patiently(
+        self, runtime: Runtime | None = None, within: float = CONNECT_PATIENCE_SECONDS
+    ) -> Client:
+        """``connect``, retried with backoff for ``within`` seconds: a worker or intake that
+        starts while the Temporal frontend restarts waits for it instead of crash-looping."""
+        deadline, delay = time.monotonic() + within, 0.5
+        while True:
+            try:
+                return await self.connect(runtime)
+            except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("Temporal at %s: %s; retrying in %.1fs", self.address, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:

@@ -467,19 +467,23 @@ def _resource_parts(path: str) -> tuple[str, str | None, str | None, str | None,
 
 @dataclass
 class Fault:
-    """Answer matching requests with ``status`` (or hang ``delay`` seconds) instead of serving."""
+    """Answer matching requests with ``status`` after ``delay`` seconds instead of serving them;
+    with ``status=None``, serve them after the delay (a slow server: a client that timed out
+    cannot tell whether its write happened). A 429 carries ``Retry-After: 1``, like the API
+    server's priority-and-fairness rejections."""
 
-    status: int = 500
-    method: str | None = None
+    status: int | None = 500
+    method: str | None = None  # a regular expression: "PATCH", "POST|PUT|PATCH"
     path: str = ""
     times: int | None = 1  # None: every time (with ``probability``)
     probability: float = 1.0
     delay: float = 0.0
+    hits: int = 0  # requests it answered
 
     def applies(self, request: Request, rng: random.Random) -> bool:
         if self.times is not None and self.times <= 0:
             return False
-        if self.method and request.method != self.method:
+        if self.method and not re.fullmatch(self.method, request.method):
             return False
         if self.path and not re.search(self.path, request.path):
             return False
@@ -577,6 +581,7 @@ class KubeEmulator:
                 if fault.applies(request, self._rng):
                     if fault.times is not None:
                         fault.times -= 1
+                    fault.hits += 1
                     return fault
         return None
 
@@ -585,15 +590,16 @@ class KubeEmulator:
         with self._lock:
             self.journal.append(request)
         fault = self._fault_for(request)
-        if fault is not None:
-            if fault.delay:
-                await asyncio.sleep(fault.delay)
+        if fault is not None and fault.delay:
+            await asyncio.sleep(fault.delay)
+        if fault is not None and fault.status is not None:
             request.status = fault.status
             reason = {409: "Conflict", 429: "TooManyRequests", 404: "NotFound"}.get(
                 fault.status, "InternalError"
             )
             error = ApiError(fault.status, reason, f"injected fault {fault.status}")
-            return web.json_response(error.body(), status=fault.status)
+            headers = {"Retry-After": "1"} if fault.status == 429 else None
+            return web.json_response(error.body(), status=fault.status, headers=headers)
         try:
             if http.path in ("/version", "/version/"):
                 return web.json_response(
