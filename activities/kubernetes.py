@@ -415,14 +415,13 @@ class KubernetesActivities:
                     _content_type=MERGE_PATCH,
                 )
                 return patched, True
-            except ApiException as exc:
-                if exc.status == 404:
+            except (ApiException, HTTPError, OSError) as exc:
+                status = getattr(exc, "status", None)
+                if status == 404:
                     return None, False
-                if exc.status == 409:  # written meanwhile (maybe by our own timed-out try)
+                if status == 409:  # written meanwhile (maybe by our own timed-out try)
                     log.info("%s: conflict writing annotations, re-reading", owner)
                     continue
-                pause_before_retry(f"{owner}: writing annotations", exc, attempt)
-            except (HTTPError, OSError) as exc:
                 pause_before_retry(f"{owner}: writing annotations", exc, attempt)
         raise ConflictError(f"{owner}: still conflicting after {WRITE_ATTEMPTS} attempts")
 
@@ -453,11 +452,9 @@ class KubernetesActivities:
             try:
                 self.core.create_namespaced_event(owner.namespace, body)  # type: ignore[arg-type]
                 return True
-            except ApiException as exc:
-                if already_exists(exc):  # this transition's Event exists: a retry
-                    return False
-                pause_before_retry(f"{owner}: creating Event {input.event_reason}", exc, attempt)
-            except (HTTPError, OSError) as exc:
+            except (ApiException, HTTPError, OSError) as exc:
+                if isinstance(exc, ApiException) and already_exists(exc):
+                    return False  # this transition's Event exists: a retry
                 pause_before_retry(f"{owner}: creating Event {input.event_reason}", exc, attempt)
             attempt += 1
 
