@@ -30,6 +30,7 @@ from worker.kube import DEFAULT_READ_TIMEOUT, activities_for, api_client
 from worker.ops import OpsError
 from worker.policyfiles import load_documents, load_policies
 from worker.process import serve, stop_on_signals
+from worker.runner import MAX_CACHED_WORKFLOWS
 from worker.simulate import SCENARIOS, Scenario, World, play, run_scenario
 from worker.temporal import TemporalConfig, add_connection_flags
 from workflows.backoff import backoff_schedule
@@ -162,6 +163,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             config.task_queue,
             stop_on_signals(),
             activities=activities,
+            max_cached_workflows=args.max_cached_workflows,
         )
 
     asyncio.run(main())
@@ -344,6 +346,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 config.task_queue,
                 stop,
                 activities=activities_for(api, Actuation(args.actuation)),
+                max_cached_workflows=args.max_cached_workflows,
                 intake_api=api,
                 lease_namespace=args.lease_namespace,
                 identity=args.identity,
@@ -401,6 +404,16 @@ def _add_kube_flags(parser: argparse.ArgumentParser) -> None:
         "--metrics-address",
         default=os.environ.get("ROLLBACK_METRICS_ADDRESS"),
         help="serve Prometheus /metrics on host:port, e.g. 0.0.0.0:9464 (ROLLBACK_METRICS_ADDRESS)",
+    )
+
+
+def _add_worker_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-cached-workflows",
+        type=int,
+        default=int(os.environ.get("ROLLBACK_MAX_CACHED_WORKFLOWS", MAX_CACHED_WORKFLOWS)),
+        help="workflows kept in memory between tasks; at least the workloads monitored at once"
+        " (ROLLBACK_MAX_CACHED_WORKFLOWS, default %(default)s)",
     )
 
 
@@ -484,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_connection_flags(worker)
     _add_kube_flags(worker)
+    _add_worker_flags(worker)
     worker.set_defaults(handler=cmd_worker)
 
     intake = sub.add_parser("intake", help="run the intake controller (leader-elected)")
@@ -499,6 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_connection_flags(run)
     _add_kube_flags(run)
+    _add_worker_flags(run)
     _add_intake_flags(run)
     run.add_argument("--data-dir", default=".rollback-data", help="Temporal's SQLite and logs")
     run.add_argument("--port", type=int, default=7233, help="Temporal port (Web UI on port + 1000)")

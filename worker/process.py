@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 from activities.kubernetes import KubernetesActivities
 from worker.intake import Intake
 from worker.leader import LeaderElector
-from worker.runner import build_worker
+from worker.runner import MAX_CACHED_WORKFLOWS, build_worker
 from workflows.contract import Mode, SearchAttribute
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ async def serve(
     identity: str | None = None,
     sample_interval: timedelta = timedelta(seconds=30),
     metric_meter: MetricMeter | None = None,
+    max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
 ) -> None:
     """Run the worker (given activities), the intake (given an API client), or both."""
     service, reporter = None, None
@@ -123,7 +124,7 @@ async def serve(
         ).start()
     try:
         if activities is not None:
-            async with build_worker(temporal, task_queue, activities):
+            async with build_worker(temporal, task_queue, activities, max_cached_workflows):
                 log.info("worker polling task queue %s", task_queue)
                 await stop.wait()
         else:

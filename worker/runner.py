@@ -28,7 +28,19 @@ def activity_methods(implementation: object) -> list[Callable[..., Any]]:
     ]
 
 
-def build_worker(client: Client, task_queue: str, activities: object, **options: Any) -> Worker:
+# Workflows kept in memory between tasks. Sized for thousands of concurrently monitored
+# workloads: a workflow evicted from the cache replays its whole history on its next sample
+# (the SDK's default is 1,000; see bench/RESULTS.md, P3).
+MAX_CACHED_WORKFLOWS = 10_000
+
+
+def build_worker(
+    client: Client,
+    task_queue: str,
+    activities: object,
+    max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
+    **options: Any,
+) -> Worker:
     methods = activity_methods(activities)
     sync = any(not inspect.iscoroutinefunction(m) for m in methods)
     return Worker(
@@ -38,5 +50,6 @@ def build_worker(client: Client, task_queue: str, activities: object, **options:
         activities=methods,
         activity_executor=ThreadPoolExecutor(max_workers=16) if sync else None,
         graceful_shutdown_timeout=timedelta(seconds=20),
+        max_cached_workflows=max_cached_workflows,
         **options,
     )

@@ -1,0 +1,41 @@
+"""Processes starting while Temporal is away wait for it (``TemporalConfig.connect_patiently``)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from worker.devserver import DevServer
+from worker.simulate import free_port
+from worker.temporal import TemporalConfig
+
+
+async def test_connect_waits_for_a_temporal_server_that_comes_up_later() -> None:
+    port = free_port()
+    config = TemporalConfig(address=f"127.0.0.1:{port}")
+    with tempfile.TemporaryDirectory() as tmp:
+        server = DevServer(Path(tmp), port, headless=True, log_path=Path(tmp) / "log")
+
+        async def start_later() -> None:
+            await asyncio.sleep(1.5)
+            await asyncio.to_thread(server.start)
+
+        starting = asyncio.create_task(start_later())
+        try:
+            client = await config.connect_patiently(within=60)
+            await starting
+            assert (await client.count_workflows()).count == 0
+        finally:
+            await asyncio.to_thread(server.stop)
+
+
+async def test_connect_gives_up_after_its_patience() -> None:
+    config = TemporalConfig(address=f"127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError):
+        await config.connect_patiently(within=1.0)
+    assert time.monotonic() - started < 10
