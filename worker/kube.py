@@ -6,11 +6,11 @@ Resolution order: ``--kube-url`` (the simulated cluster, plain HTTP), ``--kubeco
 Every client built here:
 - gives each call a timeout (connect, read) unless the call sets its own, so a hung API server
   fails the call instead of the activity's whole start-to-close budget;
-- retries, inside the call, what the API server did not process: 429 on any verb (honouring
-  Retry-After, as client-go does) and 5xx on GET, a few times with a short backoff. Writes that
-  failed otherwise surface as ``ApiException`` and are retried by the caller (the activity's
-  retry policy, the informer's handler retries), where the resourceVersion precondition makes
-  them safe to repeat;
+- retries inside the call, up to 3 times with a short backoff, what is safe to repeat blindly:
+  429 on any verb (the server did not process it; its Retry-After is honoured, as client-go
+  does) and 5xx on reads. A write that failed otherwise, and any timed-out call, surfaces to the
+  caller, which knows whether repeating it is safe (the activities' write retries, then
+  Temporal's; the informer's handler retries);
 - counts each call by method and status code (``rollback_kube_requests``).
 """
 
@@ -68,11 +68,19 @@ class KubeApiClient(ApiClient):
             "rollback_kube_requests", "Kubernetes API requests by method and status code"
         )
 
-    def call_api(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(args) < 4 and kwargs.get("_request_timeout") is None:
-            kwargs["_request_timeout"] = self.timeout
+    def call_api(
+        self,
+        method: Any,
+        url: Any,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
         try:
-            response = super().call_api(method, url, *args, **kwargs)
+            response = super().call_api(
+                method, url, header_params, body, post_params, _request_timeout or self.timeout
+            )
         except Exception as exc:
             self._requests.add(
                 1, {"method": str(method), "code": str(getattr(exc, "status", "error"))}
