@@ -292,19 +292,8 @@ def api_cost(owners: int, pods: int, samples: int, lines: Lines) -> None:
 def writes_per_transition(lines: Lines) -> None:
     """From a whole simulated story (oom-rollback): writes at the API server per transition."""
     scenario = Scenario.load(SCENARIOS / "oom-rollback.yaml")
-    holder: dict[str, Any] = {}
-    original = KubeEmulator.stop
-
-    def keep(self: KubeEmulator) -> None:
-        holder["journal"] = list(self.journal)
-        original(self)
-
-    KubeEmulator.stop = keep  # type: ignore[method-assign]
-    try:
-        report = asyncio.run(run_scenario(scenario, on_line=lambda _: None))
-    finally:
-        KubeEmulator.stop = original  # type: ignore[method-assign]
-    journal = holder["journal"]
+    report = asyncio.run(run_scenario(scenario, on_line=lambda _: None))
+    journal = report.requests
     owner_writes = [
         r for r in journal if r.verb in ("patch", "update") and "/deployments/" in r.path
     ]

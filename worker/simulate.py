@@ -50,7 +50,7 @@ from pydantic.alias_generators import to_camel
 from worker.devserver import DevServer
 from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.process import IntakeService
-from worker.simcluster.apiserver import ApiError, KubeEmulator
+from worker.simcluster.apiserver import ApiError, KubeEmulator, Request
 from worker.simcluster.cluster import Behaviour, SimulatedCluster
 from worker.temporal import TemporalConfig
 from workflows.contract import (
@@ -170,6 +170,7 @@ class Report:
     final: dict[str, Obj] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     duration: float = 0.0
+    requests: list[Request] = field(default_factory=list)  # the API server's journal, in order
 
     @property
     def passed(self) -> bool:
@@ -614,6 +615,7 @@ async def run_scenario(
         finally:
             report.duration = time.monotonic() - world.recorder.start
             report.transitions, report.events = world.recorder.transitions, world.recorder.events
+            report.requests = list(world.api.journal)
             report.final = world.final()
             await world.stop()
         return report
