@@ -80,6 +80,7 @@ from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    EventReason,
     RollbackTarget,
     WorkloadKind,
 )
@@ -131,6 +132,32 @@ def pause_before_retry(what: str, exc: Exception, attempt: int) -> None:
         raise exc
     log.info("%s failed (%s), retrying", what, str(exc).splitlines()[0])
     time.sleep(0.2 * 2**attempt)
+
+
+def event_body(
+    involved: Obj,
+    identity: str,
+    reason: str,
+    message: str,
+    event_type: str,
+    component: str,
+    instance: str | None = None,
+) -> Obj:
+    """A core/v1 Event about ``involved`` (an object reference), named after ``identity``
+    (``<name>.rb-<digest>``): creating the same one again is 409 AlreadyExists."""
+    now = kube_now()
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
+    body: Obj = {
+        "metadata": {"name": f"{involved['name']}.rb-{digest}", "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": event_type,
+        "source": {"component": component},
+    }
+    if instance is not None:
+        body |= {"reportingComponent": f"{API_GROUP}/rollback", "reportingInstance": instance}
+    return body | {"firstTimestamp": now, "lastTimestamp": now, "count": 1}
 
 
 class ConflictError(Exception):
@@ -334,7 +361,7 @@ class KubernetesActivities:
             return RecordTransitionResult(exists=False)
         emitted = False
         if input.event_reason is not None:
-            emitted = self._event(input, obj)
+            emitted = self._event(input, input.event_reason, obj)
         return RecordTransitionResult(state_written=written, event_emitted=emitted)
 
     @activity.defn(name=ROLL_BACK)
@@ -425,28 +452,23 @@ class KubernetesActivities:
                 pause_before_retry(f"{owner}: writing annotations", exc, attempt)
         raise ConflictError(f"{owner}: still conflicting after {WRITE_ATTEMPTS} attempts")
 
-    def _event(self, input: RecordTransitionInput, obj: Obj) -> bool:
-        owner, now = input.owner, kube_now()
-        digest = hashlib.sha256(input.event_id.encode()).hexdigest()[:12]
-        body = {
-            "metadata": {"name": f"{owner.name}.rb-{digest}", "namespace": owner.namespace},
-            "involvedObject": {
+    def _event(self, input: RecordTransitionInput, reason: EventReason, obj: Obj) -> bool:
+        owner = input.owner
+        body = event_body(
+            {
                 "apiVersion": OWNER_KINDS[owner.kind].api_version,
                 "kind": owner.kind.value,
                 "name": owner.name,
                 "namespace": owner.namespace,
                 "uid": obj["metadata"].get("uid"),
             },
-            "reason": input.event_reason,
-            "message": input.event_message[:1024],
-            "type": input.event_type,
-            "source": {"component": COMPONENT},
-            "reportingComponent": f"{API_GROUP}/rollback",
-            "reportingInstance": self.instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+            input.event_id,
+            reason,
+            input.event_message,
+            input.event_type,
+            COMPONENT,
+            self.instance,
+        )
         attempt = 0
         while True:  # until created, found, or pause_before_retry re-raises
             try:
@@ -455,7 +477,7 @@ class KubernetesActivities:
             except (ApiException, HTTPError, OSError) as exc:
                 if isinstance(exc, ApiException) and already_exists(exc):
                     return False  # this transition's Event exists: a retry
-                pause_before_retry(f"{owner}: creating Event {input.event_reason}", exc, attempt)
+                pause_before_retry(f"{owner}: creating Event {reason}", exc, attempt)
             attempt += 1
 
     def _resize_cohort(

@@ -18,7 +18,6 @@ the next turn after ``backedOff``.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import threading
 import time
@@ -35,8 +34,8 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from activities.cohort import actual_resources
-from activities.kubernetes import KubernetesActivities, already_exists
-from activities.kubetime import kube_now, parse_kube_time
+from activities.kubernetes import KubernetesActivities, already_exists, event_body
+from activities.kubetime import parse_kube_time
 from worker.informer import Informer
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
@@ -296,25 +295,20 @@ class Intake:
         log.warning(
             "pod %s/%s: malformed recommendation: %s", meta.get("namespace"), meta["name"], exc
         )
-        digest = hashlib.sha256(f"{meta.get('uid')}{exc}".encode()).hexdigest()[:12]
-        now = kube_now()
-        event = {
-            "metadata": {"name": f"{meta['name']}.rb-{digest}", "namespace": meta.get("namespace")},
-            "involvedObject": {
+        event = event_body(
+            {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "name": meta["name"],
                 "namespace": meta.get("namespace"),
                 "uid": meta.get("uid"),
             },
-            "reason": EventReason.ATTEMPT_ABORTED.value,
-            "message": f"malformed recommendation annotation, not monitored: {exc}"[:1024],
-            "type": "Warning",
-            "source": {"component": "rightsizing-rollback-intake"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+            f"{meta.get('uid')}{exc}",
+            EventReason.ATTEMPT_ABORTED.value,
+            f"malformed recommendation annotation, not monitored: {exc}",
+            "Warning",
+            "rightsizing-rollback-intake",
+        )
         try:
             self.core.create_namespaced_event(meta.get("namespace", "default"), event)  # type: ignore[arg-type]
         except ApiException as err:
