@@ -25,6 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 from urllib3.exceptions import HTTPError
 
+from worker.kube import CONNECT_TIMEOUT
+
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 Handler = Callable[[str, Obj, bool], None]
@@ -145,7 +147,7 @@ class Informer:
             timeout_seconds=self.watch_timeout,
             # A quiet watch sends nothing until the server ends it: only a longer silence is a
             # dead connection.
-            _request_timeout=(10, self.watch_timeout + 30),
+            _request_timeout=(CONNECT_TIMEOUT, self.watch_timeout + 30),
             _preload_content=False,
         )
         try:
