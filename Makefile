@@ -19,7 +19,7 @@ run: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy workflows activities worker
+	$(VENV)/bin/mypy workflows activities worker cli sim
 	$(VENV)/bin/lint-imports
 
 test: lint

@@ -27,15 +27,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from activities.kubetime import parse_kube_time
 from activities.owners import JOB_NAME_LABEL, resources_of
 from workflows.activity_api import CohortQuery
-from workflows.contract import FailureReason
+from workflows.contract import FailureReason, Obj
 from workflows.fingerprint import Recommendation, Resources, recommendations_from_annotations
-
-Obj = dict[str, Any]
 
 REASON_LABELS = {
     FailureReason.FAILED: "Failed",

@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflows.activity_api import CohortQuery
-from workflows.contract import WorkloadKind
+from workflows.contract import Obj, WorkloadKind
 from workflows.fingerprint import Resources
 from workflows.policy import LabelSelector
-
-Obj = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,8 @@ ANALYSIS_RUN_UID_LABEL = "analysisrun.argoproj.io/uid"
 JOB_NAME_LABEL = "job-name"
 
 
-def _dig(obj: Any, *path: str) -> Any:
+def dig(obj: Any, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...``, or None where a step is missing or not a mapping."""
     for step in path:
         obj = obj.get(step) if isinstance(obj, dict) else None
     return obj
@@ -112,7 +111,7 @@ def cohort_query(kind: WorkloadKind, owner: Obj, job_names: list[str] | None = N
     if kind is WorkloadKind.ANALYSIS_RUN:
         names = ",".join(sorted(job_names or [])) or "-none-"
         return CohortQuery(label_selector=f"{JOB_NAME_LABEL} in ({names})")
-    raw = _dig(owner, "spec", "selector")
+    raw = dig(owner, "spec", "selector")
     selector = LabelSelector.model_validate(raw).to_query() if raw else ""
     if not selector:
         raise ValueError(f"{kind} {name} has no spec.selector")
@@ -124,11 +123,11 @@ def desired_replicas(kind: WorkloadKind, owner: Obj) -> int | None:
     spec = owner.get("spec") or {}
     match kind:
         case WorkloadKind.DAEMON_SET:
-            return int(_dig(owner, "status", "desiredNumberScheduled") or 0)
+            return int(dig(owner, "status", "desiredNumberScheduled") or 0)
         case WorkloadKind.JOB:
             return int(spec.get("parallelism", 1))
         case WorkloadKind.CRON_JOB:
-            return int(_dig(spec, "jobTemplate", "spec", "parallelism") or 1)
+            return int(dig(spec, "jobTemplate", "spec", "parallelism") or 1)
         case WorkloadKind.MODEL:
             return int(spec.get("replicas") or spec.get("minReplicas") or 1)
         case WorkloadKind.STRIMZI_POD_SET:
@@ -159,8 +158,8 @@ def manifest_resources(kind: WorkloadKind, owner: Obj) -> tuple[Resources, Resou
     """Requests and limits the workload's own manifest declares; ``None`` when it has none."""
     spec = OWNER_KINDS[kind]
     if spec.template is not None:
-        return resources_of(pod_containers(_dig(owner, *spec.template)))
+        return resources_of(pod_containers(dig(owner, *spec.template)))
     if kind is WorkloadKind.STRIMZI_POD_SET:
-        pods = _dig(owner, "spec", "pods") or []
+        pods = dig(owner, "spec", "pods") or []
         return resources_of(pod_containers(pods[0].get("spec"))) if pods else None
     return None  # AnalysisRun, Model: no pod template to go back to

@@ -35,13 +35,13 @@ from temporalio.worker import Worker
 
 from activities.kubernetes import Actuation, KubernetesActivities
 from bench.workloads import FloorWorkflow, InstantCluster
-from worker.devserver import DevServer
+from sim.apiserver import KubeEmulator
+from sim.devserver import DevServer
+from sim.scenario import SCENARIOS, Scenario, WorkerProcess, free_port, run_scenario
+from worker.config import TemporalConfig
 from worker.intake import Intake
 from worker.kube import api_client
 from worker.runner import activity_methods
-from worker.simcluster.apiserver import KubeEmulator
-from worker.simulate import SCENARIOS, Scenario, WorkerProcess, free_port, run_scenario
-from worker.temporal import TemporalConfig
 from workflows.activity_api import OwnerRef, SampleCohortInput
 from workflows.contract import WorkloadKind
 from workflows.fingerprint import Recommendation
@@ -114,7 +114,7 @@ async def _shape(client: Client, queue: str) -> tuple[int, int]:
 async def throughput(
     address: str, sizes: list[int], lines: Lines, label: str = ""
 ) -> dict[int, float]:
-    client = await TemporalConfig(address=address).connect()
+    client = await TemporalConfig.at(address).connect()
     queue = f"bench-{uuid.uuid4().hex[:6]}"
     ratios: dict[int, float] = {}
     async with Worker(
@@ -337,7 +337,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 server.address, queue, api.url, "annotations", Path(tmp) / "worker.log"
             )
             worker.start()
-            client = await TemporalConfig(address=server.address).connect()
+            client = await TemporalConfig.at(server.address).connect()
             api.store.create(
                 {
                     "apiVersion": "rightsizing.kubex.ai/v1alpha1",

@@ -48,7 +48,7 @@ from temporalio.common import SearchAttributeKey  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
-from worker.devserver import temporal_binary  # noqa: E402
+from sim.devserver import temporal_binary  # noqa: E402
 from workflows.contract import SEARCH_ATTRIBUTE_TYPES  # noqa: E402
 
 

@@ -26,9 +26,10 @@ from kubernetes.watch import watch as _watch
 from urllib3.exceptions import HTTPError
 
 from worker.kube import CONNECT_TIMEOUT
+from workflows.contract import Obj
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
+
 Handler = Callable[[str, Obj, bool], None]
 iter_resp_lines: Callable[[Any], Any] = _watch.iter_resp_lines  # untyped in the client
 

@@ -8,10 +8,11 @@ window, supersede it with a new fingerprint, reopen a succeeded turn for a newer
 the next turn after ``backedOff``.
 
 - No policy matches: retained. No workflow, no annotation.
+- A sighting that the owner's stored state says would not wake it (``workflows.wake``, the rule
+  the workflow itself applies: a settled fingerprint with no newer pod, a cancel, a permanent
+  failure) signals nothing, so a restart or a relist does not wake every workload.
 - Duplicate events (a pod updated without a change in what it adopted) signal nothing.
-- At start-up and after a relist, what the LIST shows is batched per (owner, fingerprint), and
-  an owner whose stored state already settled that fingerprint (succeeded, failed permanently,
-  cancelled) with no newer pod is left alone, so a restart does not wake every workload.
+- At start-up and after a relist, what the LIST shows is batched per (owner, fingerprint).
 - A malformed recommendation annotation gets a Warning Event on the pod and a log line.
 """
 
@@ -34,36 +35,35 @@ from pydantic import ValidationError
 from temporalio.client import Client
 
 from activities.cohort import actual_resources
-from activities.kubernetes import KubernetesActivities, already_exists, event_body
 from activities.kubetime import parse_kube_time
+from activities.lookup import OwnerLookup, read_state
+from activities.writes import already_exists, event_body
 from worker.informer import Informer
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
     API_GROUP,
     API_VERSION,
-    ROLLBACK_PREFIX,
-    ROLLBACK_STATE_ANNOTATION,
     EventReason,
-    Mode,
+    Obj,
 )
 from workflows.fingerprint import (
     MalformedRecommendationError,
     Recommendation,
+    is_recommendation_key,
     recommendations_from_annotations,
 )
 from workflows.machine import DEFAULT_SAMPLE_INTERVAL
 from workflows.policy import POLICY_KINDS
 from workflows.selection import PolicyIndex, WorkloadRef
 from workflows.state import OwnerState
+from workflows.wake import LastAttempt, Sighting, Trigger, wake
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
 
-RECOMMENDATION_MARK = ".rightsizing.kubex.ai/"
+
 OWNER_INFO_TTL = 30.0
 SIGNAL_ATTEMPTS = 10  # about two minutes of backoff
-SETTLED = (Mode.MONITORING_SUCCEEDED, Mode.FAILED_PERMANENT, Mode.CANCELLED)
 
 
 def _created(pod: Obj) -> datetime | None:
@@ -73,7 +73,7 @@ def _created(pod: Obj) -> datetime | None:
 def adopted_recommendation(pod: Obj) -> Recommendation | None:
     """The recommendation this pod runs on, if any (raises on malformed annotations)."""
     annotations = pod["metadata"].get("annotations") or {}
-    if not any(RECOMMENDATION_MARK in k and not k.startswith(ROLLBACK_PREFIX) for k in annotations):
+    if not any(is_recommendation_key(k) for k in annotations):
         return None
     recs = recommendations_from_annotations(annotations)
     if not recs:
@@ -103,11 +103,10 @@ class Intake:
         self.core, self.custom = core, custom
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
         self.sample_interval = sample_interval
-        self.owners = KubernetesActivities(core, custom)  # owner_of() and its cache
+        self.owners = OwnerLookup(core, custom)  # owner_of() and its cache
         self.index = PolicyIndex()
         self.stats: Counter[str] = Counter()
         self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on
-        self._signalled: dict[OwnerRef, str] = {}  # owner -> last fingerprint signalled
         self._batch: dict[tuple[OwnerRef, str], Observation] = {}
         self._owner_info: dict[OwnerRef, tuple[float, dict[str, str], OwnerState | None]] = {}
         self._lock = threading.RLock()
@@ -220,18 +219,11 @@ class Intake:
         cached = self._owner_info.get(owner)
         if cached is not None and time.monotonic() - cached[0] < OWNER_INFO_TTL:
             return cached[1], cached[2]
-        obj = self.owners._owner(owner)
+        obj = self.owners.get(owner)
         if obj is None:
             return None
-        meta = obj["metadata"]
-        state = None
-        raw = (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
-        if raw:
-            try:
-                state = OwnerState.model_validate_json(raw)
-            except ValidationError:
-                state = None  # the workflow reports and replaces it
-        labels = meta.get("labels") or {}
+        state, _ = read_state(obj)  # unreadable: the workflow reports and replaces it
+        labels = obj["metadata"].get("labels") or {}
         self._owner_info[owner] = (time.monotonic(), labels, state)
         return labels, state
 
@@ -244,24 +236,24 @@ class Intake:
         with self._lock:
             policy = self.index.resolve(
                 WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
-            )
-        if policy.policy is None:
+            ).policy
+        if policy is None:
             self.stats["retained"] += 1
             return
-        first_sight = self._signalled.get(owner) != fingerprint
-        if (
-            first_sight
-            and state is not None
-            and state.active_recommendation_fingerprint == fingerprint
-        ):
-            newer = (
-                seen.pod_created_at is not None and seen.pod_created_at > state.last_transition_time
+        if state is not None:
+            # The workflow's own rule (workflows.wake): what it would ignore is not signalled.
+            last = LastAttempt(
+                state.active_recommendation_fingerprint, state.mode, state.last_transition_time
             )
-            if state.mode in SETTLED and not newer:
-                self._signalled[owner] = fingerprint
+            verdict = wake(
+                last,
+                Sighting(fingerprint, Trigger.OBSERVE, seen.pod_created_at),
+                policy.spec.enable_monitoring_reopen,
+            )
+            if not verdict.wakes:
                 self.stats["already_settled"] += 1
+                log.info("%s: %s not signalled: %s", owner, fingerprint, verdict.reason)
                 return
-        self._signalled[owner] = fingerprint
         self._owner_info.pop(owner, None)  # the workflow is about to write a new state
         self.stats["signals"] += 1
         log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)

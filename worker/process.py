@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import socket
 import threading
-from datetime import timedelta
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
 from temporalio.common import MetricMeter
 from temporalio.service import RPCError
 
-from activities.kubernetes import KubernetesActivities
+from worker import telemetry
+from worker.config import IntakeConfig, WorkerConfig
 from worker.intake import Intake
+from worker.kube import activities_for
 from worker.leader import LeaderElector
-from worker.runner import MAX_CACHED_WORKFLOWS, build_worker
+from worker.runner import build_worker
 from workflows.contract import Mode, SearchAttribute
 
 log = logging.getLogger(__name__)
@@ -37,32 +36,26 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def default_identity() -> str:
-    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
-
-
 class IntakeService:
     """An ``Intake`` that runs only while its ``LeaderElector`` holds the Lease."""
 
     def __init__(
-        self,
-        temporal: Client,
-        task_queue: str,
-        api: ApiClient,
-        lease_namespace: str,
-        identity: str,
-        sample_interval: timedelta,
-        lease_duration: float = 15.0,
+        self, temporal: Client, api: ApiClient, config: IntakeConfig, lease_duration: float = 15.0
     ) -> None:
         loop = asyncio.get_running_loop()
         self.intake = Intake(
-            CoreV1Api(api), CustomObjectsApi(api), temporal, task_queue, loop, sample_interval
+            CoreV1Api(api),
+            CustomObjectsApi(api),
+            temporal,
+            config.temporal.task_queue,
+            loop,
+            config.sample_interval,
         )
         self.elector = LeaderElector(
             CustomObjectsApi(api),
-            lease_namespace,
+            config.lease_namespace,
             LEASE_NAME,
-            identity,
+            config.identity,
             on_started=self._started,
             on_stopped=self.intake.stop,
             lease_duration=lease_duration,
@@ -98,34 +91,25 @@ async def report_workloads(temporal: Client, meter: MetricMeter, every: float = 
 
 
 async def serve(
-    temporal: Client,
-    task_queue: str,
     stop: asyncio.Event,
-    activities: KubernetesActivities | None = None,
-    intake_api: ApiClient | None = None,
-    lease_namespace: str = "default",
-    identity: str | None = None,
-    sample_interval: timedelta = timedelta(seconds=30),
-    metric_meter: MetricMeter | None = None,
-    max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
+    worker: WorkerConfig | None = None,
+    intake: IntakeConfig | None = None,
 ) -> None:
-    """Run the worker (given activities), the intake (given an API client), or both."""
+    """Run the worker, the intake, or both (``rollbackctl run``) until ``stop`` is set."""
+    chosen = worker or intake
+    assert chosen is not None, "nothing to serve"
+    runtime = chosen.kube.runtime()
+    temporal = await chosen.temporal.connect_patiently(runtime)
     service, reporter = None, None
-    if intake_api is not None and metric_meter is not None:
-        reporter = asyncio.create_task(report_workloads(temporal, metric_meter))
-    if intake_api is not None:
-        service = IntakeService(
-            temporal,
-            task_queue,
-            intake_api,
-            lease_namespace,
-            identity or default_identity(),
-            sample_interval,
-        ).start()
+    if intake is not None:
+        reporter = asyncio.create_task(report_workloads(temporal, telemetry.meter(runtime)))
+        service = IntakeService(temporal, intake.kube.client(runtime), intake).start()
     try:
-        if activities is not None:
-            async with build_worker(temporal, task_queue, activities, max_cached_workflows):
-                log.info("worker polling task queue %s", task_queue)
+        if worker is not None:
+            activities = activities_for(worker.kube.client(runtime), worker.actuation)
+            queue = worker.temporal.task_queue
+            async with build_worker(temporal, queue, activities, worker.max_cached_workflows):
+                log.info("worker polling task queue %s", queue)
                 await stop.wait()
         else:
             await stop.wait()
@@ -134,3 +118,12 @@ async def serve(
             reporter.cancel()
         if service is not None:
             await asyncio.to_thread(service.stop)
+
+
+def run(worker: WorkerConfig | None = None, intake: IntakeConfig | None = None) -> None:
+    """Serve until SIGTERM or SIGINT: the entry point of ``rollbackctl worker|intake``."""
+
+    async def main() -> None:
+        await serve(stop_on_signals(), worker, intake)
+
+    asyncio.run(main())

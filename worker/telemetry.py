@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -64,7 +65,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line)
 
 
-def configure_logging(fmt: str = "text", level: int = logging.INFO) -> None:
+def configure_logging(fmt: str | None = None, level: int = logging.INFO) -> None:
+    """Text or JSON lines on stderr; ``None`` reads ``ROLLBACK_LOG_FORMAT`` (default text)."""
+    fmt = fmt or os.environ.get("ROLLBACK_LOG_FORMAT") or "text"
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from workflows.contract import EventReason, FailureReason, RollbackTarget, WorkloadKind
-from workflows.durations import Duration
 from workflows.fingerprint import Recommendation
-from workflows.policy import AnyPolicy, Backoff, RollbackPolicy
+from workflows.policy import AnyPolicy, PolicyBehaviour
 from workflows.state import CamelModel, OwnerState, PolicyRef, ResourceSnapshot
 
 
@@ -38,28 +37,18 @@ class OwnerRef(CamelModel):
         return f"{self.namespace}/{self.kind}/{self.name}"
 
 
-class PolicySettings(CamelModel):
-    """What the workflow needs of the resolved policy (its spec minus the scope)."""
+class PolicySettings(PolicyBehaviour):
+    """The resolved policy as the workflow carries it: its identity and its behaviour fields."""
+
+    model_config = ConfigDict(extra="ignore")  # a payload written by a newer version still loads
 
     ref: PolicyRef
-    monitoring_period: Duration
-    rollback_target: RollbackTarget
-    adoption_threshold_percent: int = Field(ge=1, le=100)
-    backoff: Backoff
-    enable_monitoring_reopen: bool = True
 
     @classmethod
     def of(cls, policy: AnyPolicy) -> PolicySettings:
-        namespace = policy.metadata.namespace if isinstance(policy, RollbackPolicy) else None
         spec = policy.spec
-        return cls(
-            ref=PolicyRef(kind=policy.kind, namespace=namespace, name=policy.metadata.name),
-            monitoring_period=spec.monitoring_period,
-            rollback_target=spec.rollback_target,
-            adoption_threshold_percent=spec.adoption_threshold_percent,
-            backoff=spec.backoff,
-            enable_monitoring_reopen=spec.enable_monitoring_reopen,
-        )
+        fields = {name: getattr(spec, name) for name in PolicyBehaviour.model_fields}
+        return cls(ref=PolicyRef.of(policy), **fields)
 
 
 # --- load_owner ------------------------------------------------------------------------------

@@ -1,12 +1,17 @@
 """The cluster contract and the names defined once: API group, annotation keys, modes, reasons.
 
-These names are shared with the Kubex automation engine (see DESIGN.md, "The cluster contract"),
-so they must not change: an applier that already uses them runs beside this service.
+These names are shared with the Kubex automation engine (README, "Annotations written" and
+"Recommendations and fingerprints"), so they must not change: an applier that already uses them
+runs beside this service.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
+
+Obj = dict[str, Any]
+"""A Kubernetes object as the API serves it (decoded JSON), kept as a plain dict throughout."""
 
 API_GROUP = "rightsizing.kubex.ai"
 API_VERSION = "v1alpha1"
@@ -19,7 +24,8 @@ RECOMMENDATION_SUFFIX_REQUESTS = "desired-resource-requests"
 RECOMMENDATION_SUFFIX_LIMITS = "desired-resource-limits"
 
 # The rollback recommendation this service publishes on the owner.
-ROLLBACK_PREFIX = "rollbackpolicy.rightsizing.kubex.ai"
+ROLLBACK_SOURCE = "rollbackpolicy"
+ROLLBACK_PREFIX = f"{ROLLBACK_SOURCE}.{API_GROUP}"
 ROLLBACK_REQUESTS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_REQUESTS}"
 ROLLBACK_LIMITS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_LIMITS}"
 
@@ -98,7 +104,7 @@ class EventReason(StrEnum):
     BACKOFF_EXHAUSTED = "RollbackBackoffExhausted"
     STATE_CLEARED = "RollbackStateCleared"
     RECOMMENDATION_UNAVAILABLE = "RollbackRecommendationUnavailable"
-    # Beyond DESIGN.md's list: a cancel signal, and an attempt ended by bad input.
+    # Beyond the reference engine's list: a cancel signal, and an attempt ended by bad input.
     MONITORING_CANCELLED = "RollbackMonitoringCancelled"
     ATTEMPT_ABORTED = "RollbackAttemptAborted"
 

@@ -20,7 +20,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workflows.contract import RECOMMENDATION_SUFFIX_LIMITS, RECOMMENDATION_SUFFIX_REQUESTS
+from workflows.contract import (
+    RECOMMENDATION_SUFFIX_LIMITS,
+    RECOMMENDATION_SUFFIX_REQUESTS,
+    ROLLBACK_SOURCE,
+)
 from workflows.quantities import canonical_quantity
 
 Resources = dict[str, dict[str, str]]
@@ -113,6 +117,12 @@ def parse_resources(key: str, raw: str) -> Resources:
     return out
 
 
+def is_recommendation_key(key: str) -> bool:
+    """An applier's recommendation annotation, fixed or hashed (not our rollback one)."""
+    match = _KEY.match(key)
+    return match is not None and match["source"] != ROLLBACK_SOURCE
+
+
 def recommendations_from_annotations(annotations: dict[str, str]) -> list[Recommendation]:
     """Every recommendation among ``annotations``, grouped by source and digest.
 
@@ -121,9 +131,10 @@ def recommendations_from_annotations(annotations: dict[str, str]) -> list[Recomm
     """
     groups: dict[tuple[str, str | None], dict[str, Any]] = {}
     for key in sorted(annotations):
-        match = _KEY.match(key)
-        if match is None or match["source"] == "rollbackpolicy":
+        if not is_recommendation_key(key):
             continue
+        match = _KEY.match(key)
+        assert match is not None
         group = groups.setdefault((match["source"], match["digest"]), {})
         which = "requests" if match["which"] == RECOMMENDATION_SUFFIX_REQUESTS else "limits"
         group[f"{which}_key"] = key

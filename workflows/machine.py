@@ -5,7 +5,7 @@ signal), calls ``decide``, then performs the decision's effects (activities) and
 the new mode calls for. Nothing here knows about Temporal or Kubernetes, so every path is tested
 on virtual time in ``tests/unit/test_machine.py``.
 
-Modes (DESIGN.md)::
+Modes (README, "The RollbackWorkflow")::
 
     monitoring --(window ends, threshold met)--------------------> monitoringSucceeded
     monitoring --(window ends, threshold not met)----------------> rollingBack
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
@@ -63,6 +62,7 @@ from workflows.state import (
     OwnerState,
     ResourceSnapshot,
 )
+from workflows.wake import LastAttempt, Sighting, Trigger, Verdict, Wake, wake
 
 DEFAULT_SAMPLE_INTERVAL = timedelta(seconds=30)
 MIN_SAMPLE_INTERVAL = timedelta(milliseconds=500)
@@ -79,11 +79,6 @@ REASON_PRIORITY = (
     FailureReason.FAILED,
     FailureReason.NOT_READY,
 )
-
-
-class Trigger(StrEnum):
-    OBSERVE = "observe"  # the intake saw pods carrying the recommendation
-    REOPEN = "reopen"  # someone asked for a fresh window on the same fingerprint
 
 
 def required_adopters(baseline: int, percent: int) -> int:
@@ -141,6 +136,14 @@ class RollbackState(CamelModel):
             return self.backoff_ends_at
         return None
 
+    def last_attempt(self) -> LastAttempt:
+        return LastAttempt(self.fingerprint, self.mode, self.last_transition_time)
+
+    def wake(self, sighting: Sighting) -> Verdict:
+        """Whether ``sighting``, arriving as this run ends, starts the owner's next run."""
+        reopen_enabled = self.policy.enable_monitoring_reopen if self.policy else True
+        return wake(self.last_attempt(), sighting, reopen_enabled)
+
     def owner_state(self) -> OwnerState:
         """The annotation JSON for this state."""
         assert self.last_transition_time is not None
@@ -176,7 +179,21 @@ class Sampled:
 
 
 @dataclass(frozen=True)
+class SampleFailed:
+    """A mid-window sample failed after its retries: only informative, so try again later."""
+
+    now: datetime
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class RolledBack:
+    now: datetime
+    result: ActuationResult
+
+
+@dataclass(frozen=True)
+class Reapplied:
     now: datetime
     result: ActuationResult
 
@@ -207,7 +224,17 @@ class Observed:
     pod_created_at: datetime | None = None
 
 
-Observation = AttemptStarted | Sampled | RolledBack | BackoffOver | Cancel | Reopen | Observed
+Observation = (
+    AttemptStarted
+    | Sampled
+    | SampleFailed
+    | RolledBack
+    | Reapplied
+    | BackoffOver
+    | Cancel
+    | Reopen
+    | Observed
+)
 
 
 # --- effects --------------------------------------------------------------------------------
@@ -267,6 +294,20 @@ def initial_state(
     )
 
 
+def news_after_start(
+    pending: list[Observation], fingerprint: str, trigger: Trigger
+) -> list[Observation]:
+    """The signals still news once a run has started: what signal-with-start delivered with the
+    start (the ``observe`` of this fingerprint, or the ``reopen`` the trigger already names) and
+    further sightings of the same recommendation are not: the start accounted for them."""
+    return [
+        o
+        for o in pending
+        if not (isinstance(o, Observed) and o.recommendation.fingerprint == fingerprint)
+        and not (isinstance(o, Reopen) and trigger is Trigger.REOPEN)
+    ]
+
+
 def decide(state: RollbackState, obs: Observation) -> Decision:
     """The next state and the effects that get there. Never raises on any observation."""
     match obs:
@@ -280,8 +321,12 @@ def decide(state: RollbackState, obs: Observation) -> Decision:
             return _reopen(state, obs)
         case Sampled():
             return _sampled(state, obs)
+        case SampleFailed():
+            return _sample_failed(state, obs)
         case RolledBack():
             return _rolled_back(state, obs)
+        case Reapplied():
+            return _reapplied(state, obs)
         case BackoffOver():
             return _backoff_over(state, obs)
 
@@ -356,6 +401,14 @@ def _monitoring_message(state: RollbackState, policy: PolicySettings, how: str) 
     )
 
 
+_HOW = {
+    Wake.NEW: "Monitoring",
+    Wake.NEXT_TURN: "Re-monitoring",
+    Wake.REOPEN: "Reopened monitoring of",
+    Wake.RESUME: "Resumed monitoring of",
+}
+
+
 def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     loaded = obs.loaded
     if not loaded.exists:
@@ -382,34 +435,25 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     if stored is not None:
         carried.update(last_successful=stored.last_successful_state, history=stored.history)
     state = state.model_copy(update=carried)
-    same = stored is not None and stored.active_recommendation_fingerprint == state.fingerprint
-    how = "Monitoring"
-    turn = 1
-    if stored is not None and same:
-        turn = stored.turn
-        kept: dict[str, object] = {
+    last = None
+    if stored is not None:
+        last = LastAttempt(
+            stored.active_recommendation_fingerprint, stored.mode, stored.last_transition_time
+        )
+    sighting = Sighting(state.fingerprint, obs.trigger, obs.observed_pod_created_at)
+    verdict = wake(last, sighting, policy.enable_monitoring_reopen)
+    turn = 1 if stored is None or verdict.wake is Wake.NEW else stored.turn
+    if not verdict.wakes:
+        assert stored is not None
+        kept = {
             "turn": turn,
             "failure_reason": stored.failure_reason,
             "failure_message": stored.failure_message,
         }
-        if stored.mode is Mode.FAILED_PERMANENT:
-            return _noop_end(state, stored.mode, "already failed permanently", **kept)
-        if stored.mode is Mode.BACKED_OFF:
-            turn, how = stored.turn + 1, "Re-monitoring"
-        elif stored.mode in (Mode.MONITORING_SUCCEEDED, Mode.CANCELLED):
-            newer_pod = (
-                obs.observed_pod_created_at is not None
-                and obs.observed_pod_created_at > stored.last_transition_time
-            )
-            if stored.mode is Mode.CANCELLED and obs.trigger is not Trigger.REOPEN:
-                return _noop_end(state, stored.mode, "cancelled: only reopen resumes", **kept)
-            if not policy.enable_monitoring_reopen:
-                return _noop_end(state, stored.mode, "reopen disabled by the policy", **kept)
-            if obs.trigger is not Trigger.REOPEN and not newer_pod:
-                return _noop_end(state, stored.mode, "no newer pod: nothing to reopen", **kept)
-            how = "Reopened monitoring of"
-        else:
-            how = "Resumed monitoring of"
+        return _noop_end(state, stored.mode, verdict.reason, **kept)
+    if verdict.wake is Wake.NEXT_TURN:
+        turn += 1
+    how = _HOW[verdict.wake]
     state = state.model_copy(update={"turn": turn})
     started = _transition(
         state, obs.now, Mode.MONITORING, turn=turn, **_window(state, obs.now, policy)
@@ -495,6 +539,16 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
     if obs.now < window_ends_at:
         return Decision(state)
     return _evaluate(state, policy, sample, obs.now)
+
+
+def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
+    """Skip a failed mid-window sample: the next one comes one (shortened) interval later."""
+    policy = state.policy
+    if state.mode is not Mode.MONITORING or policy is None:
+        return Decision(state, note="sample failure outside a window ignored")
+    interval = sample_interval(state.sample_interval, policy.monitoring_period)
+    later = state.model_copy(update={"next_sample_at": obs.now + interval})
+    return Decision(later, note=f"mid-window sample failed, skipped: {obs.error}")
 
 
 def _baseline(sample: CohortSample) -> int:
@@ -595,6 +649,13 @@ def _rolled_back(state: RollbackState, obs: RolledBack) -> Decision:
         f"Rolled back ({obs.result.message or 'applied'}); backing off {format_duration(wait)}"
     )
     return Decision(backing_off, [Record(None, message)])
+
+
+def _reapplied(state: RollbackState, obs: Reapplied) -> Decision:
+    """The recommendation is back for the next turn; the run has already ended backedOff."""
+    if not obs.result.exists:
+        return Decision(state, note="owner gone before the recommendation was re-applied")
+    return Decision(state, note=f"re-applied: {obs.result.message}")
 
 
 def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:

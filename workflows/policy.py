@@ -149,13 +149,19 @@ class Backoff(Model):
     max_attempts: Annotated[int, Field(ge=1, le=1000)]
 
 
-class _SpecFields(Model):
+class PolicyBehaviour(Model):
+    """The spec fields that drive an attempt: everything but ``scope`` and ``weight`` (which only
+    choose the policy). The workflow carries exactly these (``PolicySettings``)."""
+
     monitoring_period: Duration
     rollback_target: RollbackTarget
     adoption_threshold_percent: Annotated[int, Field(ge=1, le=100)]
     backoff: Backoff
-    weight: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] = 0
     enable_monitoring_reopen: bool = True
+
+
+class _SpecFields(PolicyBehaviour):
+    weight: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] = 0
 
 
 class RollbackPolicySpec(_SpecFields):

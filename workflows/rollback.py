@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         Decision,
         Observation,
         Observed,
+        Reapplied,
         Reapply,
         Record,
         Reopen,
@@ -65,12 +66,14 @@ with workflow.unsafe.imports_passed_through():
         RollbackState,
         RolledBack,
         Sampled,
+        SampleFailed,
         StartOver,
-        Trigger,
         decide,
         initial_state,
+        news_after_start,
     )
     from workflows.state import CamelModel
+    from workflows.wake import Sighting, Trigger
 
 R = TypeVar("R")
 WORKFLOW_NAME = "RollbackWorkflow"
@@ -178,10 +181,6 @@ class RollbackWorkflow:
     @workflow.run
     async def run(self, input: RollbackInput) -> RollbackResult:
         self._input = input
-        if input.trigger is Trigger.REOPEN and input.resume is None:
-            # Signal-with-start delivered ``reopen`` together with this start: the trigger
-            # already says so, and a second reopen would open a second window.
-            self._pending = [o for o in self._pending if not isinstance(o, Reopen)]
         if input.resume is not None:
             self._state = input.resume
         else:
@@ -196,16 +195,8 @@ class RollbackWorkflow:
             started = AttemptStarted(
                 workflow.now(), loaded, input.trigger, input.observed_pod_created_at
             )
-            await self._apply(decide(initial, started))
-            # What the start already accounted for (the signal of signal-with-start, or another
-            # sighting of the same recommendation) is not news for this run.
-            self._pending = [
-                o
-                for o in self._pending
-                if not (
-                    isinstance(o, Observed) and o.recommendation.fingerprint == initial.fingerprint
-                )
-            ]
+            await self._step(initial, started)
+            self._pending = news_after_start(self._pending, initial.fingerprint, input.trigger)
         while not self.state.mode.terminal:
             await self._drain_signals()
             if self.state.mode is Mode.MONITORING:
@@ -232,29 +223,42 @@ class RollbackWorkflow:
 
     async def _drain_signals(self) -> None:
         while self._pending and not self.state.mode.terminal:
-            await self._apply(decide(self.state, self._pending.pop(0)))
+            await self._step(self.state, self._pending.pop(0))
+
+    async def _step(self, state: RollbackState, obs: Observation) -> None:
+        """decide -> carry out; an effect's result is the next observation, until none is left."""
+        follow: Observation | None = obs
+        while follow is not None:
+            follow = await self._apply(decide(state, follow))
+            state = self.state
 
     def _start_next_run_if_signalled(self) -> None:
-        """A signal that arrived as the run ended starts the next run instead of being lost:
-        a new fingerprint, the same one adopted again after ``backedOff`` (the next turn) or
-        after ``monitoringSucceeded`` (a possible reopen), or an explicit reopen."""
+        """A signal that arrived as the run ended starts the next run instead of being lost,
+        when the wake rule (``workflows.wake``) says it wakes the owner."""
         assert self._input is not None
-        mode = self.state.mode
+        state = self.state
         for obs in self._pending:
-            update: dict[str, object] | None = None
-            if isinstance(obs, Observed) and (
-                obs.recommendation.fingerprint != self.state.fingerprint
-                or mode in (Mode.BACKED_OFF, Mode.MONITORING_SUCCEEDED)
-            ):
-                update = {
-                    "recommendation": obs.recommendation,
-                    "trigger": Trigger.OBSERVE,
-                    "observed_pod_created_at": obs.pod_created_at,
-                }
-            elif isinstance(obs, Reopen) and mode in (Mode.MONITORING_SUCCEEDED, Mode.CANCELLED):
-                update = {"recommendation": self.state.recommendation, "trigger": Trigger.REOPEN}
-            if update is not None:
-                workflow.continue_as_new(self._input.model_copy(update={**update, "resume": None}))
+            if isinstance(obs, Observed):
+                sighting = Sighting(
+                    obs.recommendation.fingerprint, Trigger.OBSERVE, obs.pod_created_at
+                )
+                recommendation = obs.recommendation
+            elif isinstance(obs, Reopen):
+                sighting = Sighting(state.fingerprint, Trigger.REOPEN)
+                recommendation = state.recommendation
+            else:
+                continue
+            if state.wake(sighting).wakes:
+                workflow.continue_as_new(
+                    self._input.model_copy(
+                        update={
+                            "recommendation": recommendation,
+                            "trigger": sighting.trigger,
+                            "observed_pod_created_at": sighting.pod_created_at,
+                            "resume": None,
+                        }
+                    )
+                )
 
     async def _wait(self, until: datetime, summary: str) -> None:
         """Sleep on a durable timer until ``until``, waking early for a signal."""
@@ -274,17 +278,11 @@ class RollbackWorkflow:
             workflow.set_current_details(self._details())
             await self._wait(due, "window ends" if final else "next cohort sample")
             return
-        sample = await self._sample(final=workflow.now() >= state.window_ends_at)
-        if sample is None:  # a mid-window sample failed: try again at the next interval
-            self._state = state.model_copy(
-                update={"next_sample_at": workflow.now() + state.sample_interval}
-            )
-            return
-        await self._apply(decide(self.state, Sampled(workflow.now(), sample)))
+        await self._step(state, await self._sample(final=workflow.now() >= state.window_ends_at))
         self._samples_this_run += 1
         self._maybe_continue_as_new()
 
-    async def _sample(self, final: bool) -> CohortSample | None:
+    async def _sample(self, final: bool) -> Sampled | SampleFailed:
         state = self.state
         assert state.window_started_at is not None
         request = SampleCohortInput(
@@ -295,7 +293,7 @@ class RollbackWorkflow:
         )
         what = "final sample: evaluate adoption" if final else "sample cohort health"
         try:
-            return await self._activity(
+            sample = await self._activity(
                 SAMPLE_COHORT,
                 request,
                 CohortSample,
@@ -305,8 +303,8 @@ class RollbackWorkflow:
         except ActivityError as err:
             if final:
                 raise
-            workflow.logger.warning("mid-window sample failed, skipped: %s", err.cause or err)
-            return None
+            return SampleFailed(workflow.now(), str(err.cause or err))
+        return Sampled(workflow.now(), sample)
 
     async def _backoff_step(self) -> None:
         state = self.state
@@ -321,7 +319,7 @@ class RollbackWorkflow:
             ResolvePolicyResult,
             summary="re-resolve the policy at the turn boundary",
         )
-        await self._apply(decide(self.state, BackoffOver(workflow.now(), resolution)))
+        await self._step(state, BackoffOver(workflow.now(), resolution))
 
     def _maybe_continue_as_new(self) -> None:
         assert self._input is not None
@@ -335,7 +333,8 @@ class RollbackWorkflow:
 
     # --- effects -----------------------------------------------------------------------------
 
-    async def _apply(self, decision: Decision) -> None:
+    async def _apply(self, decision: Decision) -> Observation | None:
+        """Carry out ``decision``; an actuation's result comes back as the next observation."""
         before = self._state
         self._state = decision.state
         if decision.note:
@@ -347,6 +346,7 @@ class RollbackWorkflow:
         ):
             workflow.upsert_search_attributes(search_attributes(self.state))
             self._count_transition()
+        follow: Observation | None = None
         for effect in decision.effects:
             match effect:
                 case Record():
@@ -360,14 +360,15 @@ class RollbackWorkflow:
                         ActuationResult,
                         summary=f"roll back to {effect.target}",
                     )
-                    await self._apply(decide(self.state, RolledBack(workflow.now(), result)))
+                    follow = RolledBack(workflow.now(), result)
                 case Reapply():
-                    await self._activity(
+                    result = await self._activity(
                         REAPPLY_RECOMMENDATION,
                         ReapplyInput(owner=self.state.owner, recommendation=effect.recommendation),
                         ActuationResult,
                         summary=f"re-apply {self.state.fingerprint} for the next turn",
                     )
+                    follow = Reapplied(workflow.now(), result)
                 case StartOver():
                     assert self._input is not None
                     workflow.continue_as_new(
@@ -379,6 +380,7 @@ class RollbackWorkflow:
                             }
                         )
                     )
+        return follow
 
     def _count_transition(self) -> None:
         """Metrics (the SDK skips them during replay): transitions, rollbacks, ended runs."""

@@ -1,10 +1,10 @@
 """Which policy, if any, applies to a workload, and why.
 
-Precedence (DESIGN.md): a namespaced ``RollbackPolicy`` in the workload's namespace beats any
-``ClusterRollbackPolicy`` (the team that owns the namespace decides). Among policies of one
-kind, the higher ``weight`` wins, then the older ``creationTimestamp``, then the name (a stable
-tie-break when timestamps are missing or equal). No match: the workload is retained, nothing is
-monitored.
+Precedence (README, "Which policy applies"): a namespaced ``RollbackPolicy`` in the workload's
+namespace beats any ``ClusterRollbackPolicy`` (the team that owns the namespace decides). Among
+policies of one kind, the higher ``weight`` wins, then the older ``creationTimestamp``, then the
+name (a stable tie-break when timestamps are missing or equal). No match: the workload is
+retained, nothing is monitored.
 
 ``resolve`` returns the winner together with every candidate and the reason it matched, lost or
 did not match, which ``rollbackctl policy explain`` prints as is.
@@ -18,6 +18,7 @@ from typing import Any
 
 from workflows.contract import WorkloadKind
 from workflows.policy import AnyPolicy, ClusterRollbackPolicy, RollbackPolicy
+from workflows.state import PolicyRef
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,6 @@ class WorkloadRef:
         )
 
 
-def policy_id(policy: AnyPolicy) -> str:
-    """``RollbackPolicy/ns/name`` or ``ClusterRollbackPolicy/name``."""
-    if isinstance(policy, RollbackPolicy):
-        return f"RollbackPolicy/{policy.metadata.namespace or 'default'}/{policy.metadata.name}"
-    return f"ClusterRollbackPolicy/{policy.metadata.name}"
-
-
 def mismatch(policy: AnyPolicy, workload: WorkloadRef) -> str | None:
     """Why ``policy`` does not select ``workload``, or ``None`` when it does."""
     scope = policy.spec.scope
@@ -97,7 +91,7 @@ def precedence_key(policy: AnyPolicy) -> tuple[int, int, float, str]:
 
 
 def _lost_because(loser: AnyPolicy, winner: AnyPolicy) -> str:
-    winner_id = policy_id(winner)
+    winner_id = PolicyRef.of(winner)
     if isinstance(winner, RollbackPolicy) and isinstance(loser, ClusterRollbackPolicy):
         return f"matches, but namespaced {winner_id} takes precedence over cluster policies"
     if loser.spec.weight != winner.spec.weight:

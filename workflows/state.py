@@ -1,7 +1,7 @@
 """The rollback state JSON kept on the owner (annotation ``rightsizing.kubex.ai/rollback-state``).
 
 This is the durable record the cluster sees; the workflow computes it at every transition and an
-activity writes it. Field names follow DESIGN.md's contract::
+activity writes it. Field names are the cluster contract's (README, "Annotations written")::
 
     {"mode": "backingOff", "activeRecommendationFingerprint": "3f9c...", "turn": 2,
      "failureReason": "oomKilled", "failureMessage": "2/5 pods OOMKilled (app)",
@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from workflows.contract import FailureReason, Mode
 from workflows.fingerprint import Resources
+from workflows.policy import AnyPolicy, RollbackPolicy
 
 HISTORY_LIMIT = 10
 
@@ -28,9 +29,22 @@ class CamelModel(BaseModel):
 
 
 class PolicyRef(CamelModel):
+    """A policy's identity, the one way it is named: ``RollbackPolicy/ns/name`` or
+    ``ClusterRollbackPolicy/name``."""
+
     kind: str
     namespace: str | None = None
     name: str
+
+    @classmethod
+    def of(cls, policy: AnyPolicy) -> PolicyRef:
+        """A namespaced policy without a namespace lives in ``default``, as kubectl applies it."""
+        namespaced = isinstance(policy, RollbackPolicy)
+        return cls(
+            kind=policy.kind,
+            namespace=(policy.metadata.namespace or "default") if namespaced else None,
+            name=policy.metadata.name,
+        )
 
     def __str__(self) -> str:
         return "/".join(p for p in (self.kind, self.namespace, self.name) if p)

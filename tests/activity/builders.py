@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from workflows.contract import Obj
 from workflows.fingerprint import Recommendation
 
-Obj = dict[str, Any]
 NS = "shop"
 REC_KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
 

@@ -8,8 +8,8 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from activities.kubernetes import Actuation, KubernetesActivities
+from sim.apiserver import KubeEmulator
 from worker.kube import api_client
-from worker.simcluster.apiserver import KubeEmulator
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
+from sim.apiserver import Fault, KubeEmulator
 from worker.kube import api_client
-from worker.simcluster.apiserver import Fault, KubeEmulator
 
 NS = "default"
 

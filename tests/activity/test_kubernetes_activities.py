@@ -11,9 +11,9 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.kubernetes import KubernetesActivities
+from sim.apiserver import Fault, KubeEmulator
 from tests.activity.builders import NS, node, owner, pod, policy
 from worker.kube import api_client
-from worker.simcluster.apiserver import Fault, KubeEmulator
 from workflows.activity_api import (
     LoadOwnerInput,
     OwnerRef,
@@ -142,12 +142,12 @@ def test_pod_to_owner_for_every_kind(
     api: KubeEmulator, acts: KubernetesActivities, kind: str
 ) -> None:
     _pods_for(kind, api, 1)
-    found = acts.owner_of(api.store.get(api.store.rtype("Pod"), NS, "web-0"))
+    found = acts.lookup.owner_of(api.store.get(api.store.rtype("Pod"), NS, "web-0"))
     assert found == ref(kind)
     api.clear_journal()
-    acts.owner_of(api.store.get(api.store.rtype("Pod"), NS, "web-0"))
+    acts.lookup.owner_of(api.store.get(api.store.rtype("Pod"), NS, "web-0"))
     assert api.journal == []  # intermediate owners are cached
-    assert acts.owner_of(api.store.get(api.store.rtype("Pod"), NS, "other-0")) is None
+    assert acts.lookup.owner_of(api.store.get(api.store.rtype("Pod"), NS, "other-0")) is None
 
 
 def test_one_list_per_sample_whatever_the_cohort_size(
@@ -377,7 +377,7 @@ def test_record_transition_detects_a_concurrent_writer(
     """A write between our read and our patch makes the patch 409 on its resourceVersion."""
     api.store.create(owner("Deployment"))
     rtype = api.store.rtype("Deployment")
-    original = acts._owner
+    original = acts.lookup.get
 
     def racing_read(o: OwnerRef):  # type: ignore[no-untyped-def]
         obj = original(o)
@@ -391,7 +391,7 @@ def test_record_transition_detects_a_concurrent_writer(
             )
         return obj
 
-    acts._owner = racing_read  # type: ignore[method-assign]
+    acts.lookup.get = racing_read  # type: ignore[method-assign]
     assert record(acts, state()).state_written
     stored = owner_obj(api)
     assert stored["metadata"]["labels"]["touched"] == "yes"

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from worker.simcluster.patches import strategic_merge_patch
+from sim.patches import strategic_merge_patch
 
 CLUSTER_SCOPED = {
     "Namespace",

@@ -18,6 +18,7 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation, KubernetesActivities
+from sim.apiserver import KubeEmulator, Request, _resource_parts
 from tests.activity.builders import NS, node, pod, policy
 from tests.activity.test_kubernetes_activities import ALL_KINDS, REC, _pods_for
 from tests.conftest import ROOT
@@ -26,7 +27,6 @@ from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
 from worker.kube import api_client
 from worker.leader import LeaderElector
-from worker.simcluster.apiserver import KubeEmulator, Request, _resource_parts
 from workflows.activity_api import (
     LoadOwnerInput,
     OwnerRef,

@@ -11,9 +11,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from sim.apiserver import KubeEmulator
+from sim.scenario import free_port
 from tests.activity.builders import NS, owner, pod, policy
-from worker.simcluster.apiserver import KubeEmulator
-from worker.simulate import free_port
 from workflows.contract import ROLLBACK_STATE_ANNOTATION
 from workflows.fingerprint import Recommendation
 
@@ -54,7 +54,7 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "worker.cli",
+                "cli.main",
                 "--log-format",
                 "json",
                 "run",
@@ -142,7 +142,7 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "worker.cli",
+            "cli.main",
             "run",
             "--data-dir",
             str(tmp_path),

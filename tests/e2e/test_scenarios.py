@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from worker.simulate import SCENARIOS, Scenario, run_scenario
+from sim.scenario import SCENARIOS, Scenario, run_scenario
 
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
 
@@ -50,7 +50,7 @@ def test_simulate_json_output() -> None:
         [
             sys.executable,
             "-m",
-            "worker.cli",
+            "cli.main",
             "simulate",
             str(SCENARIOS / "success.yaml"),
             "-o",
@@ -79,7 +79,7 @@ def test_simulate_rejects_a_bad_scenario(tmp_path: object) -> None:
     bad = tmp_path / "bad.yaml"  # type: ignore[operator]
     bad.write_text("name: x\nsteps: [{at: soon}]\n")
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "simulate", str(bad)],
+        [sys.executable, "-m", "cli.main", "simulate", str(bad)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from worker.devserver import DevServer
-from worker.simulate import free_port
-from worker.temporal import TemporalConfig
+from sim.devserver import DevServer
+from sim.scenario import free_port
+from worker.config import TemporalConfig
 
 
 async def test_connect_waits_for_a_temporal_server_that_comes_up_later() -> None:
     port = free_port()
-    config = TemporalConfig(address=f"127.0.0.1:{port}")
+    config = TemporalConfig.at(f"127.0.0.1:{port}")
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(Path(tmp), port, headless=True, log_path=Path(tmp) / "log")
 
@@ -34,7 +34,7 @@ async def test_connect_waits_for_a_temporal_server_that_comes_up_later() -> None
 
 
 async def test_connect_gives_up_after_its_patience() -> None:
-    config = TemporalConfig(address=f"127.0.0.1:{free_port()}")
+    config = TemporalConfig.at(f"127.0.0.1:{free_port()}")
     started = time.monotonic()
     with pytest.raises(RuntimeError):
         await config.connect_patiently(within=1.0)

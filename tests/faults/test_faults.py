@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from worker.simcluster.apiserver import Fault
-from worker.simulate import Scenario, Step, World
+from sim.apiserver import Fault
+from sim.scenario import Scenario, Step, World
 from workflows.contract import ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Mode
 
 NS = "faults"

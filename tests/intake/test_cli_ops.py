@@ -9,9 +9,9 @@ import uuid
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from cli.main import main
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
-from worker.cli import main
 from worker.temporal import observe
 from workflows.contract import Mode
 from workflows.rollback import RollbackWorkflow

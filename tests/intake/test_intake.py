@@ -17,13 +17,13 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation
+from sim.apiserver import Fault, KubeEmulator
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
 from worker.kube import activities_for, api_client
 from worker.leader import LeaderElector
 from worker.runner import build_worker
-from worker.simcluster.apiserver import Fault, KubeEmulator
 from workflows.activity_api import OwnerRef
 from workflows.contract import ROLLBACK_STATE_ANNOTATION, EventReason, Mode, WorkloadKind
 from workflows.fingerprint import Recommendation
@@ -158,9 +158,14 @@ async def test_replacement_pod_reopens_only_when_enabled(env: Env, reopen: bool)
     assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
     await asyncio.sleep(1.1)  # creationTimestamp has a one-second resolution
     add_pods(env.api, rs, ["web-replacement"])
-    await eventually(lambda: env.intake.stats["signals"] == 2)
+    if reopen:
+        await eventually(lambda: env.intake.stats["signals"] == 2)
+    else:  # the intake applies the workflow's wake rule: nothing to signal, no empty run
+        await eventually(lambda: env.intake.stats["already_settled"] == 1)
+        assert env.intake.stats["signals"] == 1
     await eventually(lambda: len(env.events()) >= (4 if reopen else 2))
     assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+    assert await env.runs() == (2 if reopen else 1)
     expected = [EventReason.MONITORING_STARTED, EventReason.MONITORING_SUCCEEDED] * (
         2 if reopen else 1
     )
@@ -187,26 +192,37 @@ async def test_key_change_restarts_monitoring(env: Env) -> None:
     assert (result.mode, result.fingerprint) == (Mode.MONITORING_SUCCEEDED, moved.fingerprint)
 
 
-def settled_state(mode: Mode) -> str:
+def settled_state(mode: Mode, since: timedelta = timedelta(minutes=-1)) -> str:
+    """A stored state whose last transition was ``-since`` ago (the pods are newer when > 0)."""
     return OwnerState(
         mode=mode,
         active_recommendation_fingerprint=REC.fingerprint,
         turn=1,
-        last_transition_time=datetime.now(UTC) + timedelta(minutes=1),
+        last_transition_time=datetime.now(UTC) - since,
     ).to_json()
 
 
 @pytest.mark.parametrize(
-    ("stored", "signals"), [(Mode.MONITORING_SUCCEEDED, 0), (Mode.BACKED_OFF, 1)]
+    ("stored", "since", "signals"),
+    [
+        pytest.param(Mode.MONITORING_SUCCEEDED, timedelta(minutes=-1), 0, id="succeeded"),
+        pytest.param(Mode.BACKED_OFF, timedelta(minutes=-1), 1, id="backed-off"),
+        pytest.param(Mode.MONITORING_SUCCEEDED, timedelta(minutes=5), 1, id="succeeded-newer"),
+        # The wake rule the workflow applies too: a cancel sticks even for newer pods.
+        pytest.param(Mode.CANCELLED, timedelta(minutes=5), 0, id="cancelled-newer"),
+        pytest.param(Mode.FAILED_PERMANENT, timedelta(minutes=5), 0, id="failed-newer"),
+    ],
 )
-async def test_restart_does_not_wake_settled_owners(env: Env, stored: Mode, signals: int) -> None:
+async def test_restart_does_not_wake_settled_owners(
+    env: Env, stored: Mode, since: timedelta, signals: int
+) -> None:
     env.api.store.create(policy(monitoringPeriod="2s"))
     rs = deployment(env.api, replicas=3)
     env.api.store.patch(
         env.api.store.rtype("Deployment"),
         NS,
         "web",
-        {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: settled_state(stored)}}},
+        {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: settled_state(stored, since)}}},
         "application/merge-patch+json",
     )
     add_pods(env.api, rs, ["web-a", "web-b", "web-c"])  # all there before the intake starts
@@ -214,9 +230,12 @@ async def test_restart_does_not_wake_settled_owners(env: Env, stored: Mode, sign
     await eventually(lambda: env.intake.stats["adoptions"] == 3)
     await asyncio.sleep(0.3)
     assert env.intake.stats["signals"] == signals  # batched: one per owner, not one per pod
-    if signals:
+    if stored is Mode.BACKED_OFF:
         result = await env.result()
         assert result.turn == 2  # backedOff + the same fingerprint adopted again: the next turn
+    if stored is Mode.MONITORING_SUCCEEDED and signals:
+        result = await env.result()  # newer pods reopen the succeeded turn
+        assert (result.mode, result.turn) == (Mode.MONITORING_SUCCEEDED, 1)
 
 
 async def test_watch_resumes_after_the_connection_drops(env: Env) -> None:

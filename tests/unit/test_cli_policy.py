@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cli.main import main
 from tests.conftest import EXAMPLES, policy_doc
-from worker.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:

@@ -3,7 +3,7 @@
 The CRD's OpenAPI v3 schema is checked with ``jsonschema``, the way the API server applies it
 under strict field validation (``kubectl apply`` defaults to ``--validate=strict``): a property
 that the schema does not declare is an error, and ``x-kubernetes-list-type: set`` means unique
-items. Also: the committed YAML is exactly what ``worker.crds`` generates, and the schema is
+items. Also: the committed YAML is exactly what ``cli.crds`` generates, and the schema is
 structural (no types or defaults inside ``oneOf``; every object declares its properties).
 """
 
@@ -16,9 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
+from cli import crds
 from tests.conftest import ROOT
 from tests.unit.policy_table import CASES
-from worker import crds
 from workflows.contract import DEFAULT_WORKLOAD_TYPES
 from workflows.durations import DURATION_PATTERN
 

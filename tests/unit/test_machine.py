@@ -30,7 +30,6 @@ from workflows.machine import (
     RolledBack,
     Sampled,
     StartOver,
-    Trigger,
     decide,
     dominant_reason,
     initial_state,
@@ -39,6 +38,7 @@ from workflows.machine import (
 )
 from workflows.policy import Backoff
 from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
+from workflows.wake import Trigger
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 OWNER = OwnerRef(namespace="shop", kind=WorkloadKind.DEPLOYMENT, name="api")

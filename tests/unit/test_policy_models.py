@@ -6,9 +6,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from cli.policyfiles import format_loc
 from tests.conftest import policy_doc
 from tests.unit.policy_table import CASES
-from worker.policyfiles import format_loc
 from workflows.contract import DEFAULT_WORKLOAD_TYPES, RollbackTarget, WorkloadKind
 from workflows.policy import POLICY_KINDS, ClusterRollbackPolicy, RollbackPolicy
 

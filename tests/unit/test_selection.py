@@ -10,7 +10,8 @@ import yaml
 from tests.conftest import EXAMPLES, policy_doc
 from workflows.contract import WorkloadKind
 from workflows.policy import POLICY_KINDS, AnyPolicy, LabelSelector, NamespaceSelector
-from workflows.selection import PolicyIndex, WorkloadRef, policy_id, resolve
+from workflows.selection import PolicyIndex, WorkloadRef, resolve
+from workflows.state import PolicyRef
 
 
 def load(name: str) -> AnyPolicy:
@@ -180,13 +181,22 @@ def test_no_policy_retains() -> None:
 
 def test_policy_ids() -> None:
     assert (
-        policy_id(load("production-rollback.yaml"))
+        str(PolicyRef.of(load("production-rollback.yaml")))
         == "RollbackPolicy/production/production-rollback"
     )
     assert (
-        policy_id(load("production-cluster-rollback.yaml"))
+        str(PolicyRef.of(load("production-cluster-rollback.yaml")))
         == "ClusterRollbackPolicy/production-cluster-rollback"
     )
+    unset = load("production-rollback.yaml").model_copy(
+        update={
+            "metadata": load("production-rollback.yaml").metadata.model_copy(
+                update={"namespace": None}
+            )
+        }
+    )
+    # A namespaced policy applied without a namespace lives in `default`, everywhere it is named.
+    assert str(PolicyRef.of(unset)) == "RollbackPolicy/default/production-rollback"
 
 
 @pytest.mark.parametrize(

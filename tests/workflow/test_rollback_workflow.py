@@ -28,9 +28,9 @@ from tests.workflow.helpers import (
 )
 from worker.temporal import observe
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
-from workflows.machine import Trigger
 from workflows.rollback import CancelSignal, ReopenSignal, RollbackInput, RollbackWorkflow
 from workflows.state import OwnerState, ResourceSnapshot
+from workflows.wake import Trigger
 
 OOM = rec("256Mi")  # below the fake app's 512Mi working set
 FITS = rec("768Mi")

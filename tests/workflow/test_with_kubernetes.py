@@ -11,11 +11,11 @@ from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation
+from sim.apiserver import KubeEmulator
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import end_if_running
 from worker.kube import activities_for, api_client
 from worker.runner import build_worker
-from worker.simcluster.apiserver import KubeEmulator
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
 from workflows.contract import (

@@ -30,10 +30,9 @@ from typing import Any
 from aiohttp import web
 
 from activities.kubetime import kube_now
-from worker.simcluster.patches import PatchError, json_patch, merge_patch, strategic_merge_patch
-from worker.simcluster.selectors import matches, parse_field_selector, parse_label_selector
-
-Obj = dict[str, Any]
+from sim.patches import PatchError, json_patch, merge_patch, strategic_merge_patch
+from sim.selectors import matches, parse_field_selector, parse_label_selector
+from workflows.contract import Obj
 
 
 @dataclass(frozen=True)

@@ -36,21 +36,24 @@ from decimal import Decimal
 from typing import Any
 
 from activities.kubetime import kube_now
-from worker.simcluster.apiserver import ApiError, Store
+from activities.owners import dig
+from sim.apiserver import ApiError, Store
 from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    Obj,
 )
 from workflows.fingerprint import (
     MalformedRecommendationError,
     Resources,
+    is_recommendation_key,
     recommendations_from_annotations,
 )
 from workflows.quantities import parse_quantity
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
+
 MERGE = "application/merge-patch+json"
 CRASH_LOOP_AFTER = 2  # restarts before the kubelet reports CrashLoopBackOff
 OOM_EVERY = 1.0  # seconds between OOM kills of an undersized container
@@ -72,20 +75,6 @@ class Workload:
     name: str
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     pod_template: Obj | None = None  # for kinds without one (Model)
-
-
-def _dig(obj: Any, *path: str) -> Any:
-    for step in path:
-        obj = obj.get(step) if isinstance(obj, dict) else None
-    return obj
-
-
-def _is_recommendation_key(key: str) -> bool:
-    return (
-        ".rightsizing.kubex.ai/" in key
-        and "desired-resource-" in key
-        and not key.startswith("rollbackpolicy.")
-    )
 
 
 def _merge(containers: list[Obj], requests: Resources, limits: Resources) -> list[Obj]:
@@ -199,10 +188,10 @@ class SimulatedCluster:
 
     def _template(self, workload: Workload, owner: Obj) -> Obj:
         if workload.kind == "CronJob":
-            return copy.deepcopy(_dig(owner, "spec", "jobTemplate", "spec", "template") or {})
+            return copy.deepcopy(dig(owner, "spec", "jobTemplate", "spec", "template") or {})
         if workload.pod_template is not None:
             return copy.deepcopy(workload.pod_template)
-        return copy.deepcopy(_dig(owner, "spec", "template") or {})
+        return copy.deepcopy(dig(owner, "spec", "template") or {})
 
     @staticmethod
     def target(owner: Obj) -> tuple[Resources, Resources, dict[str, str]]:
@@ -236,7 +225,7 @@ class SimulatedCluster:
     def _control(self, workload: Workload, owner: Obj) -> None:
         ns, name, spec = workload.namespace, workload.name, owner.get("spec") or {}
         template = self._template(workload, owner)
-        labels = dict(_dig(template, "metadata", "labels") or {})
+        labels = dict(dig(template, "metadata", "labels") or {})
         match workload.kind:
             case "Deployment" | "Rollout":
                 rs_name = f"{name}-rs"
@@ -274,7 +263,7 @@ class SimulatedCluster:
                 )
             case "DaemonSet":
                 nodes = [n["metadata"]["name"] for n in self.store.items("Node")]
-                if _dig(owner, "status", "desiredNumberScheduled") != len(nodes):
+                if dig(owner, "status", "desiredNumberScheduled") != len(nodes):
                     self.store.patch(
                         self.store.rtype("DaemonSet"),
                         ns,
@@ -295,7 +284,7 @@ class SimulatedCluster:
             case "CronJob":
                 if not self._owned("Job", ns, owner["metadata"]["uid"]):
                     job_name = f"{name}-{int(time.time() // 60)}"
-                    job_template = _dig(spec, "jobTemplate", "spec") or {}
+                    job_template = dig(spec, "jobTemplate", "spec") or {}
                     self.store.create(
                         {
                             "apiVersion": "batch/v1",
@@ -324,10 +313,10 @@ class SimulatedCluster:
 
     def _job(self, job: Obj, template: Obj, labels: Obj, top: Obj | None = None) -> None:
         pods = self._owned("Pod", job["metadata"]["namespace"], job["metadata"]["uid"])
-        running = [p for p in pods if _dig(p, "status", "phase") not in ("Succeeded", "Failed")]
-        done = [p for p in pods if _dig(p, "status", "phase") == "Succeeded"]
-        parallelism = int(_dig(job, "spec", "parallelism") or 1)
-        completions = int(_dig(job, "spec", "completions") or parallelism)
+        running = [p for p in pods if dig(p, "status", "phase") not in ("Succeeded", "Failed")]
+        done = [p for p in pods if dig(p, "status", "phase") == "Succeeded"]
+        parallelism = int(dig(job, "spec", "parallelism") or 1)
+        completions = int(dig(job, "spec", "completions") or parallelism)
         labels = {**labels, "job-name": job["metadata"]["name"]}
         for _ in range(
             max(0, min(parallelism - len(running), completions - len(done) - len(running)))
@@ -387,7 +376,7 @@ class SimulatedCluster:
         workload = self.workloads.get((owner["kind"], meta.get("namespace", ""), meta["name"]))
         if workload is not None:
             self._pod_workload[(parent["metadata"]["namespace"], name)] = workload
-        containers = _merge(list(_dig(template, "spec", "containers") or []), requests, limits)
+        containers = _merge(list(dig(template, "spec", "containers") or []), requests, limits)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -395,7 +384,7 @@ class SimulatedCluster:
                 "name": name,
                 "namespace": parent["metadata"]["namespace"],
                 "labels": labels,
-                "annotations": {**(_dig(template, "metadata", "annotations") or {}), **stamped},
+                "annotations": {**(dig(template, "metadata", "annotations") or {}), **stamped},
                 "ownerReferences": [self._ref(parent)],
             },
             "spec": {
@@ -424,13 +413,13 @@ class SimulatedCluster:
         if not requests and not limits and not stamped:
             return
         for pod in self._pods_of(workload, owner):
-            phase = _dig(pod, "status", "phase")
+            phase = dig(pod, "status", "phase")
             current = pod["metadata"].get("annotations") or {}
             # Pods carry exactly the owner's current recommendation annotations (none during a
             # rollback), whether or not their resources could follow.
             annotations = {k: v for k, v in stamped.items() if current.get(k) != v}
             annotations |= {
-                k: None for k in current if _is_recommendation_key(k) and k not in stamped
+                k: None for k in current if is_recommendation_key(k) and k not in stamped
             }
             patch: Obj = {"metadata": {"annotations": annotations}} if annotations else {}
             containers = pod["spec"]["containers"]
@@ -469,13 +458,13 @@ class SimulatedCluster:
     ) -> tuple[dict[str, Decimal], dict[str, Decimal]]:
         obj = self._get("Node", "", node)
         allocatable = {
-            r: parse_quantity(str(q)) for r, q in (_dig(obj, "status", "allocatable") or {}).items()
+            r: parse_quantity(str(q)) for r, q in (dig(obj, "status", "allocatable") or {}).items()
         }
         free = dict(allocatable)
         for pod in self.store.items("Pod"):
             if pod["spec"].get("nodeName") != node or pod["metadata"]["name"] == exclude:
                 continue
-            if _dig(pod, "status", "phase") in ("Succeeded", "Failed"):
+            if dig(pod, "status", "phase") in ("Succeeded", "Failed"):
                 continue
             for r, q in _requests(pod["spec"]["containers"]).items():
                 if r in free:

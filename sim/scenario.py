@@ -47,22 +47,24 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from worker.devserver import DevServer
-from worker.kube import DEFAULT_READ_TIMEOUT, api_client
+from sim.apiserver import ApiError, KubeEmulator, Request
+from sim.cluster import Behaviour, SimulatedCluster
+from sim.devserver import DevServer
+from worker.config import IntakeConfig, KubeConfig, TemporalConfig
+from worker.kube import DEFAULT_READ_TIMEOUT
 from worker.process import IntakeService
-from worker.simcluster.apiserver import ApiError, KubeEmulator, Request
-from worker.simcluster.cluster import Behaviour, SimulatedCluster
-from worker.temporal import TemporalConfig
 from workflows.contract import (
     RECOMMENDATION_SUFFIX_LIMITS,
     RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
     TASK_QUEUE,
+    Obj,
 )
 from workflows.durations import parse_duration
+from workflows.fingerprint import is_recommendation_key
 
 log = logging.getLogger(__name__)
-Obj = dict[str, Any]
+
 SCENARIOS = Path(__file__).parent / "scenarios"
 OWNER_KINDS = {
     "Deployment",
@@ -388,16 +390,17 @@ class World:
             self.kube_timeout,
         )
         self.worker.start()
-        client = await TemporalConfig(
-            address=self.temporal.address, task_queue=self.task_queue
-        ).connect()
+        temporal = TemporalConfig.at(self.temporal.address, self.task_queue)
+        kube = KubeConfig(url=self.api.url, timeout=self.kube_timeout)
         self.intake = IntakeService(
-            client,
-            self.task_queue,
-            api_client(url=self.api.url, read_timeout=self.kube_timeout),
-            "default",
-            "simulation",
-            timedelta(seconds=self.scenario.sample_interval),
+            await temporal.connect(),
+            kube.client(),
+            IntakeConfig(
+                temporal,
+                kube,
+                identity="simulation",
+                sample_interval=timedelta(seconds=self.scenario.sample_interval),
+            ),
             lease_duration=3.0,
         ).start()
 
@@ -425,12 +428,7 @@ class World:
             prefix = f"{step.apply.source}.rightsizing.kubex.ai/" + (
                 f"h{step.apply.digest}-" if step.apply.digest else ""
             )
-            wanted: dict[str, str | None] = {
-                k: None
-                for k in current
-                if ".rightsizing.kubex.ai/desired-resource-" in k
-                and not k.startswith("rollbackpolicy.")
-            }
+            wanted: dict[str, str | None] = {k: None for k in current if is_recommendation_key(k)}
             if step.apply.requests:
                 wanted[prefix + RECOMMENDATION_SUFFIX_REQUESTS] = json.dumps(step.apply.requests)
             if step.apply.limits:

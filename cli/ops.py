@@ -18,8 +18,9 @@ from temporalio.service import RPCError
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
 from workflows.contract import SearchAttribute, WorkloadKind
-from workflows.machine import RollbackState, Trigger
+from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME, CancelSignal, RollbackWorkflow
+from workflows.wake import Trigger
 
 
 class OpsError(Exception):

@@ -1,0 +1,164 @@
+"""Reading the cluster: owners, the owner above a pod, an owner's stored state and policy, and its
+cohort's pods. Every read of the activities and of the intake goes through ``OwnerLookup``.
+
+- ``get``: one GET of the owner (any of the nine kinds, through ``CustomObjectsApi``); None on 404.
+- ``owner_of``: up from a pod through its ReplicaSet or Job. A ReplicaSet's or Job's controller
+  never changes, so each is read once and cached (bounded); bare pods have no owner.
+- ``policy``: the owner's policy from two LISTs (namespaced, cluster), resolved by
+  ``workflows.selection``; invalid policies are skipped with a log line.
+- ``cohort_query`` / ``pods``: how to LIST the cohort in one call, and that LIST.
+
+Reads are retried inside the call by the API client (``worker.kube``); nothing here retries.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from kubernetes.client import CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from activities.cohort import in_cohort
+from activities.owners import (
+    ANALYSIS_RUN_UID_LABEL,
+    INTERMEDIATE,
+    OWNER_KINDS,
+    cohort_query,
+    controller_of,
+)
+from workflows.activity_api import CohortQuery, OwnerRef, PolicySettings
+from workflows.contract import (
+    API_GROUP,
+    API_VERSION,
+    ROLLBACK_STATE_ANNOTATION,
+    Obj,
+    WorkloadKind,
+)
+from workflows.policy import POLICY_KINDS, AnyPolicy
+from workflows.selection import WorkloadRef, resolve
+from workflows.state import OwnerState, PolicyRef
+
+log = logging.getLogger(__name__)
+
+PARENT_CACHE_SIZE = 10_000
+WORKLOAD_KINDS = frozenset(k.value for k in WorkloadKind)
+# The workload kinds that may control an intermediate ReplicaSet or Job.
+PARENT_KINDS = {"ReplicaSet": ("Deployment", "Rollout"), "Job": ("CronJob", "AnalysisRun")}
+
+
+def body(response: Any) -> Any:
+    """The decoded JSON of a call made with ``_preload_content=False`` (dicts, no models)."""
+    return json.loads(response.data)
+
+
+def read_state(obj: Obj) -> tuple[OwnerState | None, str | None]:
+    """The owner's stored rollback state, or why it is unreadable (the workflow replaces it)."""
+    raw = (obj["metadata"].get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+    if not raw:
+        return None, None
+    try:
+        return OwnerState.model_validate_json(raw), None
+    except ValidationError as exc:
+        return None, f"{ROLLBACK_STATE_ANNOTATION}: {exc.errors()[0]['msg']}"
+
+
+class OwnerLookup:
+    def __init__(self, core: CoreV1Api, custom: CustomObjectsApi) -> None:
+        self.core = core
+        self.custom = custom
+        self._parents: dict[tuple[str, str, str], Obj | None] = {}
+
+    def get(self, owner: OwnerRef) -> Obj | None:
+        kind = OWNER_KINDS[owner.kind]
+        try:
+            obj: Obj = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                kind.group, kind.version, owner.namespace, kind.plural, owner.name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj
+
+    def owner_of(self, pod: Obj) -> OwnerRef | None:
+        """The workload owning ``pod``: up through its ReplicaSet or Job where there is one."""
+        ref = controller_of(pod)
+        namespace = pod["metadata"].get("namespace", "default")
+        if ref is None:
+            return None
+        kind, name = ref.get("kind", ""), ref.get("name", "")
+        if kind in INTERMEDIATE:
+            key = (namespace, kind, name)
+            if key not in self._parents:
+                group, version, plural = INTERMEDIATE[kind]
+                try:
+                    parent: Any = self.custom.get_namespaced_custom_object(
+                        group, version, namespace, plural, name
+                    )
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return None
+                    raise
+                if len(self._parents) >= PARENT_CACHE_SIZE:
+                    self._parents.pop(next(iter(self._parents)))
+                self._parents[key] = controller_of(parent)
+            up = self._parents[key]
+            if up is not None and up.get("kind") in PARENT_KINDS[kind]:
+                return OwnerRef(namespace=namespace, kind=WorkloadKind(up["kind"]), name=up["name"])
+            return (
+                OwnerRef(namespace=namespace, kind=WorkloadKind.JOB, name=name)
+                if kind == "Job"
+                else None
+            )
+        if kind in WORKLOAD_KINDS:
+            return OwnerRef(namespace=namespace, kind=WorkloadKind(kind), name=name)
+        return None
+
+    def policy(self, owner: OwnerRef, obj: Obj) -> PolicySettings | None:
+        """Resolve the owner's policy from the cluster's policies (two LISTs)."""
+        namespaced: Any = self.custom.list_namespaced_custom_object(
+            API_GROUP, API_VERSION, owner.namespace, "rollbackpolicies"
+        )
+        cluster: Any = self.custom.list_cluster_custom_object(
+            API_GROUP, API_VERSION, "clusterrollbackpolicies"
+        )
+        policies: list[AnyPolicy] = []
+        for doc in namespaced.get("items", []) + cluster.get("items", []):
+            try:
+                policies.append(POLICY_KINDS[doc.get("kind", "")].model_validate(doc))
+            except (KeyError, ValidationError) as exc:
+                log.warning(
+                    "ignoring invalid policy %s: %s", doc.get("metadata", {}).get("name"), exc
+                )
+        labels = obj["metadata"].get("labels") or {}
+        winner = resolve(policies, WorkloadRef(owner.kind, owner.namespace, owner.name, labels))
+        if winner.policy is None:
+            return None
+        log.info("%s: policy %s applies", owner, PolicyRef.of(winner.policy))
+        return PolicySettings.of(winner.policy)
+
+    def cohort_query(self, owner: OwnerRef, obj: Obj) -> CohortQuery:
+        jobs = None
+        if owner.kind is WorkloadKind.ANALYSIS_RUN:
+            listed: Any = self.custom.list_namespaced_custom_object(
+                "batch",
+                "v1",
+                owner.namespace,
+                "jobs",
+                label_selector=f"{ANALYSIS_RUN_UID_LABEL}={obj['metadata'].get('uid', '')}",
+            )
+            jobs = [j["metadata"]["name"] for j in listed.get("items", [])]
+        return cohort_query(owner.kind, obj, jobs)
+
+    def pods(self, namespace: str, query: CohortQuery) -> list[Obj]:
+        """The cohort in one LIST: the selector server-side, the Job-name pattern client-side."""
+        response = self.core.list_namespaced_pod(
+            namespace, label_selector=query.label_selector, _preload_content=False
+        )
+        pods: list[Obj] = body(response)["items"]
+        return [
+            p for p in pods if in_cohort(p, query) and not p["metadata"].get("deletionTimestamp")
+        ]

@@ -1,0 +1,179 @@
+"""Writing to the cluster: the owner's annotations and Events, each safe to repeat.
+
+- ``OwnerWriter.patch_annotations`` computes the diff against a fresh read and applies it as one
+  merge patch carrying the ``resourceVersion`` it was computed from; a 409 re-reads and
+  recomputes; an empty diff writes nothing. A retried activity never applies a transition twice.
+- ``OwnerWriter.event`` creates an Event named after the transition (``event_body``): creating it
+  again is 409 AlreadyExists, so a retry emits nothing new.
+- Both retry here, up to ``WRITE_ATTEMPTS`` times, on 409 and on transient errors (429, 5xx,
+  timeouts, dropped connections): cheaper than an activity retry, and safe for the two reasons
+  above. What is left raises, and Temporal retries the activity (``workflows.rollback``).
+
+Used by the activities (``activities.kubernetes``) and, for ``event_body``, by the intake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+
+from kubernetes.client import CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from activities.kubetime import kube_now
+from activities.lookup import OwnerLookup
+from activities.owners import OWNER_KINDS
+from workflows.activity_api import OwnerRef
+from workflows.contract import API_GROUP, Obj
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+WRITE_ATTEMPTS = 5
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+COMPONENT = "rightsizing-rollback"
+
+
+class ConflictError(Exception):
+    """The owner kept changing under us; Temporal retries the activity."""
+
+
+def already_exists(exc: ApiException) -> bool:
+    """409 AlreadyExists on a create (not a 409 Conflict, which is worth retrying)."""
+    if exc.status != 409:
+        return False
+    try:
+        return bool(json.loads(exc.body or "{}").get("reason") == "AlreadyExists")
+    except ValueError:
+        return False
+
+
+def transient(exc: Exception) -> bool:
+    """An error after which the same request may well succeed."""
+    if isinstance(exc, ApiException):
+        return exc.status in TRANSIENT_STATUSES
+    return isinstance(exc, (HTTPError, OSError))  # timeouts, refused or dropped connections
+
+
+def pause_before_retry(what: str, exc: Exception, attempt: int) -> None:
+    """Sleep briefly before another try of a safe-to-repeat write, or re-raise ``exc``."""
+    if not transient(exc) or attempt + 1 >= WRITE_ATTEMPTS:
+        raise exc
+    log.info("%s failed (%s), retrying", what, str(exc).splitlines()[0])
+    time.sleep(0.2 * 2**attempt)
+
+
+def event_body(
+    involved: Obj,
+    identity: str,
+    reason: str,
+    message: str,
+    event_type: str,
+    component: str,
+    instance: str | None = None,
+) -> Obj:
+    """A core/v1 Event about ``involved`` (an object reference), named after ``identity``
+    (``<name>.rb-<digest>``): creating the same one again is 409 AlreadyExists."""
+    now = kube_now()
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
+    body: Obj = {
+        "metadata": {"name": f"{involved['name']}.rb-{digest}", "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:1024],
+        "type": event_type,
+        "source": {"component": component},
+    }
+    if instance is not None:
+        body |= {"reportingComponent": f"{API_GROUP}/rollback", "reportingInstance": instance}
+    return body | {"firstTimestamp": now, "lastTimestamp": now, "count": 1}
+
+
+class OwnerWriter:
+    def __init__(
+        self, core: CoreV1Api, custom: CustomObjectsApi, lookup: OwnerLookup, instance: str
+    ) -> None:
+        self.core = core
+        self.custom = custom
+        self.lookup = lookup
+        self.instance = instance
+
+    def patch_annotations(
+        self, owner: OwnerRef, wanted: dict[str, str | None]
+    ) -> tuple[Obj | None, bool]:
+        """Bring the owner's annotations to ``wanted`` (``None`` removes); no diff, no write.
+        Returns the owner as last read or written (None: it is gone) and whether it wrote."""
+        kind = OWNER_KINDS[owner.kind]
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                obj = self.lookup.get(owner)
+                if obj is None:
+                    return None, False
+                current = obj["metadata"].get("annotations") or {}
+                changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+                if not changes:
+                    return obj, False
+                body = {
+                    "metadata": {
+                        "resourceVersion": obj["metadata"]["resourceVersion"],
+                        "annotations": changes,
+                    }
+                }
+                patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
+                    kind.group,
+                    kind.version,
+                    owner.namespace,
+                    kind.plural,
+                    owner.name,
+                    body,
+                    _content_type=MERGE_PATCH,
+                )
+                return patched, True
+            except (ApiException, HTTPError, OSError) as exc:
+                status = getattr(exc, "status", None)
+                if status == 404:
+                    return None, False
+                if status == 409:  # written meanwhile (maybe by our own timed-out try)
+                    log.info("%s: conflict writing annotations, re-reading", owner)
+                    continue
+                pause_before_retry(f"{owner}: writing annotations", exc, attempt)
+        raise ConflictError(f"{owner}: still conflicting after {WRITE_ATTEMPTS} attempts")
+
+    def event(
+        self,
+        owner: OwnerRef,
+        uid: str | None,
+        identity: str,
+        reason: str,
+        message: str,
+        event_type: str,
+    ) -> bool:
+        """Emit the Event named after ``identity`` on the owner; False when it already exists."""
+        body = event_body(
+            {
+                "apiVersion": OWNER_KINDS[owner.kind].api_version,
+                "kind": owner.kind.value,
+                "name": owner.name,
+                "namespace": owner.namespace,
+                "uid": uid,
+            },
+            identity,
+            reason,
+            message,
+            event_type,
+            COMPONENT,
+            self.instance,
+        )
+        attempt = 0
+        while True:  # until created, found, or pause_before_retry re-raises
+            try:
+                self.core.create_namespaced_event(owner.namespace, body)  # type: ignore[arg-type]
+                return True
+            except (ApiException, HTTPError, OSError) as exc:
+                if isinstance(exc, ApiException) and already_exists(exc):
+                    return False  # this transition's Event exists: a retry
+                pause_before_retry(f"{owner}: creating Event {reason}", exc, attempt)
+            attempt += 1

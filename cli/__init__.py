@@ -1,0 +1,1 @@
+"""``rollbackctl``: the command line (commands, table output, policy files, CRD generation)."""

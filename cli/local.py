@@ -1,0 +1,131 @@
+"""``rollbackctl run|demo|simulate|dev-server``: everything that runs on one machine.
+
+These commands use the simulated cluster and the embedded Temporal dev server (package
+``sim``), which the production install does not carry: ``cli.main`` imports this module only
+when one of them is asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from sim.devserver import DevServer
+from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
+from worker.config import IntakeConfig, WorkerConfig
+from worker.process import serve, stop_on_signals
+
+DEMO = SCENARIOS / "oom-rollback.yaml"
+
+
+def cmd_dev_server(args: argparse.Namespace) -> int:
+    server = DevServer(Path(args.data_dir), args.port, args.ui_port, args.headless)
+    with server:
+        ui = f", Web UI http://127.0.0.1:{server.ui_port}" if server.ui_port else ""
+        print(
+            f"Temporal dev server on {server.address}{ui}; data in {args.data_dir}. Ctrl-C stops."
+        )
+        try:
+            assert server.process is not None
+            server.process.wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    try:
+        scenario = Scenario.load(args.scenario)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        print(f"{args.scenario}: {exc}", file=sys.stderr)
+        return 1
+    quiet = args.output == "json"
+    report = asyncio.run(
+        run_scenario(
+            scenario,
+            on_line=(lambda _: None) if quiet else _print_line,
+            on_progress=None if quiet or not sys.stderr.isatty() else _progress,
+        )
+    )
+    if quiet:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        verdict = "PASSED" if report.passed else "FAILED"
+        print(f"\n{scenario.name}: {verdict} in {report.duration:.1f}s")
+        for problem in report.problems:
+            print(f"  {problem}")
+    return 0 if report.passed else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    print(f"Demo: {DEMO.name} — {Scenario.load(DEMO).description.strip()}\n")
+    args.scenario, args.output = str(DEMO), "text"
+    return cmd_simulate(args)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """The embedded default: Temporal dev server + worker + intake, against a cluster or the
+    simulated one (with the demo scenario playing)."""
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    worker = WorkerConfig.from_args(args)
+
+    async def simulated() -> None:
+        stop = stop_on_signals()
+        world = World(
+            Scenario.load(DEMO),
+            _print_line,
+            data_dir,
+            temporal_port=args.port,
+            ui=True,
+            task_queue=worker.temporal.task_queue,
+        )
+        await world.start()
+        _banner(world.temporal, f"simulated cluster at {world.api.url} playing {DEMO.name}")
+        try:
+            await play(world)
+            await stop.wait()
+        finally:
+            await world.stop()
+
+    async def real() -> None:
+        stop = stop_on_signals()
+        server = None
+        if not args.address:
+            server = DevServer(data_dir / "temporal", args.port, log_path=data_dir / "temporal.log")
+            await asyncio.to_thread(server.start)
+            args.address = server.address
+        try:
+            if server is not None:
+                _banner(server, "cluster from your kubeconfig")
+            await serve(stop, WorkerConfig.from_args(args), IntakeConfig.from_args(args))
+        finally:
+            if server is not None:
+                await asyncio.to_thread(server.stop)
+
+    asyncio.run(simulated() if worker.kube.simulated else real())
+    return 0
+
+
+def _banner(server: DevServer, cluster: str) -> None:
+    ui = f"http://127.0.0.1:{server.ui_port}" if server.ui_port else "(headless)"
+    print(
+        f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
+        "Look with: rollbackctl get   |   rollbackctl describe NAMESPACE/KIND/NAME\n"
+        'In the UI: filter with RollbackMode = "failedPermanent". Ctrl-C stops.\n',
+        flush=True,
+    )
+
+
+def _print_line(line: str) -> None:
+    print(f"\r{line}", flush=True)
+
+
+def _progress(elapsed: float, total: float) -> None:
+    sys.stderr.write(f"\r[{elapsed:5.1f}s / {total:.0f}s] waiting for the expected outcome...")
+    sys.stderr.flush()

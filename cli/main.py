@@ -1,0 +1,260 @@
+"""``rollbackctl``: the command line of the rollback engine, wired here.
+
+Sub-commands are grouped by what they touch: ``policy`` works on files only (``cli.explain``),
+``crds`` prints or writes the CustomResourceDefinitions (``cli.crds``), ``worker`` and
+``intake`` run the processes (``worker.process``), ``get|describe|cancel|reopen`` operate on
+workflows (``cli.ops``), and ``run|demo|simulate|dev-server`` run everything on one machine
+(``cli.local``, imported only for those commands: the production install has no simulator).
+Each handler returns the process exit status; user errors are printed as one line each, never
+as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from cli import crds, ops
+from cli.explain import cmd_policy_explain, cmd_policy_validate
+from cli.ops import OpsError
+from worker import telemetry
+from worker.config import (
+    ConfigError,
+    IntakeConfig,
+    TemporalConfig,
+    WorkerConfig,
+    add_intake_flags,
+    add_kube_flags,
+    add_temporal_flags,
+    add_worker_flags,
+)
+from worker.process import run
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def cmd_crds(args: argparse.Namespace) -> int:
+    if args.write:
+        for path in crds.write(Path(args.write)):
+            print(f"wrote {path}")
+    else:
+        print("---\n".join(crds.render(doc) for doc in crds.CRDS.values()), end="")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    run(worker=WorkerConfig.from_args(args))
+    return 0
+
+
+def cmd_intake(args: argparse.Namespace) -> int:
+    run(intake=IntakeConfig.from_args(args))
+    return 0
+
+
+def _ops(
+    args: argparse.Namespace, action: Callable[[Client, TemporalConfig], Awaitable[int]]
+) -> int:
+    config = TemporalConfig.from_args(args)
+
+    async def main() -> int:
+        return await action(await config.connect(), config)
+
+    try:
+        return asyncio.run(main())
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    async def action(client: Client, _: TemporalConfig) -> int:
+        rows = await ops.get(client, args.namespace_filter, args.mode)
+        if args.output == "json":
+            print(json.dumps([r.as_json() for r in rows], indent=2))
+        else:
+            print(ops.table(rows) if rows else "No rollback workflows found.")
+        return 0
+
+    return _ops(args, action)
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    async def action(client: Client, _: TemporalConfig) -> int:
+        owner = ops.parse_owner(args.owner)
+        status, state = await ops.describe(client, owner)
+        if args.output == "json":
+            body = state.model_dump(mode="json", by_alias=True) if state else None
+            print(
+                json.dumps(
+                    {"workflowId": owner.workflow_id, "status": status, "state": body}, indent=2
+                )
+            )
+        else:
+            print(ops.describe_text(owner, status, state))
+        return 0
+
+    return _ops(args, action)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    async def action(client: Client, _: TemporalConfig) -> int:
+        owner = ops.parse_owner(args.owner)
+        await ops.cancel(client, owner, args.reason)
+        print(f"cancel signalled to {owner.workflow_id}")
+        return 0
+
+    return _ops(args, action)
+
+
+def cmd_reopen(args: argparse.Namespace) -> int:
+    async def action(client: Client, config: TemporalConfig) -> int:
+        owner = ops.parse_owner(args.owner)
+        await ops.reopen(client, config.task_queue, owner)
+        print(f"reopen signalled to {owner.workflow_id}")
+        return 0
+
+    return _ops(args, action)
+
+
+def _local(name: str) -> Handler:
+    """A ``cli.local`` command, imported when called: it needs the simulator extra."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            module = importlib.import_module("cli.local")
+        except ImportError as exc:
+            raise ConfigError(
+                f"'{args.command}' needs the simulator ({exc.name} is missing):"
+                " pip install 'rightsizing-rollback[sim]'"
+            ) from exc
+        command: Handler = getattr(module, name)
+        return command(args)
+
+    return handler
+
+
+def _add_operations(sub: Any) -> None:
+    """``get``, ``describe``, ``cancel``, ``reopen``: operations on workflows."""
+    listing = sub.add_parser("get", help="list workloads with their rollback mode, turn and policy")
+    add_temporal_flags(listing)
+    listing.add_argument(
+        "-n", "--in-namespace", dest="namespace_filter", help="only this Kubernetes namespace"
+    )
+    listing.add_argument("--mode", help="only this mode, e.g. failedPermanent")
+    listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    listing.set_defaults(handler=cmd_get)
+
+    for name, handler, text in (
+        ("describe", cmd_describe, "status and recent history of one workload"),
+        ("cancel", cmd_cancel, "stop monitoring a workload, leaving its resources as they are"),
+        ("reopen", cmd_reopen, "start a fresh monitoring window for the current recommendation"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        add_temporal_flags(cmd)
+        cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
+        if name == "describe":
+            cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
+        if name == "cancel":
+            cmd.add_argument("--reason", default="cancelled with rollbackctl")
+        cmd.set_defaults(handler=handler)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollbackctl", description="Durable rollback engine for Kubernetes rightsizing."
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="log lines as text or JSON objects (ROLLBACK_LOG_FORMAT, default text)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    policy = sub.add_parser("policy", help="validate policies and explain which one applies")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    validate = policy_sub.add_parser(
+        "validate", help="validate RollbackPolicy/ClusterRollbackPolicy YAML"
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(handler=cmd_policy_validate)
+    explain = policy_sub.add_parser("explain", help="which policy applies to a workload, and why")
+    explain.add_argument("--policies", nargs="+", required=True, metavar="FILE")
+    explain.add_argument("--workload", required=True, metavar="FILE", help="one workload manifest")
+    explain.add_argument(
+        "--namespace", help="namespace of the workload (default: its manifest's, else 'default')"
+    )
+    explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    explain.set_defaults(handler=cmd_policy_explain)
+
+    crd = sub.add_parser("crds", help="print the CustomResourceDefinitions (or --write DIR)")
+    crd.add_argument("--write", metavar="DIR", help="write one YAML file per CRD into DIR")
+    crd.set_defaults(handler=cmd_crds)
+
+    worker = sub.add_parser(
+        "worker", help="run the Temporal worker (workflows + Kubernetes activities)"
+    )
+    add_temporal_flags(worker)
+    add_kube_flags(worker)
+    add_worker_flags(worker)
+    worker.set_defaults(handler=cmd_worker)
+
+    intake = sub.add_parser("intake", help="run the intake controller (leader-elected)")
+    add_temporal_flags(intake)
+    add_kube_flags(intake)
+    add_intake_flags(intake)
+    intake.set_defaults(handler=cmd_intake)
+
+    _add_operations(sub)
+
+    run_cmd = sub.add_parser(
+        "run", help="the embedded default: Temporal dev server, worker and intake in one process"
+    )
+    add_temporal_flags(run_cmd)
+    add_kube_flags(run_cmd)
+    add_worker_flags(run_cmd)
+    add_intake_flags(run_cmd)
+    run_cmd.add_argument("--data-dir", default=".rollback-data", help="Temporal's SQLite and logs")
+    run_cmd.add_argument(
+        "--port", type=int, default=7233, help="Temporal port (Web UI on port + 1000)"
+    )
+    run_cmd.set_defaults(handler=_local("cmd_run"))
+
+    demo = sub.add_parser("demo", help="play the demo scenario on the simulated cluster and exit")
+    demo.set_defaults(handler=_local("cmd_demo"))
+
+    simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
+    simulate.add_argument("scenario", metavar="SCENARIO.yaml")
+    simulate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    simulate.set_defaults(handler=_local("cmd_simulate"))
+
+    dev = sub.add_parser("dev-server", help="run the embedded Temporal dev server (SQLite, Web UI)")
+    dev.add_argument("--data-dir", default=".rollback-data", help="where the SQLite file lives")
+    dev.add_argument("--port", type=int, default=7233)
+    dev.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port + 1000)")
+    dev.add_argument("--headless", action="store_true", help="no Web UI")
+    dev.set_defaults(handler=_local("cmd_dev_server"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    telemetry.configure_logging(args.log_format)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""One typed configuration per process (``worker.config``): flags over environment over
+defaults, the Temporal connection through ``temporalio.envconfig`` (variables and TOML
+profiles), and one clear error per bad value."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from activities.kubernetes import Actuation
+from worker.config import (
+    ConfigError,
+    IntakeConfig,
+    WorkerConfig,
+    add_intake_flags,
+    add_kube_flags,
+    add_temporal_flags,
+    add_worker_flags,
+)
+
+
+def args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_temporal_flags(parser)
+    add_kube_flags(parser)
+    add_worker_flags(parser)
+    add_intake_flags(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults_without_flags_or_environment() -> None:
+    worker = WorkerConfig.from_args(args(), env={})
+    assert worker.temporal.address == "localhost:7233"
+    assert worker.temporal.task_queue == "rightsizing-rollback"
+    assert worker.actuation is Actuation.ANNOTATIONS
+    assert worker.max_cached_workflows == 10_000
+    assert worker.kube.timeout == 10.0 and worker.kube.simulated
+    intake = IntakeConfig.from_args(args(), env={})
+    assert intake.lease_namespace == "default"
+    assert intake.sample_interval == timedelta(seconds=30)
+
+
+def test_environment_then_flags() -> None:
+    env = {
+        "TEMPORAL_ADDRESS": "temporal:7233",
+        "TEMPORAL_NAMESPACE": "prod",
+        "ROLLBACK_TASK_QUEUE": "q",
+        "ROLLBACK_ACTUATION": "in-place",
+        "ROLLBACK_KUBE_TIMEOUT": "3",
+        "ROLLBACK_MAX_CACHED_WORKFLOWS": "500",
+        "ROLLBACK_SAMPLE_INTERVAL": "5s",
+        "POD_NAMESPACE": "rollback-system",
+        "POD_NAME": "intake-0",
+        "KUBECONFIG": "/etc/kube/config",
+    }
+    worker = WorkerConfig.from_args(args(), env)
+    assert (worker.temporal.address, worker.temporal.profile.namespace) == ("temporal:7233", "prod")
+    assert worker.temporal.task_queue == "q" and worker.actuation is Actuation.IN_PLACE
+    assert (worker.kube.timeout, worker.max_cached_workflows) == (3.0, 500)
+    assert not worker.kube.simulated
+    intake = IntakeConfig.from_args(args(), env)
+    assert (intake.lease_namespace, intake.identity) == ("rollback-system", "intake-0")
+    assert intake.sample_interval == timedelta(seconds=5)
+    flagged = WorkerConfig.from_args(
+        args("--address", "other:1", "--task-queue", "q2", "--actuation", "annotations"), env
+    )
+    assert flagged.temporal.address == "other:1" and flagged.temporal.task_queue == "q2"
+    assert flagged.actuation is Actuation.ANNOTATIONS
+
+
+def test_envconfig_profile_file(tmp_path: Path) -> None:
+    """The same TOML profiles as the ``temporal`` CLI, selected with --profile."""
+    toml = tmp_path / "temporal.toml"
+    toml.write_text(
+        '[profile.staging]\naddress = "staging.example:7233"\nnamespace = "staging"\n'
+        'api_key = "secret"\n'
+    )
+    env = {"TEMPORAL_CONFIG_FILE": str(toml)}
+    config = WorkerConfig.from_args(args("--profile", "staging"), env).temporal
+    connect = config.profile.to_client_connect_config()
+    assert (config.address, connect.get("namespace")) == ("staging.example:7233", "staging")
+    assert connect.get("api_key") == "secret" and connect.get("tls") is True
+
+
+def test_mtls_files_from_flags(tmp_path: Path) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("cert")
+    key.write_text("key")
+    config = WorkerConfig.from_args(args("--tls-cert", str(cert), "--tls-key", str(key)), {})
+    tls = config.temporal.profile.tls
+    assert tls is not None and tls.client_cert == cert and tls.client_private_key == key
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        pytest.param(["--tls-cert", "/x"], {}, "--tls-cert and --tls-key", id="cert-without-key"),
+        pytest.param(["--tls-ca", "/missing/ca.pem"], {}, "does not exist", id="missing-ca"),
+        pytest.param([], {"ROLLBACK_ACTUATION": "sideways"}, "--actuation", id="bad-actuation"),
+        pytest.param(["--kube-timeout", "soon"], {}, "--kube-timeout", id="bad-timeout"),
+        pytest.param(["--kube-timeout", "0"], {}, "positive", id="zero-timeout"),
+        pytest.param(["--max-cached-workflows", "0"], {}, "at least 1", id="no-cache"),
+        pytest.param(
+            ["--profile", "nope"],
+            {"TEMPORAL_CONFIG_FILE": "/missing.toml"},
+            "Temporal configuration",
+            id="missing-profile-file",
+        ),
+    ],
+)
+def test_bad_values_are_one_clear_error(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        WorkerConfig.from_args(args(*argv), env)
+
+
+def test_bad_sample_interval() -> None:
+    with pytest.raises(ConfigError, match="--sample-interval"):
+        IntakeConfig.from_args(args("--sample-interval", "often"), {})
+
+
+def test_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "from-env:7233")
+    monkeypatch.setenv("ROLLBACK_TASK_QUEUE", "env-queue")
+    config = WorkerConfig.from_args(args())  # os.environ, as the processes use it
+    assert (config.temporal.address, config.temporal.task_queue) == ("from-env:7233", "env-queue")

@@ -1,0 +1,307 @@
+"""One typed configuration per process, bound to flags and environment and validated here.
+
+``rollbackctl worker``, ``rollbackctl intake`` and ``rollbackctl run`` (and ``python -m worker``)
+build their settings with ``WorkerConfig.from_args`` / ``IntakeConfig.from_args`` and hand the
+result to ``worker.process``; nothing else reads ``os.environ`` for these settings. A flag
+overrides its environment variable, which overrides the default. A bad value raises
+``ConfigError`` with one line that names the flag.
+
+The Temporal connection is ``temporalio.envconfig``'s: the same ``TEMPORAL_*`` variables and
+TOML profiles as the ``temporal`` CLI (``TEMPORAL_PROFILE``, ``TEMPORAL_CONFIG_FILE``), with our
+flags on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from kubernetes.client import ApiClient
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
+from temporalio.runtime import Runtime
+
+from activities.kubernetes import Actuation
+from worker import telemetry
+from worker.kube import DEFAULT_READ_TIMEOUT, api_client
+from worker.runner import MAX_CACHED_WORKFLOWS
+from workflows.contract import TASK_QUEUE
+from workflows.durations import parse_duration
+from workflows.machine import DEFAULT_SAMPLE_INTERVAL
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS = "localhost:7233"
+CONNECT_PATIENCE_SECONDS = 300.0
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the flag and the value."""
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    return env.get(name) or None
+
+
+# --- Temporal -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemporalConfig:
+    """Where Temporal is and how to reach it: an envconfig profile plus our task queue."""
+
+    profile: ClientConfigProfile = field(default_factory=ClientConfigProfile)
+    task_queue: str = TASK_QUEUE
+
+    @classmethod
+    def at(cls, address: str, task_queue: str = TASK_QUEUE) -> TemporalConfig:
+        """A plain, unauthenticated server (the embedded dev server, tests)."""
+        return cls(ClientConfigProfile(address=address), task_queue)
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ
+    ) -> TemporalConfig:
+        try:
+            profile = ClientConfigProfile.load(
+                profile=getattr(args, "profile", None), override_env_vars=dict(env)
+            )
+        except Exception as exc:  # the SDK's loader reports TOML and file errors alike
+            raise ConfigError(f"Temporal configuration: {exc}") from exc
+        if bool(args.tls_cert) != bool(args.tls_key):
+            raise ConfigError("--tls-cert and --tls-key must be given together")
+        tls = profile.tls
+        if args.tls_cert or args.tls_ca or args.tls:
+            base = tls or ClientConfigTLS()
+            tls = dataclasses.replace(
+                base,
+                client_cert=Path(args.tls_cert) if args.tls_cert else base.client_cert,
+                client_private_key=Path(args.tls_key) if args.tls_key else base.client_private_key,
+                server_root_ca_cert=Path(args.tls_ca) if args.tls_ca else base.server_root_ca_cert,
+            )
+        profile = dataclasses.replace(
+            profile,
+            address=args.address or profile.address,
+            namespace=args.namespace or profile.namespace,
+            api_key=args.api_key or profile.api_key,
+            tls=tls,
+        )
+        for path in _tls_files(tls):
+            if not path.is_file():
+                raise ConfigError(f"TLS file {path} does not exist")
+        task_queue = args.task_queue or _env(env, "ROLLBACK_TASK_QUEUE") or TASK_QUEUE
+        return cls(profile, task_queue)
+
+    @property
+    def address(self) -> str:
+        return self.profile.address or DEFAULT_ADDRESS
+
+    async def connect(self, runtime: Runtime | None = None) -> Client:
+        options = self.profile.to_client_connect_config()
+        options["target_host"] = self.address
+        return await Client.connect(
+            **options, data_converter=pydantic_data_converter, runtime=runtime
+        )
+
+    async def connect_patiently(
+        self, runtime: Runtime | None = None, within: float = CONNECT_PATIENCE_SECONDS
+    ) -> Client:
+        """``connect``, retried with backoff for ``within`` seconds: a worker or intake that
+        starts while the Temporal frontend restarts waits for it instead of crash-looping."""
+        deadline, delay = time.monotonic() + within, 0.5
+        while True:
+            try:
+                return await self.connect(runtime)
+            except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("Temporal at %s: %s; retrying in %.1fs", self.address, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+
+def _tls_files(tls: ClientConfigTLS | None) -> list[Path]:
+    if tls is None:
+        return []
+    sources = (tls.client_cert, tls.client_private_key, tls.server_root_ca_cert)
+    return [s for s in sources if isinstance(s, Path)]
+
+
+def add_temporal_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "Temporal connection (flags override TEMPORAL_* variables and the envconfig profile)"
+    )
+    group.add_argument("--address", help=f"host:port (TEMPORAL_ADDRESS, default {DEFAULT_ADDRESS})")
+    group.add_argument("--namespace", help="Temporal namespace (TEMPORAL_NAMESPACE)")
+    group.add_argument(
+        "--profile", help="envconfig profile (TEMPORAL_PROFILE; file: TEMPORAL_CONFIG_FILE)"
+    )
+    group.add_argument(
+        "--task-queue", help=f"task queue (ROLLBACK_TASK_QUEUE, default {TASK_QUEUE})"
+    )
+    group.add_argument("--api-key", help="API key, e.g. Temporal Cloud (TEMPORAL_API_KEY)")
+    group.add_argument("--tls", action="store_true", help="use TLS without a client cert")
+    group.add_argument(
+        "--tls-cert", help="client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)"
+    )
+    group.add_argument("--tls-key", help="client key for mTLS (TEMPORAL_TLS_CLIENT_KEY_PATH)")
+    group.add_argument("--tls-ca", help="server CA certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH)")
+
+
+# --- Kubernetes and telemetry ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """How to reach the API server; see ``worker.kube`` for the resolution order."""
+
+    kubeconfig: str | None = None
+    url: str | None = None
+    timeout: float = DEFAULT_READ_TIMEOUT
+    metrics_address: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> KubeConfig:
+        raw = args.kube_timeout or _env(env, "ROLLBACK_KUBE_TIMEOUT")
+        try:
+            timeout = float(raw) if raw is not None else DEFAULT_READ_TIMEOUT
+        except ValueError:
+            raise ConfigError(f"--kube-timeout: {raw!r} is not a number of seconds") from None
+        if timeout <= 0:
+            raise ConfigError(f"--kube-timeout must be positive, got {timeout}")
+        return cls(
+            kubeconfig=args.kubeconfig or _env(env, "KUBECONFIG"),
+            url=args.kube_url,
+            timeout=timeout,
+            metrics_address=args.metrics_address or _env(env, "ROLLBACK_METRICS_ADDRESS"),
+        )
+
+    @property
+    def simulated(self) -> bool:
+        """No cluster named anywhere: ``rollbackctl run`` starts the simulated one."""
+        return not (self.kubeconfig or self.url)
+
+    def runtime(self) -> Runtime | None:
+        return telemetry.runtime(self.metrics_address)
+
+    def client(self, runtime: Runtime | None = None) -> ApiClient:
+        try:
+            return api_client(self.kubeconfig, self.url, telemetry.meter(runtime), self.timeout)
+        except Exception as exc:  # kubeconfig loaders raise several kinds
+            raise ConfigError(f"Kubernetes configuration: {exc}") from exc
+
+
+def add_kube_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kubernetes")
+    group.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
+    )
+    group.add_argument("--kube-url", help="plain-HTTP API server URL (the simulated cluster)")
+    group.add_argument(
+        "--kube-timeout",
+        help="seconds to wait for an API server answer before the call fails"
+        f" (ROLLBACK_KUBE_TIMEOUT, default {DEFAULT_READ_TIMEOUT})",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        help="serve Prometheus /metrics on host:port, e.g. 0.0.0.0:9464 (ROLLBACK_METRICS_ADDRESS)",
+    )
+
+
+# --- the processes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    temporal: TemporalConfig
+    kube: KubeConfig
+    actuation: Actuation = Actuation.ANNOTATIONS
+    max_cached_workflows: int = MAX_CACHED_WORKFLOWS
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ
+    ) -> WorkerConfig:
+        actuation = args.actuation or _env(env, "ROLLBACK_ACTUATION") or Actuation.ANNOTATIONS
+        try:
+            parsed = Actuation(actuation)
+        except ValueError:
+            choices = ", ".join(a.value for a in Actuation)
+            raise ConfigError(f"--actuation: {actuation!r} is not one of {choices}") from None
+        cached = args.max_cached_workflows or _env(env, "ROLLBACK_MAX_CACHED_WORKFLOWS")
+        try:
+            max_cached = int(cached) if cached is not None else MAX_CACHED_WORKFLOWS
+        except ValueError:
+            raise ConfigError(f"--max-cached-workflows: {cached!r} is not a number") from None
+        if max_cached < 1:
+            raise ConfigError(f"--max-cached-workflows must be at least 1, got {max_cached}")
+        return cls(
+            TemporalConfig.from_args(args, env), KubeConfig.from_args(args, env), parsed, max_cached
+        )
+
+
+def add_worker_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("worker")
+    group.add_argument(
+        "--actuation",
+        choices=[a.value for a in Actuation],
+        help="annotations: publish rollback recommendations for an applier;"
+        " in-place: also resize pods (ROLLBACK_ACTUATION, default annotations)",
+    )
+    group.add_argument(
+        "--max-cached-workflows",
+        help="workflows kept in memory between tasks; at least the workloads monitored at once"
+        f" (ROLLBACK_MAX_CACHED_WORKFLOWS, default {MAX_CACHED_WORKFLOWS})",
+    )
+
+
+@dataclass(frozen=True)
+class IntakeConfig:
+    temporal: TemporalConfig
+    kube: KubeConfig
+    lease_namespace: str = "default"
+    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    sample_interval: timedelta = DEFAULT_SAMPLE_INTERVAL
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ
+    ) -> IntakeConfig:
+        raw = args.sample_interval or _env(env, "ROLLBACK_SAMPLE_INTERVAL")
+        try:
+            interval = parse_duration(raw) if raw is not None else DEFAULT_SAMPLE_INTERVAL
+        except ValueError as exc:
+            raise ConfigError(f"--sample-interval: {exc}") from None
+        return cls(
+            TemporalConfig.from_args(args, env),
+            KubeConfig.from_args(args, env),
+            lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
+            identity=args.identity
+            or _env(env, "POD_NAME")
+            or f"{socket.gethostname()}-{os.getpid()}",
+            sample_interval=interval,
+        )
+
+
+def add_intake_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("intake")
+    group.add_argument(
+        "--lease-namespace", help="namespace of the leader-election Lease (POD_NAMESPACE)"
+    )
+    group.add_argument(
+        "--identity", help="leader-election identity (default: POD_NAME or host-pid)"
+    )
+    group.add_argument(
+        "--sample-interval",
+        help="cohort sampling interval (ROLLBACK_SAMPLE_INTERVAL, default 30s)",
+    )

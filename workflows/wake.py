@@ -1,0 +1,102 @@
+"""The wake rule: does a sighting of a recommendation wake an owner, and how?
+
+One pure function, ``wake``, answers it for everyone who asks (README, "The RollbackWorkflow",
+*Runs*):
+
+- the intake (``worker.intake``), before it signals: against the state stored on the owner;
+- the workflow, when its run ends with signals still pending: against the run's final state;
+- the state machine, when a run starts (``workflows.machine``): against the stored state.
+
+So a sighting the intake would skip is one the workflow would ignore, and the other way round.
+
+The rule, for the same fingerprint as the last attempt (any other fingerprint is a new attempt,
+turn 1):
+
+    last mode             observe (pods adopted it)             reopen (someone asked)
+    backedOff             next turn (N+1)                       next turn (N+1)
+    monitoringSucceeded   reopen, if a pod is newer than the    reopen
+                          success and the policy allows it      (if the policy allows it)
+    cancelled             nothing: a cancel sticks until an     reopen
+                          explicit reopen or a new              (if the policy allows it)
+                          recommendation, even for newer pods
+    failedPermanent       nothing                               nothing
+    cleared               nothing (the state is gone)           nothing
+    monitoring, rollingBack, backingOff, superseded
+                          resume that attempt                   resume that attempt
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from workflows.contract import Mode
+
+
+class Trigger(StrEnum):
+    OBSERVE = "observe"  # the intake saw pods carrying the recommendation
+    REOPEN = "reopen"  # someone asked for a fresh window on the same fingerprint
+
+
+class Wake(StrEnum):
+    NEW = "new"  # a recommendation with no attempt yet: turn 1
+    NEXT_TURN = "nextTurn"  # the turn after backedOff
+    REOPEN = "reopen"  # a fresh window for a settled turn
+    RESUME = "resume"  # an attempt that was still active
+    NONE = "none"  # the sighting does not wake the owner
+
+
+@dataclass(frozen=True)
+class LastAttempt:
+    """What the rule needs of the owner's last attempt (stored state or a run's final state)."""
+
+    fingerprint: str
+    mode: Mode
+    at: datetime | None  # the last transition
+
+
+@dataclass(frozen=True)
+class Sighting:
+    fingerprint: str
+    trigger: Trigger = Trigger.OBSERVE
+    pod_created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    wake: Wake
+    reason: str
+
+    @property
+    def wakes(self) -> bool:
+        return self.wake is not Wake.NONE
+
+
+def wake(last: LastAttempt | None, sighting: Sighting, reopen_enabled: bool) -> Verdict:
+    """How ``sighting`` wakes an owner whose last attempt is ``last``; see the module table."""
+    if last is None or last.fingerprint != sighting.fingerprint:
+        return Verdict(Wake.NEW, "a new recommendation")
+    reopen = sighting.trigger is Trigger.REOPEN
+    match last.mode:
+        case Mode.FAILED_PERMANENT:
+            return Verdict(Wake.NONE, "already failed permanently")
+        case Mode.CLEARED:
+            return Verdict(Wake.NONE, "the attempt was cleared")
+        case Mode.BACKED_OFF:
+            return Verdict(Wake.NEXT_TURN, "the next turn after backing off")
+        case Mode.CANCELLED if not reopen:
+            return Verdict(Wake.NONE, "cancelled: only reopen or a new recommendation resumes")
+        case Mode.MONITORING_SUCCEEDED | Mode.CANCELLED:
+            if not reopen_enabled:
+                return Verdict(Wake.NONE, "reopen disabled by the policy")
+            newer = (
+                sighting.pod_created_at is not None
+                and last.at is not None
+                and sighting.pod_created_at > last.at
+            )
+            if not (reopen or newer):
+                return Verdict(Wake.NONE, "no newer pod: nothing to reopen")
+            return Verdict(Wake.REOPEN, "reopened" if reopen else "a newer pod")
+        case _:
+            return Verdict(Wake.RESUME, f"resumes the attempt in {last.mode}")
