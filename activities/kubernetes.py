@@ -11,8 +11,10 @@
   here on transient errors and safe to repeat.
 - ``activities.resize``: in-place actuation through ``pods/resize``.
 
-404 on the owner ends the attempt cleanly (``exists=False``). What is left raises, and Temporal
-retries the activity with backoff (``workflows.rollback.K8S_RETRY``).
+404 on the owner ends the attempt cleanly (``exists=False``). Every other error leaves through
+``activities.errors.classified``: transient ones raise as they are and Temporal retries the
+activity with backoff, within the attempt's retry budget (``workflows.rollback``); permanent ones
+become non-retryable errors that end the attempt ``aborted``.
 
 Actuation has two modes (worker configuration): ``annotations`` publishes the rollback
 recommendation on the owner for an external applier; ``in-place`` publishes it too and resizes
@@ -32,6 +34,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio import activity
 
 from activities.cohort import Tally, judge
+from activities.errors import classified
 from activities.lookup import OwnerLookup, read_state
 from activities.owners import desired_replicas, manifest_resources
 from activities.resize import resize_pods
@@ -93,33 +96,39 @@ class KubernetesActivities:
 
     @activity.defn(name=LOAD_OWNER)
     def load_owner(self, input: LoadOwnerInput) -> LoadOwnerResult:
-        obj = self.lookup.get(input.owner)
-        if obj is None:
-            return LoadOwnerResult(exists=False)
-        state, error = read_state(obj)
-        if error:
-            log.warning("%s: unreadable rollback state: %s", input.owner, error)
-        return LoadOwnerResult(
-            exists=True, state=state, state_error=error, policy=self.lookup.policy(input.owner, obj)
-        )
+        with classified():
+            obj = self.lookup.get(input.owner)
+            if obj is None:
+                return LoadOwnerResult(exists=False)
+            state, error = read_state(obj)
+            if error:
+                log.warning("%s: unreadable rollback state: %s", input.owner, error)
+            return LoadOwnerResult(
+                exists=True,
+                state=state,
+                state_error=error,
+                policy=self.lookup.policy(input.owner, obj),
+            )
 
     @activity.defn(name=RESOLVE_POLICY)
     def resolve_policy(self, input: ResolvePolicyInput) -> ResolvePolicyResult:
-        obj = self.lookup.get(input.owner)
-        if obj is None:
-            return ResolvePolicyResult(exists=False)
-        return ResolvePolicyResult(policy=self.lookup.policy(input.owner, obj))
+        with classified():
+            obj = self.lookup.get(input.owner)
+            if obj is None:
+                return ResolvePolicyResult(exists=False)
+            return ResolvePolicyResult(policy=self.lookup.policy(input.owner, obj))
 
     @activity.defn(name=SAMPLE_COHORT)
     def sample_cohort(self, input: SampleCohortInput) -> CohortSample:
-        started = time.monotonic()
-        try:
-            return self._sample(input)
-        finally:
-            if activity.in_activity():
-                activity.metric_meter().create_histogram(
-                    "rollback_sample_latency", "one cohort sample", "ms"
-                ).record(int((time.monotonic() - started) * 1000))
+        with classified():
+            started = time.monotonic()
+            try:
+                return self._sample(input)
+            finally:
+                if activity.in_activity():
+                    activity.metric_meter().create_histogram(
+                        "rollback_sample_latency", "one cohort sample", "ms"
+                    ).record(int((time.monotonic() - started) * 1000))
 
     def _sample(self, input: SampleCohortInput) -> CohortSample:
         owner, desired, query = input.owner, None, input.cohort
@@ -149,69 +158,72 @@ class KubernetesActivities:
 
     @activity.defn(name=RECORD_TRANSITION)
     def record_transition(self, input: RecordTransitionInput) -> RecordTransitionResult:
-        wanted: dict[str, str | None] = {
-            ROLLBACK_STATE_ANNOTATION: input.state.to_json() if input.state else None
-        }
-        if input.clear_rollback_recommendation:
-            wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
-        obj, written = self.writer.patch_annotations(input.owner, wanted)
-        if obj is None:
-            return RecordTransitionResult(exists=False)
-        emitted = False
-        if input.event_reason is not None:
-            emitted = self.writer.event(
-                input.owner,
-                obj["metadata"].get("uid"),
-                input.event_id,
-                input.event_reason,
-                input.event_message,
-                input.event_type,
-            )
-        return RecordTransitionResult(state_written=written, event_emitted=emitted)
+        with classified():
+            wanted: dict[str, str | None] = {
+                ROLLBACK_STATE_ANNOTATION: input.state.to_json() if input.state else None
+            }
+            if input.clear_rollback_recommendation:
+                wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
+            obj, written = self.writer.patch_annotations(input.owner, wanted)
+            if obj is None:
+                return RecordTransitionResult(exists=False)
+            emitted = False
+            if input.event_reason is not None:
+                emitted = self.writer.event(
+                    input.owner,
+                    obj["metadata"].get("uid"),
+                    input.event_id,
+                    input.event_reason,
+                    input.event_message,
+                    input.event_type,
+                )
+            return RecordTransitionResult(state_written=written, event_emitted=emitted)
 
     @activity.defn(name=ROLL_BACK)
     def roll_back(self, input: RollBackInput) -> ActuationResult:
-        obj = self.lookup.get(input.owner)
-        if obj is None:
-            return ActuationResult(exists=False)
-        if input.target is RollbackTarget.MANIFEST:
-            manifest = manifest_resources(input.owner.kind, obj)
-            if manifest is None:
-                return ActuationResult(
-                    message=f"{input.owner.kind} has no manifest resources to restore"
-                )
-            requests, limits = manifest
-        else:
-            assert input.resources is not None, "lastSuccessful rollback without resources"
-            requests, limits = input.resources.requests(), input.resources.limits()
-        written, _ = self.writer.patch_annotations(
-            input.owner,
-            {
-                ROLLBACK_REQUESTS_ANNOTATION: _json(requests),
-                ROLLBACK_LIMITS_ANNOTATION: _json(limits),
-            },
-        )
-        if written is None:
-            return ActuationResult(exists=False)
-        result = ActuationResult(
-            applied=ResourceSnapshot.of(requests, limits),
-            message=f"rollback recommendation ({input.target}) published on the owner",
-        )
-        return self._actuate(input.owner, written, requests, limits, result)
+        with classified():
+            obj = self.lookup.get(input.owner)
+            if obj is None:
+                return ActuationResult(exists=False)
+            if input.target is RollbackTarget.MANIFEST:
+                manifest = manifest_resources(input.owner.kind, obj)
+                if manifest is None:
+                    return ActuationResult(
+                        message=f"{input.owner.kind} has no manifest resources to restore"
+                    )
+                requests, limits = manifest
+            else:
+                assert input.resources is not None, "lastSuccessful rollback without resources"
+                requests, limits = input.resources.requests(), input.resources.limits()
+            written, _ = self.writer.patch_annotations(
+                input.owner,
+                {
+                    ROLLBACK_REQUESTS_ANNOTATION: _json(requests),
+                    ROLLBACK_LIMITS_ANNOTATION: _json(limits),
+                },
+            )
+            if written is None:
+                return ActuationResult(exists=False)
+            result = ActuationResult(
+                applied=ResourceSnapshot.of(requests, limits),
+                message=f"rollback recommendation ({input.target}) published on the owner",
+            )
+            return self._actuate(input.owner, written, requests, limits, result)
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
     def reapply_recommendation(self, input: ReapplyInput) -> ActuationResult:
-        rec = input.recommendation
-        result = ActuationResult(
-            applied=ResourceSnapshot.of(rec.requests, rec.limits),
-            message="rollback recommendation cleared: the applier re-applies the recommendation",
-        )
-        if self.actuation is not Actuation.IN_PLACE:
-            return result
-        obj = self.lookup.get(input.owner)
-        if obj is None:
-            return ActuationResult(exists=False)
-        return self._actuate(input.owner, obj, rec.requests, rec.limits, result)
+        with classified():
+            rec = input.recommendation
+            result = ActuationResult(
+                applied=ResourceSnapshot.of(rec.requests, rec.limits),
+                message="rollback recommendation cleared: the applier re-applies it",
+            )
+            if self.actuation is not Actuation.IN_PLACE:
+                return result
+            obj = self.lookup.get(input.owner)
+            if obj is None:
+                return ActuationResult(exists=False)
+            return self._actuate(input.owner, obj, rec.requests, rec.limits, result)
 
     def _actuate(
         self,

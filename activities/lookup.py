@@ -129,7 +129,7 @@ class OwnerLookup:
         for doc in namespaced.get("items", []) + cluster.get("items", []):
             try:
                 policies.append(POLICY_KINDS[doc.get("kind", "")].model_validate(doc))
-            except (KeyError, ValidationError) as exc:
+            except Exception as exc:  # one bad policy is that policy's problem: skip it
                 log.warning(
                     "ignoring invalid policy %s: %s", doc.get("metadata", {}).get("name"), exc
                 )

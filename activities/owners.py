@@ -24,6 +24,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
+from activities.errors import InvalidOwnerError
 from workflows.activity_api import CohortQuery
 from workflows.contract import Obj, WorkloadKind
 from workflows.fingerprint import Resources
@@ -112,14 +115,27 @@ def cohort_query(kind: WorkloadKind, owner: Obj, job_names: list[str] | None = N
         names = ",".join(sorted(job_names or [])) or "-none-"
         return CohortQuery(label_selector=f"{JOB_NAME_LABEL} in ({names})")
     raw = dig(owner, "spec", "selector")
-    selector = LabelSelector.model_validate(raw).to_query() if raw else ""
+    try:
+        selector = LabelSelector.model_validate(raw).to_query() if raw else ""
+    except ValidationError as exc:
+        raise InvalidOwnerError(f"{kind} {name}: invalid spec.selector: {exc}") from None
     if not selector:
-        raise ValueError(f"{kind} {name} has no spec.selector")
+        raise InvalidOwnerError(f"{kind} {name} has no spec.selector")
     return CohortQuery(label_selector=selector)
 
 
 def desired_replicas(kind: WorkloadKind, owner: Obj) -> int | None:
     """The baseline cohort size; ``None`` where the kind has no such notion (pods seen count)."""
+    try:
+        desired = _desired(kind, owner)
+    except (TypeError, ValueError, AttributeError) as exc:  # replicas: null, "three", ...
+        raise InvalidOwnerError(f"{kind} {owner['metadata']['name']}: {exc}") from None
+    if desired is not None and desired < 0:
+        raise InvalidOwnerError(f"{kind} {owner['metadata']['name']}: {desired} replicas")
+    return desired
+
+
+def _desired(kind: WorkloadKind, owner: Obj) -> int | None:
     spec = owner.get("spec") or {}
     match kind:
         case WorkloadKind.DAEMON_SET:
@@ -156,6 +172,13 @@ def resources_of(containers: list[Obj]) -> tuple[Resources, Resources]:
 
 def manifest_resources(kind: WorkloadKind, owner: Obj) -> tuple[Resources, Resources] | None:
     """Requests and limits the workload's own manifest declares; ``None`` when it has none."""
+    try:
+        return _manifest_resources(kind, owner)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise InvalidOwnerError(f"{kind}: unreadable pod template: {exc!r}") from None
+
+
+def _manifest_resources(kind: WorkloadKind, owner: Obj) -> tuple[Resources, Resources] | None:
     spec = OWNER_KINDS[kind]
     if spec.template is not None:
         return resources_of(pod_containers(dig(owner, *spec.template)))

@@ -23,6 +23,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from activities.errors import ConflictError
 from activities.kubetime import kube_now
 from activities.lookup import OwnerLookup
 from activities.owners import OWNER_KINDS
@@ -35,10 +36,6 @@ MERGE_PATCH = "application/merge-patch+json"
 WRITE_ATTEMPTS = 5
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 COMPONENT = "rightsizing-rollback"
-
-
-class ConflictError(Exception):
-    """The owner kept changing under us; Temporal retries the activity."""
 
 
 def already_exists(exc: ApiException) -> bool:

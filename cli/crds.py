@@ -19,14 +19,67 @@ from workflows.contract import (
     RollbackTarget,
     WorkloadKind,
 )
-from workflows.durations import DURATION_PATTERN
-from workflows.policy import INT32_MAX, INT32_MIN, NAMESPACE_PATTERN
+from workflows.durations import (
+    DURATION_PATTERN,
+    MAX_DURATION,
+    MAX_DURATION_LENGTH,
+    MAX_DURATION_TEXT,
+)
+from workflows.policy import (
+    DNS_SUBDOMAIN_PATTERN,
+    INT32_MAX,
+    INT32_MIN,
+    LABEL_KEY_MAX,
+    LABEL_KEY_PATTERN,
+    LABEL_VALUE_MAX,
+    LABEL_VALUE_PATTERN,
+    MAX_LABELS,
+    NAMESPACE_PATTERN,
+)
 
 Schema = dict[str, Any]
 
 
+# CEL rules (x-kubernetes-validations) for what a structural schema cannot say: bounds on
+# durations and on the longest backoff wait, label keys of a map, the object's name. The tests
+# evaluate these very expressions with a CEL interpreter against the shared policy table.
+DURATION_RULE = f"duration(self) <= duration('{MAX_DURATION_TEXT}')"
+BACKOFF_RULE = (
+    "duration(self.timePeriod).getSeconds() * self.multiplyByTurn * self.maxAttempts"
+    f" <= {int(MAX_DURATION.total_seconds())}"
+)
+
+
+def _cel_string(text: str) -> str:
+    """A CEL string literal: backslashes doubled (``\\.`` is no escape sequence in CEL)."""
+    return "'" + text.replace("\\", "\\\\") + "'"
+
+
+LABEL_KEYS_RULE = (
+    f"self.all(k, size(k) <= {LABEL_KEY_MAX} && k.matches({_cel_string(LABEL_KEY_PATTERN)}))"
+)
+NAME_RULE = (
+    "size(self.metadata.name) <= 253"
+    f" && self.metadata.name.matches({_cel_string(DNS_SUBDOMAIN_PATTERN)})"
+)
+
+
+def _rule(rule: str, message: str) -> list[Schema]:
+    return [{"rule": rule, "message": message}]
+
+
 def _duration(description: str) -> Schema:
-    return {"type": "string", "pattern": DURATION_PATTERN, "description": description}
+    return {
+        "type": "string",
+        "pattern": DURATION_PATTERN,
+        "maxLength": MAX_DURATION_LENGTH,
+        "description": description,
+        "x-kubernetes-validations": _rule(DURATION_RULE, f"must be at most {MAX_DURATION_TEXT}"),
+    }
+
+
+def _label_value() -> Schema:
+    return {"type": "string", "pattern": LABEL_VALUE_PATTERN, "maxLength": LABEL_VALUE_MAX}
 
 
 def _label_selector() -> Schema:
@@ -34,19 +87,30 @@ def _label_selector() -> Schema:
         "type": "object",
         "description": "Kubernetes label selector over the workload's labels.",
         "properties": {
-            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchLabels": {
+                "type": "object",
+                "maxProperties": MAX_LABELS,
+                "additionalProperties": _label_value(),
+                "x-kubernetes-validations": _rule(
+                    LABEL_KEYS_RULE, "keys must be label keys ([prefix/]name)"
+                ),
+            },
             "matchExpressions": {
                 "type": "array",
                 "items": {
                     "type": "object",
                     "required": ["key", "operator"],
                     "properties": {
-                        "key": {"type": "string", "minLength": 1},
+                        "key": {
+                            "type": "string",
+                            "pattern": LABEL_KEY_PATTERN,
+                            "maxLength": LABEL_KEY_MAX,
+                        },
                         "operator": {
                             "type": "string",
                             "enum": ["In", "NotIn", "Exists", "DoesNotExist"],
                         },
-                        "values": {"type": "array", "items": {"type": "string"}},
+                        "values": {"type": "array", "items": _label_value()},
                     },
                     # In/NotIn need values; Exists/DoesNotExist take none.
                     "oneOf": [
@@ -116,6 +180,11 @@ def spec_schema(cluster: bool) -> Schema:
                     "multiplyByTurn": {"type": "integer", "minimum": 1, "maximum": 1000},
                     "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
                 },
+                "x-kubernetes-validations": _rule(
+                    BACKOFF_RULE,
+                    "the longest wait, timePeriod x multiplyByTurn x maxAttempts, must be at most"
+                    f" {MAX_DURATION_TEXT}",
+                ),
             },
             "weight": {
                 "type": "integer",
@@ -171,6 +240,9 @@ def crd(kind: str, plural: str, short_name: str, cluster: bool) -> dict[str, Any
                         "openAPIV3Schema": {
                             "type": "object",
                             "required": ["spec"],
+                            "x-kubernetes-validations": _rule(
+                                NAME_RULE, "metadata.name must be a DNS-1123 subdomain"
+                            ),
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},

@@ -7,6 +7,7 @@ and every field error come back as ``Problem`` lines ``FILE: Kind/name: field.pa
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,11 +31,16 @@ class Problem:
 
 
 def format_loc(loc: tuple[int | str, ...]) -> str:
-    """``('spec', 'scope', 'workloadTypes', 0)`` -> ``spec.scope.workloadTypes[0]``."""
+    """``('spec', 'scope', 'workloadTypes', 0)`` -> ``spec.scope.workloadTypes[0]``; a bad map
+    key (pydantic's ``(..., key, '[key]')``) -> ``matchLabels["my key"] (key)``."""
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
+        elif part == "[key]":
+            out += " (key)"
+        elif i + 1 < len(loc) and loc[i + 1] == "[key]":
+            out += f"[{json.dumps(part)}]"
         else:
             out += f".{part}" if out else str(part)
     return out
@@ -49,9 +55,14 @@ def _reason(error: Any) -> str:
     return msg.removeprefix("Value error, ")
 
 
+MAX_FILE_BYTES = 4 * 1024 * 1024  # far above any policy file; the API server's limit is 1.5 MiB
+
+
 def load_documents(path: str) -> tuple[list[tuple[int, Any]], list[Problem]]:
     """Non-empty YAML documents of ``path`` with their 1-based index, or the problem reading it."""
     try:
+        if Path(path).stat().st_size > MAX_FILE_BYTES:
+            return [], [Problem(path, "", "", f"larger than {MAX_FILE_BYTES} bytes")]
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return [], [Problem(path, "", "", f"cannot read: {exc}")]
@@ -62,6 +73,10 @@ def load_documents(path: str) -> tuple[list[tuple[int, Any]], list[Problem]]:
         line = f"line {where.line + 1}: " if where is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         return [], [Problem(path, "", "", f"invalid YAML: {line}{problem}")]
+    except RecursionError:
+        return [], [Problem(path, "", "", "invalid YAML: nested too deeply")]
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        return [], [Problem(path, "", "", f"invalid YAML: {str(exc)[:200]}")]
     numbered = [(i, d) for i, d in enumerate(docs, start=1) if d is not None]
     if not numbered:
         return [], [Problem(path, "", "", "no documents found")]
@@ -89,6 +104,8 @@ def parse_policy(doc: Any, file: str, index: int) -> tuple[AnyPolicy | None, lis
         return None, [
             Problem(file, subject, format_loc(e["loc"]), _reason(e)) for e in exc.errors()
         ]
+    except RecursionError:
+        return None, [Problem(file, subject, "", "nested too deeply")]
 
 
 def load_policies(paths: list[str]) -> tuple[list[AnyPolicy], list[Problem]]:

@@ -93,7 +93,7 @@ class TemporalConfig:
             profile,
             address=args.address or profile.address,
             namespace=args.namespace or profile.namespace,
-            api_key=args.api_key or profile.api_key,
+            api_key=_api_key(args, env) or profile.api_key,
             tls=tls,
         )
         for path in _tls_files(tls):
@@ -130,6 +130,24 @@ class TemporalConfig:
                 delay = min(delay * 2, 30.0)
 
 
+def _api_key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """``--api-key-file`` / ``TEMPORAL_API_KEY_FILE`` (a mounted Secret: nothing in the
+    environment or the process list), else ``--api-key`` (``TEMPORAL_API_KEY`` is read by
+    envconfig)."""
+    path = getattr(args, "api_key_file", None) or _env(env, "TEMPORAL_API_KEY_FILE")
+    if path is None:
+        return getattr(args, "api_key", None)
+    if getattr(args, "api_key", None):
+        raise ConfigError("give --api-key or --api-key-file, not both")
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--api-key-file {path}: {exc.__class__.__name__}") from None
+    if not key:
+        raise ConfigError(f"--api-key-file {path} is empty")
+    return key
+
+
 def _tls_files(tls: ClientConfigTLS | None) -> list[Path]:
     if tls is None:
         return []
@@ -149,7 +167,13 @@ def add_temporal_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--task-queue", help=f"task queue (ROLLBACK_TASK_QUEUE, default {TASK_QUEUE})"
     )
-    group.add_argument("--api-key", help="API key, e.g. Temporal Cloud (TEMPORAL_API_KEY)")
+    group.add_argument(
+        "--api-key-file",
+        help="file holding the API key, e.g. a mounted Secret (TEMPORAL_API_KEY_FILE; preferred)",
+    )
+    group.add_argument(
+        "--api-key", help="API key, e.g. Temporal Cloud (TEMPORAL_API_KEY; visible in ps)"
+    )
     group.add_argument("--tls", action="store_true", help="use TLS without a client cert")
     group.add_argument(
         "--tls-cert", help="client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)"
@@ -163,12 +187,14 @@ def add_temporal_flags(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class KubeConfig:
-    """How to reach the API server; see ``worker.kube`` for the resolution order."""
+    """How to reach the API server (``worker.kube`` says in which order), and where the process
+    serves its metrics and health endpoints."""
 
     kubeconfig: str | None = None
     url: str | None = None
     timeout: float = DEFAULT_READ_TIMEOUT
     metrics_address: str | None = None
+    health_address: str | None = None  # /livez and /readyz (worker.health)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> KubeConfig:
@@ -184,6 +210,7 @@ class KubeConfig:
             url=args.kube_url,
             timeout=timeout,
             metrics_address=args.metrics_address or _env(env, "ROLLBACK_METRICS_ADDRESS"),
+            health_address=args.health_address or _env(env, "ROLLBACK_HEALTH_ADDRESS"),
         )
 
     @property
@@ -215,6 +242,10 @@ def add_kube_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-address",
         help="serve Prometheus /metrics on host:port, e.g. 0.0.0.0:9464 (ROLLBACK_METRICS_ADDRESS)",
+    )
+    parser.add_argument(
+        "--health-address",
+        help="serve /livez and /readyz on host:port, e.g. 0.0.0.0:8080 (ROLLBACK_HEALTH_ADDRESS)",
     )
 
 

@@ -9,6 +9,11 @@
 
 The handler receives ``(event_type, obj, initial)``; ``initial`` is true for objects delivered by
 a (re)list, so a consumer can batch what it learns at start-up instead of reacting per object.
+
+No poison pills: an exception from the handler that is not a transient API error is that
+object's problem. It is logged with the object's identity, counted (``bad_objects``), reported
+to ``on_bad_object`` (the intake emits a Warning Event), and skipped: a relist always completes
+and the watch always starts, whatever one object holds.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -31,6 +37,7 @@ from workflows.contract import Obj
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, Obj, bool], None]
+BadObjectHandler = Callable[[Obj, Exception], None]
 iter_resp_lines: Callable[[Any], Any] = _watch.iter_resp_lines  # untyped in the client
 
 WATCH_TIMEOUT_SECONDS = 300
@@ -51,11 +58,15 @@ class Informer:
         handler: Handler,
         on_synced: Callable[[], None] | None = None,
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
+        on_bad_object: BadObjectHandler | None = None,
     ) -> None:
         self.name = name
         self.list_call = list_call
         self.handler = handler
         self.on_synced = on_synced
+        self.on_bad_object = on_bad_object
+        self.bad_objects = 0
+        self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.watch_timeout = watch_timeout
         self.cache: dict[tuple[str, str], Obj] = {}
         self.resource_version: str | None = None
@@ -70,6 +81,14 @@ class Informer:
         self._thread = threading.Thread(target=self.run, name=f"informer-{self.name}", daemon=True)
         self._thread.start()
         return self
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def failing_for(self) -> float:
+        """Seconds since the first of the failures in a row (0 when it is not failing)."""
+        since = self.failing_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def stop(self) -> None:
         self._stop.set()
@@ -88,10 +107,13 @@ class Informer:
                     self._relist()
                 self._watch()
                 failures = 0
+                self.failing_since = None
             except Exception as exc:  # an informer must outlive any one failure
                 if self._stop.is_set():
                     break  # stop() closed the stream under the read
                 failures += 1
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
                 delay = min(MAX_BACKOFF_SECONDS, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
                 expected = isinstance(exc, (ApiException, HTTPError, OSError, ValueError))
                 log.log(
@@ -115,6 +137,7 @@ class Informer:
             self._handle("ADDED", obj, True)
         self.resource_version = body["metadata"]["resourceVersion"]
         self.relists += 1
+        self.failing_since = None
         if not self.synced.is_set():
             self.synced.set()
         if self.on_synced is not None:
@@ -132,12 +155,30 @@ class Informer:
                     return
                 log.warning("%s informer: handling %s failed (%s), retrying", self.name, kind, exc)
                 self._stop.wait(min(MAX_BACKOFF_SECONDS, 0.2 * 2**attempt))
+            except Exception as exc:  # this object's problem only: skip it, keep going
+                self._bad(obj, exc)
+                return
         log.error(
             "%s informer: gave up on a %s event after %d attempts",
             self.name,
             kind,
             HANDLER_ATTEMPTS,
         )
+
+    def _bad(self, obj: Obj, exc: Exception) -> None:
+        self.bad_objects += 1
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        identity = "/".join(
+            str(p) for p in ((meta or {}).get("namespace"), (meta or {}).get("name")) if p
+        )
+        log.error(
+            "%s informer: skipped %s: %s", self.name, identity or "an object", exc, exc_info=exc
+        )
+        if self.on_bad_object is not None:
+            try:
+                self.on_bad_object(obj, exc)
+            except Exception as err:  # reporting must not become a poison pill of its own
+                log.warning("%s informer: reporting %s failed: %s", self.name, identity, err)
 
     def _watch(self) -> None:
         self.watches += 1
@@ -151,6 +192,7 @@ class Informer:
             _request_timeout=(CONNECT_TIMEOUT, self.watch_timeout + 30),
             _preload_content=False,
         )
+        self.failing_since = None  # the watch is open: the API server answers again
         try:
             for line in iter_resp_lines(self._response):
                 if self._stop.is_set():

@@ -31,8 +31,8 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.common import MetricMeter
 
 from activities.cohort import actual_resources
 from activities.kubetime import parse_kube_time
@@ -63,7 +63,9 @@ log = logging.getLogger(__name__)
 
 
 OWNER_INFO_TTL = 30.0
-SIGNAL_ATTEMPTS = 10  # about two minutes of backoff
+SIGNAL_BACKOFF_BASE = 0.5  # seconds, doubling per failure up to the cap; never given up
+SIGNAL_BACKOFF_CAP = 30.0
+SIGNAL_TIMEOUT = 10.0  # seconds one signal-with-start may take before it counts as failed
 
 
 def _created(pod: Obj) -> datetime | None:
@@ -99,6 +101,7 @@ class Intake:
         task_queue: str,
         loop: asyncio.AbstractEventLoop,
         sample_interval: timedelta = DEFAULT_SAMPLE_INTERVAL,
+        meter: MetricMeter = MetricMeter.noop,
     ) -> None:
         self.core, self.custom = core, custom
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
@@ -111,35 +114,67 @@ class Intake:
         self._owner_info: dict[OwnerRef, tuple[float, dict[str, str], OwnerState | None]] = {}
         self._lock = threading.RLock()
         self._informers: list[Informer] = []
-        self.pending: list[Future[Any]] = []
+        self.started = threading.Event()
+        self._undelivered: dict[OwnerRef, Observation] = {}  # not yet accepted by Temporal
+        self._delivering: set[OwnerRef] = set()
+        self.pending: set[Future[None]] = set()
+        self._bad_objects = meter.create_counter(
+            "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
+        )
 
     # --- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Sync policies and namespaces first, so pods are resolved against a full index."""
         policies = [
-            Informer("rollbackpolicies", self._list_policies("rollbackpolicies"), self._on_policy),
+            Informer(
+                "rollbackpolicies",
+                self._list_policies("rollbackpolicies"),
+                self._on_policy,
+                on_bad_object=self._bad_object,
+            ),
             Informer(
                 "clusterrollbackpolicies",
                 self._list_policies("clusterrollbackpolicies"),
                 self._on_policy,
+                on_bad_object=self._bad_object,
             ),
             Informer("namespaces", self.core.list_namespace, self._on_namespace),
         ]
         for informer in policies:
             informer.start()
+        self._informers = policies  # started: health checks may look at them now
         for informer in policies:
             informer.synced.wait(30)
         pods = Informer(
-            "pods", self.core.list_pod_for_all_namespaces, self._on_pod, on_synced=self._flush_batch
+            "pods",
+            self.core.list_pod_for_all_namespaces,
+            self._on_pod,
+            on_synced=self._flush_batch,
+            on_bad_object=self._bad_object,
         )
         self._informers = [*policies, pods.start()]
         pods.synced.wait(60)
+        self.started.set()
         log.info(
             "intake started: %d policies indexed, %d pods known", len(self.index), len(pods.cache)
         )
 
+    def problems(self, stuck_after: float) -> list[str]:
+        """Why the running intake is not healthy: a dead informer thread, or one failing without
+        a break for ``stuck_after`` seconds (0: failing at all, or not synced yet)."""
+        found = []
+        for informer in self._informers:
+            if not informer.alive():
+                found.append(f"{informer.name} informer stopped")
+            elif not informer.synced.is_set() and stuck_after == 0:
+                found.append(f"{informer.name} informer not synced")
+            elif informer.failing_since is not None and informer.failing_for() >= stuck_after:
+                found.append(f"{informer.name} informer failing for {informer.failing_for():.0f}s")
+        return found
+
     def stop(self) -> None:
+        self.started.clear()
         for informer in self._informers:
             informer.stop()
         self._informers = []
@@ -161,9 +196,19 @@ class Intake:
                 return
             try:
                 self.index.upsert(POLICY_KINDS[obj.get("kind", "")].model_validate(obj))
-            except (KeyError, ValidationError) as exc:
-                log.warning("ignoring invalid %s %s: %s", obj.get("kind"), meta.get("name"), exc)
+            except Exception as exc:  # KeyError, ValidationError, or worse: this policy only
                 self.index.remove(obj.get("kind", ""), meta.get("namespace"), meta["name"])
+                invalid = exc
+            else:
+                return
+        log.warning("ignoring invalid %s %s: %s", obj.get("kind"), meta.get("name"), invalid)
+        self.stats["invalid_policies"] += 1
+        self._warn(
+            obj,
+            f"{meta.get('uid')}/{meta.get('generation')}/invalid",
+            EventReason.POLICY_INVALID,
+            f"policy ignored, it matches no workload until fixed: {_first_line(invalid)}",
+        )
 
     def _on_namespace(self, kind: str, obj: Obj, initial: bool) -> None:
         if kind == "DELETED":
@@ -257,13 +302,26 @@ class Intake:
         self._owner_info.pop(owner, None)  # the workflow is about to write a new state
         self.stats["signals"] += 1
         log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)
-        future = asyncio.run_coroutine_threadsafe(self._deliver(seen), self.loop)
-        self.pending = [f for f in self.pending if not f.done()] + [future]
+        with self._lock:
+            self._undelivered[owner] = seen  # the newest sighting wins: it says the most
+            if owner in self._delivering:
+                return
+            self._delivering.add(owner)
+        future = asyncio.run_coroutine_threadsafe(self._deliver(owner), self.loop)
+        self.pending.add(future)
+        future.add_done_callback(self.pending.discard)
 
-    async def _deliver(self, seen: Observation) -> None:
-        """Signal-with-start, retried with backoff: Temporal being briefly away (a restart, a
-        deploy) must not lose an adoption."""
-        for attempt in range(SIGNAL_ATTEMPTS):
+    async def _deliver(self, owner: OwnerRef) -> None:
+        """Signal-with-start the owner's newest undelivered sighting until Temporal accepts it,
+        retrying with capped backoff for as long as it takes: an adoption is never dropped,
+        and memory stays bounded (one sighting per owner)."""
+        failures = 0
+        while True:
+            with self._lock:
+                seen = self._undelivered.get(owner)
+                if seen is None:
+                    self._delivering.discard(owner)
+                    return
             try:
                 await observe(
                     self.temporal,
@@ -273,13 +331,22 @@ class Intake:
                     pod=seen.pod,
                     pod_created_at=seen.pod_created_at,
                     sample_interval=self.sample_interval,
+                    rpc_timeout=timedelta(seconds=SIGNAL_TIMEOUT),
                 )
-                return
             except Exception as exc:  # RPC errors of every kind: retried alike
-                log.warning("%s: signal-with-start failed (%s), retrying", seen.owner, exc)
-                await asyncio.sleep(min(30.0, 0.5 * 2**attempt))
-        self.stats["signal_errors"] += 1
-        log.error("%s: signal-with-start failed %d times; dropped", seen.owner, SIGNAL_ATTEMPTS)
+                failures += 1
+                self.stats["signal_retries"] += 1
+                delay = min(SIGNAL_BACKOFF_CAP, SIGNAL_BACKOFF_BASE * 2 ** min(failures, 16))
+                log.warning(
+                    "%s: signal-with-start failed (%s), retrying in %.1fs", owner, exc, delay
+                )
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            self.stats["delivered"] += 1
+            with self._lock:
+                if self._undelivered.get(owner) is seen:
+                    del self._undelivered[owner]
 
     def _malformed(self, pod: Obj, exc: Exception) -> None:
         meta = pod["metadata"]
@@ -287,22 +354,50 @@ class Intake:
         log.warning(
             "pod %s/%s: malformed recommendation: %s", meta.get("namespace"), meta["name"], exc
         )
+        self._warn(
+            pod,
+            f"{meta.get('uid')}{exc}",
+            EventReason.ATTEMPT_ABORTED,
+            f"malformed recommendation annotation, not monitored: {exc}",
+        )
+
+    def _bad_object(self, obj: Obj, exc: Exception) -> None:
+        """What an informer could not handle (a bug met on this object): counted, reported on
+        the object itself, skipped. The informer already logged it with its traceback."""
+        self.stats["bad_objects"] += 1
+        self._bad_objects.add(1, {"kind": str(obj.get("kind", "unknown"))})
+        meta = obj.get("metadata") or {}
+        self._warn(
+            obj,
+            f"{meta.get('uid')}/{meta.get('resourceVersion')}/unhandled",
+            EventReason.OBJECT_SKIPPED,
+            f"the rollback intake could not handle this object and skipped it: {_first_line(exc)}",
+        )
+
+    def _warn(self, obj: Obj, identity: str, reason: EventReason, message: str) -> None:
+        """A Warning Event on ``obj`` (named after ``identity``: emitted once per cause)."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or "default"  # cluster-scoped objects: default
         event = event_body(
             {
-                "apiVersion": "v1",
-                "kind": "Pod",
+                "apiVersion": obj.get("apiVersion", "v1"),
+                "kind": obj.get("kind", "Pod"),
                 "name": meta["name"],
-                "namespace": meta.get("namespace"),
+                "namespace": namespace,
                 "uid": meta.get("uid"),
             },
-            f"{meta.get('uid')}{exc}",
-            EventReason.ATTEMPT_ABORTED.value,
-            f"malformed recommendation annotation, not monitored: {exc}",
+            identity,
+            reason.value,
+            message,
             "Warning",
             "rightsizing-rollback-intake",
         )
         try:
-            self.core.create_namespaced_event(meta.get("namespace", "default"), event)  # type: ignore[arg-type]
+            self.core.create_namespaced_event(namespace, event)  # type: ignore[arg-type]
         except ApiException as err:
             if not already_exists(err):
                 raise  # transient: the informer retries the event
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]

@@ -63,6 +63,9 @@ class LeaderElector:
         self._thread.start()
         return self
 
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, release: bool = True) -> None:
         """Stop campaigning; a leader steps down (and releases the Lease unless told not to)."""
         self._stop.set()

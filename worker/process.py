@@ -10,6 +10,9 @@ import asyncio
 import logging
 import signal
 import threading
+from collections.abc import Coroutine
+from datetime import timedelta
+from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
@@ -18,6 +21,7 @@ from temporalio.service import RPCError
 
 from worker import telemetry
 from worker.config import IntakeConfig, WorkerConfig
+from worker.health import Health
 from worker.intake import Intake
 from worker.kube import activities_for
 from worker.leader import LeaderElector
@@ -26,6 +30,8 @@ from workflows.contract import Mode, SearchAttribute
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "rightsizing-rollback-intake"
+STUCK_AFTER = 120.0  # seconds an informer may fail without a break before the intake is not live
+TEMPORAL_CHECK_EVERY = 10.0
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -40,7 +46,12 @@ class IntakeService:
     """An ``Intake`` that runs only while its ``LeaderElector`` holds the Lease."""
 
     def __init__(
-        self, temporal: Client, api: ApiClient, config: IntakeConfig, lease_duration: float = 15.0
+        self,
+        temporal: Client,
+        api: ApiClient,
+        config: IntakeConfig,
+        lease_duration: float = 15.0,
+        meter: MetricMeter = MetricMeter.noop,
     ) -> None:
         loop = asyncio.get_running_loop()
         self.intake = Intake(
@@ -50,6 +61,7 @@ class IntakeService:
             config.temporal.task_queue,
             loop,
             config.sample_interval,
+            meter,
         )
         self.elector = LeaderElector(
             CustomObjectsApi(api),
@@ -62,6 +74,20 @@ class IntakeService:
             renew_deadline=lease_duration * 2 / 3,
             retry_period=max(0.5, lease_duration / 7.5),
         )
+
+    def live(self) -> str | None:
+        if not self.elector.alive():
+            return "leader election stopped"
+        if self.elector.leading.is_set():
+            return "; ".join(self.intake.problems(STUCK_AFTER)) or None
+        return None
+
+    def ready(self) -> str | None:
+        if not self.elector.leading.is_set():
+            return None  # a standby is ready to take over
+        if not self.intake.started.is_set():
+            return "starting: syncing policies and pods"
+        return "; ".join(self.intake.problems(0)) or None
 
     def _started(self) -> None:
         # Start in its own thread: syncing policies must not delay the Lease renewals.
@@ -99,25 +125,73 @@ async def serve(
     chosen = worker or intake
     assert chosen is not None, "nothing to serve"
     runtime = chosen.kube.runtime()
-    temporal = await chosen.temporal.connect_patiently(runtime)
-    service, reporter = None, None
+    temporal = await _until_stopped(chosen.temporal.connect_patiently(runtime), stop)
+    if temporal is None:
+        return  # stopped while waiting for Temporal
+    health = Health()
+    if chosen.kube.health_address:
+        health.serve(chosen.kube.health_address)
+    service, background = None, []
     if intake is not None:
-        reporter = asyncio.create_task(report_workloads(temporal, telemetry.meter(runtime)))
-        service = IntakeService(temporal, intake.kube.client(runtime), intake).start()
+        background.append(asyncio.create_task(report_workloads(temporal, telemetry.meter(runtime))))
+        service = IntakeService(
+            temporal, intake.kube.client(runtime), intake, meter=telemetry.meter(runtime)
+        ).start()
+        health.live("intake", service.live)
+        health.ready("intake", service.ready)
     try:
         if worker is not None:
             activities = activities_for(worker.kube.client(runtime), worker.actuation)
             queue = worker.temporal.task_queue
-            async with build_worker(temporal, queue, activities, worker.max_cached_workflows):
+            running = build_worker(temporal, queue, activities, worker.max_cached_workflows)
+            temporal_ok = TemporalHealth(temporal)
+            background.append(asyncio.create_task(temporal_ok.watch()))
+            health.live("worker", lambda: None if running.is_running else "worker not running")
+            health.ready("temporal", temporal_ok.problem)
+            async with running:
                 log.info("worker polling task queue %s", queue)
                 await stop.wait()
         else:
             await stop.wait()
     finally:
-        if reporter is not None:
-            reporter.cancel()
+        for task in background:
+            task.cancel()
         if service is not None:
             await asyncio.to_thread(service.stop)
+        health.stop()
+
+
+async def _until_stopped(work: Coroutine[Any, Any, Client], stop: asyncio.Event) -> Client | None:
+    """``work``'s result, or None when ``stop`` is set first (SIGTERM while Temporal is away)."""
+    task, stopping = asyncio.create_task(work), asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not task.done():
+        task.cancel()
+        return None
+    return task.result()
+
+
+class TemporalHealth:
+    """The last answer of Temporal's health check, refreshed in the background."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.last_error: str | None = None
+
+    async def watch(self) -> None:
+        while True:
+            try:
+                ok = await self.client.service_client.check_health(
+                    timeout=timedelta(seconds=TEMPORAL_CHECK_EVERY / 2)
+                )
+                self.last_error = None if ok else "Temporal reports not serving"
+            except Exception as exc:  # unreachable, timed out, refused
+                self.last_error = f"Temporal unreachable: {exc}"
+            await asyncio.sleep(TEMPORAL_CHECK_EVERY)
+
+    def problem(self) -> str | None:
+        return self.last_error
 
 
 def run(worker: WorkerConfig | None = None, intake: IntakeConfig | None = None) -> None:

@@ -35,6 +35,7 @@ async def observe(
     pod_created_at: datetime | None = None,
     trigger: Trigger = Trigger.OBSERVE,
     sample_interval: timedelta = DEFAULT_SAMPLE_INTERVAL,
+    rpc_timeout: timedelta | None = None,
 ) -> WorkflowHandle[RollbackWorkflow, RollbackResult]:
     """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow."""
     start = RollbackInput(
@@ -62,4 +63,5 @@ async def observe(
         start_signal=signal,
         start_signal_args=[signal_arg],
         static_summary=f"Rollback monitoring of {owner}",
+        rpc_timeout=rpc_timeout,
     )

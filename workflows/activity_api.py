@@ -8,6 +8,7 @@ input and one result model per activity, pydantic throughout.
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 
 from pydantic import ConfigDict, Field
 
@@ -168,4 +169,25 @@ RECORD_TRANSITION = "record_transition"
 ROLL_BACK = "roll_back"
 REAPPLY_RECOMMENDATION = "reapply_recommendation"
 
-NON_RETRYABLE_ERRORS = ["OwnerGoneError", "MalformedRecommendationError", "InvalidInputError"]
+
+class PermanentError(StrEnum):
+    """``ApplicationError`` types the activities raise (non-retryable) for what retrying cannot
+    fix, each with the failure reason the attempt ends with (README, "Errors")."""
+
+    MALFORMED_RECOMMENDATION = "MalformedRecommendationError"
+    INVALID_OWNER = "InvalidOwnerError"
+    API_REJECTED = "ApiRejectedError"
+    UNEXPECTED = "UnexpectedError"
+
+    @property
+    def reason(self) -> FailureReason:
+        return _PERMANENT_REASONS[self]
+
+
+_PERMANENT_REASONS = {
+    PermanentError.MALFORMED_RECOMMENDATION: FailureReason.MALFORMED_ANNOTATION,
+    PermanentError.INVALID_OWNER: FailureReason.INVALID_OWNER,
+    PermanentError.API_REJECTED: FailureReason.API_REJECTED,
+    PermanentError.UNEXPECTED: FailureReason.UNEXPECTED_ERROR,
+}
+NON_RETRYABLE_ERRORS = [e.value for e in PermanentError]

@@ -69,6 +69,7 @@ class Mode(StrEnum):
     BACKED_OFF = "backedOff"
     FAILED_PERMANENT = "failedPermanent"
     CANCELLED = "cancelled"
+    ABORTED = "aborted"  # ended by an error that retrying cannot fix (README, "Errors")
     SUPERSEDED = "superseded"
     CLEARED = "cleared"
 
@@ -94,6 +95,10 @@ class FailureReason(StrEnum):
     ROLLBACK_RECOMMENDATION_UNAVAILABLE = "rollbackRecommendationUnavailable"
     OWNER_GONE = "ownerGone"
     MALFORMED_ANNOTATION = "malformedAnnotation"
+    INVALID_OWNER = "invalidOwner"  # e.g. no spec.selector, a non-numeric spec.replicas
+    API_REJECTED = "apiRejected"  # the API server refused a request for good (400, 403, 422, ...)
+    RETRY_BUDGET_EXHAUSTED = "retryBudgetExhausted"  # transient errors outlasted the budget
+    UNEXPECTED_ERROR = "unexpectedError"  # a bug met on this object: logged with its traceback
 
 
 class EventReason(StrEnum):
@@ -104,9 +109,12 @@ class EventReason(StrEnum):
     BACKOFF_EXHAUSTED = "RollbackBackoffExhausted"
     STATE_CLEARED = "RollbackStateCleared"
     RECOMMENDATION_UNAVAILABLE = "RollbackRecommendationUnavailable"
-    # Beyond the reference engine's list: a cancel signal, and an attempt ended by bad input.
+    # Beyond the reference engine's list: a cancel signal, an attempt ended by an error that
+    # retrying cannot fix, and objects the intake ignores (README, "Errors").
     MONITORING_CANCELLED = "RollbackMonitoringCancelled"
     ATTEMPT_ABORTED = "RollbackAttemptAborted"
+    POLICY_INVALID = "RollbackPolicyInvalid"
+    OBJECT_SKIPPED = "RollbackObjectSkipped"
 
 
 class SearchAttribute(StrEnum):

@@ -32,11 +32,20 @@ _SECONDS_PER_UNIT = {
 }
 _FULL = re.compile(DURATION_PATTERN)
 
+MAX_DURATION_LENGTH = 32
+MAX_DURATION = timedelta(hours=8760)
+"""A year: the longest monitoring window, backoff base or single backoff wait a policy may ask
+for. Longer ones are rejected up front (by the models and by the CRD's CEL rules alike) instead
+of overflowing dates deep in the engine."""
+MAX_DURATION_TEXT = "8760h"
+
 
 def parse_duration(text: str) -> timedelta:
     """Parse a positive Go duration. ``parse_duration("1h30m") == timedelta(minutes=90)``."""
     if not isinstance(text, str):
         raise ValueError(f"expected a duration string such as '5m', got {type(text).__name__}")
+    if len(text) > MAX_DURATION_LENGTH:
+        raise ValueError(f"invalid duration {text[:MAX_DURATION_LENGTH]!r}...: too long")
     if not _FULL.match(text):
         raise ValueError(
             f"invalid duration {text!r}: expected a positive Go duration such as 90s, 5m, 1h30m"
@@ -44,6 +53,8 @@ def parse_duration(text: str) -> timedelta:
     seconds = sum(
         (Decimal(n) * _SECONDS_PER_UNIT[u] for n, u in _COMPONENT.findall(text)), Decimal(0)
     )
+    if seconds > Decimal(MAX_DURATION.total_seconds()):
+        raise ValueError(f"duration {text!r} is longer than {MAX_DURATION_TEXT} (a year)")
     return timedelta(seconds=float(seconds))
 
 
@@ -74,6 +85,8 @@ Duration = Annotated[
     timedelta,
     BeforeValidator(_coerce),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": DURATION_PATTERN}),
+    WithJsonSchema(
+        {"type": "string", "pattern": DURATION_PATTERN, "maxLength": MAX_DURATION_LENGTH}
+    ),
 ]
-"""A positive duration field: validated from Go syntax, serialised back to it."""
+"""A positive duration field up to a year: validated from Go syntax, serialised back to it."""

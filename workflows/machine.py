@@ -216,6 +216,15 @@ class Reopen:
 
 
 @dataclass(frozen=True)
+class Aborted:
+    """An activity failed for good: a permanent error, or transient ones past the retry budget."""
+
+    now: datetime
+    reason: FailureReason
+    message: str
+
+
+@dataclass(frozen=True)
 class Observed:
     """The intake saw pods of the owner carrying ``recommendation``."""
 
@@ -234,6 +243,7 @@ Observation = (
     | Cancel
     | Reopen
     | Observed
+    | Aborted
 )
 
 
@@ -329,6 +339,8 @@ def decide(state: RollbackState, obs: Observation) -> Decision:
             return _reapplied(state, obs)
         case BackoffOver():
             return _backoff_over(state, obs)
+        case Aborted():
+            return _aborted(state, obs)
 
 
 def _transition(
@@ -359,6 +371,25 @@ def _transition(
         failure_reason=failure_reason,
     )
     return moved.model_copy(update={"history": [*moved.history, entry][-HISTORY_LIMIT:]})
+
+
+def _abort(
+    state: RollbackState, now: datetime, reason: FailureReason, cause: str, message: str
+) -> Decision:
+    """End the attempt ``aborted``: resources stay as they are (like a cancel), a Warning Event
+    says why, and only ``reopen`` or a new recommendation resumes it (``workflows.wake``)."""
+    aborted = _transition(state, now, Mode.ABORTED, failure_reason=reason, failure_message=cause)
+    return Decision(aborted, [Record(EventReason.ATTEMPT_ABORTED, message, warning=True)])
+
+
+def _aborted(state: RollbackState, obs: Aborted) -> Decision:
+    if state.mode.terminal:
+        return Decision(state, note=f"run already ended; ignored: {obs.message}")
+    message = (
+        f"Attempt on recommendation {state.fingerprint} aborted in mode {state.mode}"
+        f" ({obs.reason}): {obs.message}"
+    )
+    return _abort(state, obs.now, obs.reason, obs.message, message)
 
 
 def _owner_gone(state: RollbackState) -> Decision:
@@ -519,14 +550,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
         return _owner_gone(state)
     if sample.error:
         message = f"Attempt on recommendation {state.fingerprint} ended: {sample.error}"
-        aborted = _transition(
-            state,
-            obs.now,
-            Mode.CANCELLED,
-            failure_reason=FailureReason.MALFORMED_ANNOTATION,
-            failure_message=sample.error,
-        )
-        return Decision(aborted, [Record(EventReason.ATTEMPT_ABORTED, message, warning=True)])
+        return _abort(state, obs.now, FailureReason.MALFORMED_ANNOTATION, sample.error, message)
     state = state.model_copy(
         update={
             "baseline": state.baseline if state.baseline is not None else _baseline(sample),

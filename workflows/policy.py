@@ -11,11 +11,18 @@ resourceVersion, managedFields, ...) are ignored rather than rejected.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from workflows.contract import (
@@ -24,12 +31,26 @@ from workflows.contract import (
     RollbackTarget,
     WorkloadKind,
 )
-from workflows.durations import Duration
+from workflows.durations import MAX_DURATION, MAX_DURATION_TEXT, Duration, format_duration
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 NAMESPACE_PATTERN = r"^[a-z0-9*]([-a-z0-9*]*[a-z0-9*])?$"
 """A namespace name in which ``*`` matches any run of characters (``prod-*``, ``*-staging``)."""
+
+# Names as Kubernetes validates them (apimachinery's validation package), shared with the CRDs.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"  # namespaces: at most 63
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # 253
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?" + _LABEL_NAME + "$"
+)
+LABEL_VALUE_PATTERN = rf"^({_LABEL_NAME})?$"
+LABEL_KEY_MAX, LABEL_VALUE_MAX = 317, 63  # an optional 253-character prefix, "/", 63 characters
+MAX_LABELS = 64  # matchLabels entries; bounds the CRD's CEL cost too
+
+LabelKey = Annotated[str, Field(pattern=LABEL_KEY_PATTERN, max_length=LABEL_KEY_MAX)]
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=LABEL_VALUE_MAX)]
 
 
 class Model(BaseModel):
@@ -44,9 +65,9 @@ class Model(BaseModel):
 
 
 class LabelSelectorRequirement(Model):
-    key: Annotated[str, Field(min_length=1)]
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    values: list[LabelValue] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> Self:
@@ -80,7 +101,9 @@ class LabelSelector(Model):
     An empty selector matches every workload, as in Kubernetes.
     """
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)] = Field(
+        default_factory=dict
+    )
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
     def unmet(self, labels: dict[str, str]) -> list[str]:
@@ -107,8 +130,28 @@ class LabelSelector(Model):
         return ",".join(parts)
 
 
-def _compile_namespace_pattern(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + ".*".join(re.escape(p) for p in pattern.split("*")) + "$")
+def glob_match(pattern: str, text: str) -> bool:
+    """Whether ``text`` matches ``pattern``, where ``*`` matches any run of characters.
+
+    Greedy with one backtrack point (the last ``*``), so the time is linear in
+    ``len(pattern) + len(text)`` for typical patterns and O(len(pattern) * len(text)) at worst,
+    never exponential: ``*a*a*a...*b`` against a 63-character name is a few thousand steps, where
+    the equivalent regex ``.*a.*a.*...b`` backtracks exponentially.
+    """
+    p = t = 0
+    star, mark = -1, 0
+    while t < len(text):
+        if p < len(pattern) and pattern[p] != "*" and pattern[p] == text[t]:
+            p, t = p + 1, t + 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star, mark = p, t
+            p += 1
+        elif star >= 0:
+            p, mark = star + 1, mark + 1
+            t = mark
+        else:
+            return False
+    return all(c == "*" for c in pattern[p:])
 
 
 NamespacePatternStr = Annotated[str, Field(pattern=NAMESPACE_PATTERN, max_length=63)]
@@ -121,7 +164,7 @@ class NamespaceSelector(Model):
     values: Annotated[list[NamespacePatternStr], Field(min_length=1)]
 
     def matches(self, namespace: str) -> bool:
-        hit = any(_compile_namespace_pattern(v).match(namespace) for v in self.values)
+        hit = any(glob_match(v, namespace) for v in self.values)
         return hit if self.operator == "In" else not hit
 
 
@@ -145,8 +188,18 @@ class ClusterScope(Scope):
 
 class Backoff(Model):
     time_period: Duration
-    multiply_by_turn: Annotated[int, Field(ge=1, le=1000)]
-    max_attempts: Annotated[int, Field(ge=1, le=1000)]
+    multiply_by_turn: Annotated[StrictInt, Field(ge=1, le=1000)]
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)]
+
+    @model_validator(mode="after")
+    def _longest_wait_is_schedulable(self) -> Self:
+        longest = self.time_period * self.multiply_by_turn * self.max_attempts
+        if longest > MAX_DURATION:
+            raise ValueError(
+                f"the longest wait, timePeriod x multiplyByTurn x maxAttempts ="
+                f" {format_duration(longest)}, is longer than {MAX_DURATION_TEXT} (a year)"
+            )
+        return self
 
 
 class PolicyBehaviour(Model):
@@ -155,13 +208,13 @@ class PolicyBehaviour(Model):
 
     monitoring_period: Duration
     rollback_target: RollbackTarget
-    adoption_threshold_percent: Annotated[int, Field(ge=1, le=100)]
+    adoption_threshold_percent: Annotated[StrictInt, Field(ge=1, le=100)]
     backoff: Backoff
-    enable_monitoring_reopen: bool = True
+    enable_monitoring_reopen: StrictBool = True
 
 
 class _SpecFields(PolicyBehaviour):
-    weight: Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)] = 0
+    weight: Annotated[StrictInt, Field(ge=INT32_MIN, le=INT32_MAX)] = 0
 
 
 class RollbackPolicySpec(_SpecFields):
@@ -175,8 +228,8 @@ class ClusterRollbackPolicySpec(_SpecFields):
 class ObjectMeta(Model):
     model_config = ConfigDict(extra="ignore")
 
-    name: Annotated[str, Field(min_length=1, max_length=253)]
-    namespace: str | None = None
+    name: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
+    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)] | None = None
     creation_timestamp: datetime | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 

@@ -9,7 +9,7 @@ and no trailing zeros: ``canonical_quantity("250m") == "0.25"``,
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 _SUFFIXES = {
     "n": Decimal("1e-9"),
@@ -35,18 +35,32 @@ _QUANTITY = re.compile(
 )
 
 
+MAX_QUANTITY_LENGTH = 64
+MAX_QUANTITY = Decimal(2) ** 63  # base units: far beyond any node (8 EiB, 9.2e18 cores)
+
+
 def parse_quantity(text: str) -> Decimal:
-    """The amount in base units. Raises ``ValueError`` on anything Kubernetes would reject."""
-    match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
+    """The amount in base units. Raises ``ValueError`` (only) on anything Kubernetes would
+    reject, and on amounts no node could have (over ``MAX_QUANTITY``), so that a hostile value
+    such as ``1e1000000`` is a bad input, never an arithmetic error deep in the engine."""
+    if not isinstance(text, str) or len(text) > MAX_QUANTITY_LENGTH:
+        raise ValueError(f"invalid resource quantity {str(text)[:MAX_QUANTITY_LENGTH]!r}")
+    match = _QUANTITY.match(text.strip())
     if match is None:
         raise ValueError(f"invalid resource quantity {text!r}")
+    exponent = int(match["exp"][1:]) if match["exp"] else 0
+    if abs(exponent) > 30:  # decides before any arithmetic: 10**1000000 is never computed
+        raise ValueError(f"resource quantity {text!r} is out of range")
     try:
         number = Decimal(match["num"])
-        if match["exp"]:
-            return number * Decimal(10) ** int(match["exp"][1:])
-        return number * _SUFFIXES[match["suffix"] or ""]
-    except InvalidOperation as exc:  # pragma: no cover - the regex already rules this out
+        amount = number * (
+            Decimal(10) ** exponent if match["exp"] else _SUFFIXES[match["suffix"] or ""]
+        )
+    except ArithmeticError as exc:  # decimal's InvalidOperation, Overflow, ...
         raise ValueError(f"invalid resource quantity {text!r}") from exc
+    if amount > MAX_QUANTITY:
+        raise ValueError(f"resource quantity {text!r} is out of range")
+    return amount
 
 
 def format_decimal(amount: Decimal) -> str:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from pydantic import Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_api import (
@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         LoadOwnerInput,
         LoadOwnerResult,
         OwnerRef,
+        PermanentError,
         ReapplyInput,
         RecordTransitionInput,
         RecordTransitionResult,
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fingerprint import Recommendation
     from workflows.machine import (
         DEFAULT_SAMPLE_INTERVAL,
+        Aborted,
         AttemptStarted,
         BackoffOver,
         Cancel,
@@ -94,6 +96,9 @@ MID_WINDOW_RETRY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
 ACTIVITY_TIMEOUT = timedelta(seconds=20)  # a killed worker's activity is retried after this
+# How long one activity may keep failing transiently (API server down, throttled, a webhook
+# timing out) before the attempt ends aborted (retryBudgetExhausted) instead of retrying forever.
+RETRY_BUDGET = timedelta(minutes=30)
 
 SA_NAMESPACE = SearchAttributeKey.for_keyword(SearchAttribute.NAMESPACE)
 SA_WORKLOAD = SearchAttributeKey.for_keyword(SearchAttribute.WORKLOAD)
@@ -110,6 +115,7 @@ class RollbackInput(CamelModel):
     observed_pod_created_at: datetime | None = None
     sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
     max_samples_per_run: int = Field(default=MAX_SAMPLES_PER_RUN, ge=1)
+    retry_budget: Duration = RETRY_BUDGET
     resume: RollbackState | None = None  # set by continue-as-new in a long window
 
 
@@ -134,6 +140,17 @@ class RollbackResult(CamelModel):
     fingerprint: str
     failure_reason: FailureReason | None = None
     message: str | None = None
+
+
+def _failure(err: ActivityError) -> tuple[FailureReason, str]:
+    """The failure reason and message of an activity that failed for good."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type in NON_RETRYABLE_ERRORS:
+        return PermanentError(cause.type).reason, cause.message
+    if err.retry_state in (RetryState.TIMEOUT, RetryState.MAXIMUM_ATTEMPTS_REACHED):
+        last = cause.message if isinstance(cause, FailureError) else str(cause or err)
+        return FailureReason.RETRY_BUDGET_EXHAUSTED, f"{err.activity_type} kept failing: {last}"
+    return FailureReason.UNEXPECTED_ERROR, str(cause or err)
 
 
 def search_attributes(
@@ -181,11 +198,31 @@ class RollbackWorkflow:
     @workflow.run
     async def run(self, input: RollbackInput) -> RollbackResult:
         self._input = input
+        initial = input.resume or initial_state(
+            input.owner, input.recommendation, input.sample_interval
+        )
+        try:
+            await self._attempt(input, initial)
+        except ActivityError as err:
+            await self._abort(initial, err)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        self._start_next_run_if_signalled()
+        state = self.state
+        workflow.set_current_details(f"Ended: **{state.mode}** (turn {state.turn})")
+        return RollbackResult(
+            owner=state.owner,
+            mode=state.mode,
+            turn=state.turn,
+            fingerprint=state.fingerprint,
+            failure_reason=state.failure_reason,
+            message=state.failure_message,
+        )
+
+    async def _attempt(self, input: RollbackInput, initial: RollbackState) -> None:
         if input.resume is not None:
             self._state = input.resume
         else:
             # The status query answers None until the start has been decided.
-            initial = initial_state(input.owner, input.recommendation, input.sample_interval)
             loaded = await self._activity(
                 LOAD_OWNER,
                 LoadOwnerInput(owner=input.owner),
@@ -203,18 +240,19 @@ class RollbackWorkflow:
                 await self._monitor_step()
             elif self.state.mode is Mode.BACKING_OFF:
                 await self._backoff_step()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        self._start_next_run_if_signalled()
-        state = self.state
-        workflow.set_current_details(f"Ended: **{state.mode}** (turn {state.turn})")
-        return RollbackResult(
-            owner=state.owner,
-            mode=state.mode,
-            turn=state.turn,
-            fingerprint=state.fingerprint,
-            failure_reason=state.failure_reason,
-            message=state.failure_message,
-        )
+
+    async def _abort(self, initial: RollbackState, err: ActivityError) -> None:
+        """An activity failed for good (a permanent error, or its retry budget ran out): the
+        attempt ends ``aborted`` with the reason, as far as the cluster can still be told."""
+        reason, message = _failure(err)
+        workflow.logger.warning("%s: attempt aborted (%s): %s", initial.owner, reason, message)
+        try:
+            await self._step(self._state or initial, Aborted(workflow.now(), reason, message))
+        except ActivityError as again:  # the abort itself cannot be recorded: end regardless
+            workflow.logger.error("%s: abort not recorded: %s", initial.owner, again.cause)
+            self._state = (self._state or initial).model_copy(
+                update={"mode": Mode.ABORTED, "failure_reason": reason, "failure_message": message}
+            )
 
     @property
     def state(self) -> RollbackState:
@@ -301,8 +339,9 @@ class RollbackWorkflow:
                 retry=K8S_RETRY if final else MID_WINDOW_RETRY,
             )
         except ActivityError as err:
-            if final:
-                raise
+            permanent = isinstance(err.cause, ApplicationError) and err.cause.non_retryable
+            if final or permanent:
+                raise  # the attempt ends aborted (see run)
             return SampleFailed(workflow.now(), str(err.cause or err))
         return Sampled(workflow.now(), sample)
 
@@ -431,11 +470,13 @@ class RollbackWorkflow:
         summary: str,
         retry: RetryPolicy = K8S_RETRY,
     ) -> R:
+        assert self._input is not None
         result: R = await workflow.execute_activity(
             name,
             arg,
             result_type=result_type,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
+            schedule_to_close_timeout=self._input.retry_budget,
             retry_policy=retry,
             summary=summary,
         )

@@ -16,8 +16,9 @@ turn 1):
     backedOff             next turn (N+1)                       next turn (N+1)
     monitoringSucceeded   reopen, if a pod is newer than the    reopen
                           success and the policy allows it      (if the policy allows it)
-    cancelled             nothing: a cancel sticks until an     reopen
-                          explicit reopen or a new              (if the policy allows it)
+    cancelled, aborted    nothing: a cancel (or an error that   reopen
+                          ended the attempt) sticks until an    (if the policy allows it)
+                          explicit reopen or a new
                           recommendation, even for newer pods
     failedPermanent       nothing                               nothing
     cleared               nothing (the state is gone)           nothing
@@ -85,9 +86,9 @@ def wake(last: LastAttempt | None, sighting: Sighting, reopen_enabled: bool) -> 
             return Verdict(Wake.NONE, "the attempt was cleared")
         case Mode.BACKED_OFF:
             return Verdict(Wake.NEXT_TURN, "the next turn after backing off")
-        case Mode.CANCELLED if not reopen:
-            return Verdict(Wake.NONE, "cancelled: only reopen or a new recommendation resumes")
-        case Mode.MONITORING_SUCCEEDED | Mode.CANCELLED:
+        case Mode.CANCELLED | Mode.ABORTED if not reopen:
+            return Verdict(Wake.NONE, f"{last.mode}: only reopen or a new recommendation resumes")
+        case Mode.MONITORING_SUCCEEDED | Mode.CANCELLED | Mode.ABORTED:
             if not reopen_enabled:
                 return Verdict(Wake.NONE, "reopen disabled by the policy")
             newer = (

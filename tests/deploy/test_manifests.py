@@ -13,7 +13,10 @@ from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 
 DEPLOY = ROOT / "deploy"
-KUSTOMIZATIONS = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+# Every kustomization that can be applied (components only in the overlays that use them).
+KUSTOMIZATIONS = sorted(
+    p.parent for p in DEPLOY.rglob("kustomization.yaml") if "kind: Component" not in p.read_text()
+)
 K8S_VERSION = "1.34"
 
 
@@ -77,3 +80,16 @@ def test_default_kustomization_is_the_annotations_mode() -> None:
     kinds = {(o["kind"], o["metadata"]["name"]) for o in render(DEPLOY)}
     assert ("CustomResourceDefinition", "rollbackpolicies.rightsizing.kubex.ai") in kinds
     assert ("Deployment", "rollback-worker") in kinds and ("Deployment", "rollback-intake") in kinds
+
+
+def test_probes_ask_the_processes_not_the_metrics_endpoint() -> None:
+    """/metrics answered 200 even when the intake's informers were stuck (README, Probes)."""
+    objects = render(DEPLOY)
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert config["data"]["ROLLBACK_HEALTH_ADDRESS"].endswith(":8080")
+    for deployment in _by_kind(objects, "Deployment"):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["health"] == 8080
+        assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}

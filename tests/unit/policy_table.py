@@ -187,4 +187,106 @@ CASES: list[Any] = [
     pytest.param(
         {k: v for k, v in policy_doc(RP).items() if k != "spec"}, "spec", id="missing-spec"
     ),
+    # --- no coercion: the models are as strict as the schema's types --------------------------
+    pytest.param(policy_doc(RP, weight="10"), "spec.weight", id="weight-numeric-string"),
+    pytest.param(policy_doc(RP, weight=True), "spec.weight", id="weight-bool"),
+    pytest.param(
+        policy_doc(RP, adoptionThresholdPercent="80"),
+        "spec.adoptionThresholdPercent",
+        id="threshold-string",
+    ),
+    pytest.param(
+        policy_doc(RP, enableMonitoringReopen="no"), "spec.enableMonitoringReopen", id="bool-no"
+    ),
+    pytest.param(
+        _with(policy_doc(RP), "spec.backoff.maxAttempts", 2.0),
+        "spec.backoff.maxAttempts",
+        id="float-attempts",
+    ),
+    # --- names and labels as Kubernetes validates them ----------------------------------------
+    pytest.param(_with(policy_doc(RP), "metadata.name", "Bad_Name"), "metadata.name", id="name"),
+    pytest.param(_with(policy_doc(RP), "metadata.name", "a" * 254), "metadata.name", id="long"),
+    pytest.param(
+        _with(policy_doc(RP), "metadata.name", "team.example-1"), None, id="name-subdomain"
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"labelSelector": {"matchLabels": {"": "x"}}}),
+        'spec.scope.labelSelector.matchLabels[""] (key)',
+        id="empty-label-key",
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"labelSelector": {"matchLabels": {"my key": "x"}}}),
+        'spec.scope.labelSelector.matchLabels["my key"] (key)',
+        id="spaced-label-key",
+    ),
+    pytest.param(
+        policy_doc(RP, scope={"labelSelector": {"matchLabels": {"app": "two words"}}}),
+        "spec.scope.labelSelector.matchLabels.app",
+        id="spaced-label-value",
+    ),
+    pytest.param(
+        policy_doc(
+            RP,
+            scope={"labelSelector": {"matchLabels": {"app.kubernetes.io/part-of": "", "a": "b"}}},
+        ),
+        None,
+        id="prefixed-key-empty-value",
+    ),
+    pytest.param(
+        policy_doc(
+            RP,
+            scope={
+                "labelSelector": {"matchExpressions": [{"key": "bad key", "operator": "Exists"}]}
+            },
+        ),
+        "spec.scope.labelSelector.matchExpressions[0].key",
+        id="spaced-expression-key",
+    ),
+    pytest.param(
+        policy_doc(
+            RP,
+            scope={
+                "labelSelector": {
+                    "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a b"]}]
+                }
+            },
+        ),
+        "spec.scope.labelSelector.matchExpressions[0].values[0]",
+        id="spaced-expression-value",
+    ),
+    # --- bounds the engine and Temporal can schedule ------------------------------------------
+    pytest.param(policy_doc(RP, monitoringPeriod="8760h"), None, id="period-a-year"),
+    pytest.param(
+        policy_doc(RP, monitoringPeriod="8761h"), "spec.monitoringPeriod", id="period-over-a-year"
+    ),
+    pytest.param(
+        policy_doc(RP, monitoringPeriod="87600000h"), "spec.monitoringPeriod", id="period-huge"
+    ),
+    pytest.param(
+        policy_doc(RP, monitoringPeriod="100000000000h"),
+        "spec.monitoringPeriod",
+        id="period-overflow",
+    ),
+    pytest.param(
+        policy_doc(RP, monitoringPeriod="9" * 400 + "h"),
+        "spec.monitoringPeriod",
+        id="period-400-digits",
+    ),
+    pytest.param(
+        policy_doc(RP, backoff={"timePeriod": "1h", "multiplyByTurn": 24, "maxAttempts": 365}),
+        None,
+        id="longest-wait-a-year",
+    ),
+    pytest.param(
+        policy_doc(RP, backoff={"timePeriod": "1h", "multiplyByTurn": 25, "maxAttempts": 365}),
+        "spec.backoff",
+        id="longest-wait-over-a-year",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, backoff={"timePeriod": "27000000h", "multiplyByTurn": 1000, "maxAttempts": 3}
+        ),
+        "spec.backoff.timePeriod",
+        id="backoff-overflow",
+    ),
 ]

@@ -126,3 +126,29 @@ def test_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLBACK_TASK_QUEUE", "env-queue")
     config = WorkerConfig.from_args(args())  # os.environ, as the processes use it
     assert (config.temporal.address, config.temporal.task_queue) == ("from-env:7233", "env-queue")
+
+
+def test_api_key_from_a_mounted_file(tmp_path: Path) -> None:
+    key = tmp_path / "api-key"
+    key.write_text("s3cr3t-key\n")
+    config = WorkerConfig.from_args(args(), {"TEMPORAL_API_KEY_FILE": str(key)})
+    connect = config.temporal.profile.to_client_connect_config()
+    assert connect.get("api_key") == "s3cr3t-key" and connect.get("tls") is True
+    flagged = WorkerConfig.from_args(args("--api-key-file", str(key)), {})
+    assert flagged.temporal.profile.api_key == "s3cr3t-key"
+
+
+@pytest.mark.parametrize(
+    ("argv", "content", "message"),
+    [
+        pytest.param(["--api-key", "x"], "k", "not both", id="both"),
+        pytest.param([], "  \n", "is empty", id="empty"),
+    ],
+)
+def test_bad_api_key_files(tmp_path: Path, argv: list[str], content: str, message: str) -> None:
+    key = tmp_path / "api-key"
+    key.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        WorkerConfig.from_args(args(*argv, "--api-key-file", str(key)), {})
+    with pytest.raises(ConfigError, match="FileNotFoundError"):
+        WorkerConfig.from_args(args("--api-key-file", str(tmp_path / "missing")), {})

@@ -3,15 +3,20 @@
 The CRD's OpenAPI v3 schema is checked with ``jsonschema``, the way the API server applies it
 under strict field validation (``kubectl apply`` defaults to ``--validate=strict``): a property
 that the schema does not declare is an error, and ``x-kubernetes-list-type: set`` means unique
-items. Also: the committed YAML is exactly what ``cli.crds`` generates, and the schema is
+items. The CEL rules (``x-kubernetes-validations``) are evaluated by a CEL interpreter
+(``cel-python``), the rule text exactly as the API server gets it; a rule that errors (a
+duration that overflows) rejects the document, as on the server. Also: the committed YAML is
+exactly what ``cli.crds`` generates, and the schema is
 structural (no types or defaults inside ``oneOf``; every object declares its properties).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
+import celpy
 import jsonschema
 import pytest
 import yaml
@@ -22,14 +27,42 @@ from tests.unit.policy_table import CASES
 from workflows.contract import DEFAULT_WORKLOAD_TYPES
 from workflows.durations import DURATION_PATTERN
 
+CEL = celpy.Environment()
+
+
+@functools.cache
+def _cel_program(rule: str) -> Any:
+    return CEL.program(CEL.compile(rule))
+
+
+def _cel(validator: Any, rules: list[dict[str, str]], instance: Any, schema: Any) -> Any:
+    """The ``x-kubernetes-validations`` keyword: every rule must evaluate to true."""
+    for rule in rules:
+        try:
+            ok = _cel_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(instance)})
+        except Exception as exc:  # evaluation errors reject the object, as on the server
+            ok = exc
+        if ok is not True and not (isinstance(ok, celpy.celtypes.BoolType) and bool(ok)):
+            yield jsonschema.ValidationError(f"{rule['message']} ({rule['rule']}: {ok})")
+
+
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft7Validator, {"x-kubernetes-validations": _cel}
+)
+
 
 def _as_server(schema: Any) -> Any:
-    """Translate the Kubernetes extensions into plain JSON Schema, recursively."""
+    """Translate the Kubernetes extensions into plain JSON Schema, recursively (the CEL rules
+    stay, for ``_cel``)."""
     if isinstance(schema, list):
         return [_as_server(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: _as_server(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+    out = {
+        k: v if k == "x-kubernetes-validations" else _as_server(v)
+        for k, v in schema.items()
+        if not k.startswith("x-kubernetes") or k == "x-kubernetes-validations"
+    }
     if schema.get("x-kubernetes-list-type") == "set":
         out["uniqueItems"] = True
     if (
@@ -73,7 +106,7 @@ def _apply_defaults(schema: dict[str, Any], value: Any) -> Any:
 def crd_errors(doc: dict[str, Any]) -> list[str]:
     schema = _openapi(doc["kind"])
     defaulted = _apply_defaults(schema, copy.deepcopy(doc))
-    validator = jsonschema.Draft7Validator(_as_server(schema))
+    validator = Validator(_as_server(schema))
     return [".".join(str(p) for p in e.absolute_path) for e in validator.iter_errors(defaulted)]
 
 

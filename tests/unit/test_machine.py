@@ -380,7 +380,7 @@ def test_malformed_recommendation_ends_attempt_with_event() -> None:
         desired=5, pods=5, adopted=0, adopted_healthy=0, error="pod api-1: not valid JSON"
     )
     decision = decide(monitoring(), Sampled(T0, bad))
-    assert decision.state.mode is Mode.CANCELLED
+    assert decision.state.mode is Mode.ABORTED
     assert decision.state.failure_reason is FailureReason.MALFORMED_ANNOTATION
     (record,) = decision.effects
     assert (

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation
-from sim.apiserver import KubeEmulator
+from sim.apiserver import Fault, KubeEmulator
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import end_if_running
 from worker.kube import activities_for, api_client
@@ -27,6 +29,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.fingerprint import Recommendation
+from workflows.rollback import RollbackInput, RollbackResult, RollbackWorkflow
 from workflows.state import OwnerState, ResourceSnapshot
 
 REC = Recommendation(
@@ -129,3 +132,73 @@ async def test_oom_rolls_back_in_place_and_backs_off(
     )
     assert "2/2 pods OOMKilled (app)" in message and "restoring lastSuccessful" in message
     assert json.loads(annotations[ROLLBACK_STATE_ANNOTATION])["mode"] == "backedOff"
+
+
+async def run_attempt(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator, ref: OwnerRef, **options: object
+) -> RollbackResult:
+    """One attempt through signal-with-start, with RollbackInput ``options`` (retry budget)."""
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
+    async with build_worker(temporal_env.client, queue, acts):
+        await end_if_running(temporal_env.client, ref.workflow_id)
+        handle = await temporal_env.client.start_workflow(
+            RollbackWorkflow.run,
+            RollbackInput(owner=ref, recommendation=REC, **options),  # type: ignore[arg-type]
+            id=ref.workflow_id,
+            task_queue=queue,
+        )
+        return await handle.result()
+
+
+def stored_state(api: KubeEmulator, kind: str) -> OwnerState:
+    obj = api.store.get(api.store.rtype(kind), NS, "web")
+    return OwnerState.model_validate_json(obj["metadata"]["annotations"][ROLLBACK_STATE_ANNOTATION])
+
+
+async def test_owner_without_selector_ends_aborted_within_its_window(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """A StrimziPodSet without spec.selector used to stay in monitoring, retrying forever."""
+    obj = owner("StrimziPodSet")
+    del obj["spec"]["selector"]
+    api.store.create(obj)
+    api.store.create(policy(monitoringPeriod="5s", scope={"workloadTypes": ["StrimziPodSet"]}))
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.STRIMZI_POD_SET, name="web")
+    started = time.monotonic()
+    result = await run_attempt(temporal_env, api, ref)
+    assert time.monotonic() - started < 5 + 10  # the window plus a bound, not forever
+    assert (result.mode, result.failure_reason) == (Mode.ABORTED, FailureReason.INVALID_OWNER)
+    assert "spec.selector" in (result.message or "")
+    assert stored_state(api, "StrimziPodSet").mode is Mode.ABORTED
+    assert events(api) == [EventReason.MONITORING_STARTED, EventReason.ATTEMPT_ABORTED]
+
+
+async def test_a_webhook_rejecting_every_write_ends_the_attempt(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """403 on every owner write: the attempt cannot even record itself, and still ends."""
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(policy(monitoringPeriod="2s"))
+    api.inject(Fault(status=403, method="PATCH", path="/deployments/web", times=None))
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    result = await run_attempt(temporal_env, api, ref)
+    assert (result.mode, result.failure_reason) == (Mode.ABORTED, FailureReason.API_REJECTED)
+    assert "403" in (result.message or "")
+
+
+async def test_transient_errors_past_the_retry_budget_end_the_attempt(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """The API server answering 503 to every pod LIST: retried with backoff until the budget
+    is spent, then the attempt ends aborted (retryBudgetExhausted) with a Warning Event."""
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(policy(monitoringPeriod="2s"))
+    api.inject(Fault(status=503, method="GET", path="/namespaces/shop/pods$", times=None))
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    result = await run_attempt(temporal_env, api, ref, retry_budget=timedelta(seconds=4))
+    assert result.mode is Mode.ABORTED
+    assert result.failure_reason is FailureReason.RETRY_BUDGET_EXHAUSTED
+    assert "sample_cohort" in (result.message or "")
+    assert events(api)[-1] == EventReason.ATTEMPT_ABORTED
+    assert stored_state(api, "Deployment").failure_reason is FailureReason.RETRY_BUDGET_EXHAUSTED

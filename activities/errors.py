@@ -1,0 +1,78 @@
+"""Every error an activity can raise, classified: transient (Temporal retries it with backoff,
+within the attempt's retry budget) or permanent (a non-retryable ``ApplicationError`` whose type
+is a ``workflows.activity_api.PermanentError``; the workflow ends the attempt ``aborted`` with
+the matching failure reason and a Warning Event). README, "Errors", lists the classes.
+
+Each ``@activity.defn`` method runs its body under ``classified()``; the helpers below it raise
+plain exceptions and need not know about Temporal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from urllib3.exceptions import HTTPError
+
+from workflows.activity_api import PermanentError
+from workflows.fingerprint import MalformedRecommendationError
+
+log = logging.getLogger(__name__)
+
+# What the API server answers when the request itself is wrong for this object: a retry gets the
+# same answer (a webhook's denial, an annotation over the size limit, an invalid patch).
+PERMANENT_STATUSES = frozenset({400, 403, 405, 406, 413, 415, 422})
+
+
+class InvalidOwnerError(ValueError):
+    """The owner object cannot be judged: no ``spec.selector``, a ``spec.replicas`` that is not a
+    number, a pod template without containers where one is needed."""
+
+
+class ConflictError(Exception):
+    """The owner kept changing under us; transient: Temporal retries the activity."""
+
+
+def classify(exc: Exception) -> Exception:
+    """The exception to raise for ``exc``: itself when transient, else a non-retryable
+    ``ApplicationError`` of the right ``PermanentError`` type."""
+    kind: PermanentError | None = None
+    if isinstance(exc, ApplicationError):
+        return exc
+    if isinstance(exc, MalformedRecommendationError):
+        kind = PermanentError.MALFORMED_RECOMMENDATION
+    elif isinstance(exc, InvalidOwnerError):
+        kind = PermanentError.INVALID_OWNER
+    elif isinstance(exc, ApiException):
+        if exc.status not in PERMANENT_STATUSES:
+            return exc  # 5xx, 429, 401, 409, 404 on a sub-read: worth another try
+        kind = PermanentError.API_REJECTED
+    elif isinstance(exc, (HTTPError, OSError, ConflictError)):
+        return exc  # timeouts, refused or dropped connections, a busy owner
+    else:
+        kind = PermanentError.UNEXPECTED
+        where = activity.info().workflow_id if activity.in_activity() else "outside an activity"
+        log.error("%s: unexpected error, ending the attempt", where, exc_info=exc)
+    return ApplicationError(_summary(exc), type=kind.value, non_retryable=True)
+
+
+def _summary(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}: {(exc.body or '')[:300]}".strip()
+    return (str(exc) or type(exc).__name__)[:500]
+
+
+@contextmanager
+def classified() -> Iterator[None]:
+    """Run an activity's body; re-raise what it raises as ``classify`` says."""
+    try:
+        yield
+    except Exception as exc:
+        converted = classify(exc)
+        if converted is exc:
+            raise  # transient: as it was (``raise exc from exc`` would make a cause cycle)
+        raise converted from exc
