@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint
+.PHONY: setup run test lint lock
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,3 +24,10 @@ lint: setup
 
 test: lint
 	$(PY) -m pytest
+
+# The production image's dependencies, pinned with hashes (Dockerfile: pip --require-hashes).
+# Existing pins are kept while they still satisfy pyproject.toml; tests/deploy/test_lock.py
+# fails when this file is out of date.
+lock: setup
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
+		--no-header --quiet -o requirements.lock
