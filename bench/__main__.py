@@ -31,6 +31,7 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 
 from activities.kubernetes import Actuation, KubernetesActivities
@@ -41,7 +42,8 @@ from sim.scenario import SCENARIOS, Scenario, WorkerProcess, free_port, run_scen
 from worker.config import TemporalConfig
 from worker.intake import Intake
 from worker.kube import api_client
-from worker.runner import activity_methods
+from worker.runner import activity_methods, build_worker
+from worker.versioning import adopt_if_first
 from workflows.activity_api import OwnerRef, SampleCohortInput
 from workflows.contract import WorkloadKind
 from workflows.fingerprint import Recommendation
@@ -163,6 +165,49 @@ async def throughput(
                 f" ratio {ratios[n]:.2f}x",
             )
     return ratios
+
+
+async def versioning_cost(address: str, n: int, repeats: int, lines: Lines) -> float:
+    """Rollback workflows per second on a pinned, versioned worker vs an unversioned one (same
+    server, same activities), batches alternated; the ratio of the medians."""
+    client = await TemporalConfig.at(address).connect()
+    plain, versioned = f"bench-plain-{uuid.uuid4().hex[:6]}", f"bench-v-{uuid.uuid4().hex[:6]}"
+    version = WorkerDeploymentVersion(f"bench-{uuid.uuid4().hex[:6]}", "v1")
+    async with (
+        build_worker(client, plain, InstantCluster(), 10_000),
+        build_worker(client, versioned, InstantCluster(), 10_000, version),
+    ):
+        assert await adopt_if_first(client, version)
+        shapes = {q: await _shape(client, q) for q in (plain, versioned)}
+        assert shapes[plain] == shapes[versioned], shapes  # the same work on both
+        say(
+            lines,
+            f"  one run on either worker = {shapes[plain][0]} activities + {shapes[plain][1]} timers",
+        )
+        rates: dict[str, list[float]] = {plain: [], versioned: []}
+        for r in range(repeats):
+            for queue in (plain, versioned) if r % 2 == 0 else (versioned, plain):
+
+                def start(i: int, queue: str = queue, r: int = r) -> Any:
+                    owner = OwnerRef(
+                        namespace="bench", kind=WorkloadKind.DEPLOYMENT, name=f"{queue}-{r}-{i}"
+                    )
+                    return client.start_workflow(
+                        RollbackWorkflow.run,
+                        RollbackInput(owner=owner, recommendation=REC),
+                        id=owner.workflow_id,
+                        task_queue=queue,
+                    )
+
+                rates[queue].append(await _rate(client, queue, n, start))
+    ratio = statistics.median(rates[versioned]) / statistics.median(rates[plain])
+    say(
+        lines,
+        f"  {n} workflows x {repeats} batches each, alternated: unversioned"
+        f" {statistics.median(rates[plain]):.1f}/s, versioned (pinned)"
+        f" {statistics.median(rates[versioned]):.1f}/s (medians), ratio {ratio:.2f}x",
+    )
+    return ratio
 
 
 async def sqlite_wal(sizes: list[int], lines: Lines) -> None:
@@ -583,7 +628,7 @@ def machine() -> str:
     return f"{cpus} cores ({model}), {mem} GiB, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
-SECTIONS = ("p4", "p2", "p1", "sqlite", "p3")
+SECTIONS = ("p4", "p2", "p1", "versioning", "sqlite", "p3")
 
 
 def main() -> int:
@@ -622,6 +667,14 @@ def main() -> int:
             DevServer(Path(tmp), free_port(), headless=True, log_path=Path(tmp) / "log") as server,
         ):
             asyncio.run(throughput(server.address, sizes, lines))
+        say(lines)
+    if "versioning" in only:
+        say(lines, "## Worker Versioning: a pinned, versioned worker vs an unversioned one")
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            DevServer(Path(tmp), free_port(), headless=True, log_path=Path(tmp) / "log") as server,
+        ):
+            asyncio.run(versioning_cost(server.address, 20 if quick else 500, 3, lines))
         say(lines)
     if "sqlite" in only:
         say(lines, "## SQLite: WAL + synchronous=off (the embedded default) vs the default journal")

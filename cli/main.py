@@ -21,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.service import RPCError
 
 from cli import crds, ops
 from cli.explain import cmd_policy_explain, cmd_policy_validate
 from cli.ops import OpsError
-from worker import telemetry
+from worker import telemetry, versioning
 from worker.config import (
+    DEFAULT_DEPLOYMENT_NAME,
     ConfigError,
     IntakeConfig,
     TemporalConfig,
@@ -125,6 +128,44 @@ def cmd_reopen(args: argparse.Namespace) -> int:
     return _ops(args, action)
 
 
+def cmd_versions(args: argparse.Namespace) -> int:
+    """List the engine's Worker Deployment versions, or move new attempts between them."""
+
+    async def action(client: Client, _: TemporalConfig) -> int:
+        name = args.deployment_name or DEFAULT_DEPLOYMENT_NAME
+        try:
+            if args.action == "set-current":
+                await versioning.set_current(client, WorkerDeploymentVersion(name, args.build_id))
+                print(f"{name}: {args.build_id} is current; new attempts start on it")
+                return 0
+            if args.action == "ramp":
+                version = WorkerDeploymentVersion(name, args.build_id)
+                await versioning.ramp(client, version, args.percent)
+                print(f"{name}: {args.percent:g}% of new attempts start on {args.build_id}")
+                return 0
+            rows = await versioning.versions(client, name)
+        except RPCError as exc:
+            raise OpsError(f"{name}: {exc.message}") from exc
+        print(versioning_table(rows) if rows else f"{name}: no versions yet")
+        return 0
+
+    return _ops(args, action)
+
+
+def versioning_table(rows: list[versioning.VersionRow]) -> str:
+    body = [
+        (
+            r.build_id,
+            r.status,
+            f"{r.ramp:g}%" if r.ramp is not None else "",
+            str(r.running),
+            "yes" if r.removable else "no",
+        )
+        for r in rows
+    ]
+    return ops.columns(("BUILD", "STATUS", "RAMP", "RUNNING", "REMOVABLE"), body)
+
+
 def _local(name: str) -> Handler:
     """A ``cli.local`` command, imported when called: it needs the simulator extra."""
 
@@ -166,6 +207,23 @@ def _add_operations(sub: Any) -> None:
         if name == "cancel":
             cmd.add_argument("--reason", default="cancelled with rollbackctl")
         cmd.set_defaults(handler=handler)
+
+
+def _add_versions(sub: Any) -> None:
+    """``versions``: the engine's own rollout under Worker Versioning."""
+    versions = sub.add_parser(
+        "versions", help="Worker Deployment versions: list, set-current BUILD, ramp BUILD PERCENT"
+    )
+    add_temporal_flags(versions)
+    versions.add_argument("--deployment-name", help=f"default {DEFAULT_DEPLOYMENT_NAME}")
+    actions = versions.add_subparsers(dest="action", metavar="ACTION")
+    actions.add_parser("list", help="versions, their status and running attempts (default)")
+    current = actions.add_parser("set-current", help="new attempts start on BUILD")
+    current.add_argument("build_id", metavar="BUILD")
+    ramping = actions.add_parser("ramp", help="PERCENT of new attempts start on BUILD (0: stop)")
+    ramping.add_argument("build_id", metavar="BUILD")
+    ramping.add_argument("percent", type=float, metavar="PERCENT")
+    versions.set_defaults(handler=cmd_versions, action="list")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -214,6 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     intake.set_defaults(handler=cmd_intake)
 
     _add_operations(sub)
+
+    _add_versions(sub)
 
     run_cmd = sub.add_parser(
         "run", help="the embedded default: Temporal dev server, worker and intake in one process"

@@ -8,6 +8,7 @@ so it also reopens an owner whose run has ended.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -157,6 +158,11 @@ def table(rows: list[Row]) -> str:
         )
         for r in rows
     ]
+    return columns(header, body)
+
+
+def columns(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
+    """Left-aligned columns two spaces apart, as kubectl prints them."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=False)]
     return "\n".join(
         "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()

@@ -16,8 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib.metadata
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from kubernetes.client import ApiClient
 from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.runtime import Runtime
@@ -252,12 +255,25 @@ def add_kube_flags(parser: argparse.ArgumentParser) -> None:
 # --- the processes --------------------------------------------------------------------------
 
 
+DEFAULT_DEPLOYMENT_NAME = "rightsizing-rollback"
+
+
+def package_version() -> str:
+    """The installed package's version: the default build ID of a versioned worker."""
+    try:
+        return importlib.metadata.version("rightsizing-rollback")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     temporal: TemporalConfig
     kube: KubeConfig
     actuation: Actuation = Actuation.ANNOTATIONS
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS
+    # Worker Versioning (README, "Worker versioning"): None runs unversioned.
+    deployment: WorkerDeploymentVersion | None = None
 
     @classmethod
     def from_args(
@@ -277,8 +293,26 @@ class WorkerConfig:
         if max_cached < 1:
             raise ConfigError(f"--max-cached-workflows must be at least 1, got {max_cached}")
         return cls(
-            TemporalConfig.from_args(args, env), KubeConfig.from_args(args, env), parsed, max_cached
+            TemporalConfig.from_args(args, env),
+            KubeConfig.from_args(args, env),
+            parsed,
+            max_cached,
+            _deployment(args, env),
         )
+
+
+def _deployment(args: argparse.Namespace, env: Mapping[str, str]) -> WorkerDeploymentVersion | None:
+    raw = args.worker_versioning or _env(env, "ROLLBACK_WORKER_VERSIONING") or "off"
+    if raw.lower() not in ("on", "off", "true", "false"):
+        raise ConfigError(f"--worker-versioning: {raw!r} is not on or off")
+    if raw.lower() in ("off", "false"):
+        return None
+    name = args.deployment_name or _env(env, "ROLLBACK_DEPLOYMENT_NAME") or DEFAULT_DEPLOYMENT_NAME
+    build = args.build_id or _env(env, "ROLLBACK_BUILD_ID") or package_version()
+    for flag, value in (("--deployment-name", name), ("--build-id", build)):
+        if not re.fullmatch(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,254}", value):
+            raise ConfigError(f"{flag}: {value!r}: letters, digits, '-', '_', '.' only")
+    return WorkerDeploymentVersion(deployment_name=name, build_id=build)
 
 
 def add_worker_flags(parser: argparse.ArgumentParser) -> None:
@@ -288,6 +322,20 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
         choices=[a.value for a in Actuation],
         help="annotations: publish rollback recommendations for an applier;"
         " in-place: also resize pods (ROLLBACK_ACTUATION, default annotations)",
+    )
+    group.add_argument(
+        "--worker-versioning",
+        choices=["on", "off"],
+        help="join a Temporal Worker Deployment; workflows pinned to the version they started on"
+        " (ROLLBACK_WORKER_VERSIONING, default off)",
+    )
+    group.add_argument(
+        "--deployment-name",
+        help=f"Worker Deployment (ROLLBACK_DEPLOYMENT_NAME, default {DEFAULT_DEPLOYMENT_NAME})",
+    )
+    group.add_argument(
+        "--build-id",
+        help="this worker's build ID (ROLLBACK_BUILD_ID, default the package version)",
     )
     group.add_argument(
         "--max-cached-workflows",

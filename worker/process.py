@@ -26,6 +26,7 @@ from worker.intake import Intake
 from worker.kube import activities_for
 from worker.leader import LeaderElector
 from worker.runner import build_worker
+from worker.versioning import adopt_if_first
 from workflows.contract import Mode, SearchAttribute
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,8 @@ async def serve(
     health = Health()
     if chosen.kube.health_address:
         health.serve(chosen.kube.health_address)
-    service, background = None, []
+    service: IntakeService | None = None
+    background: list[asyncio.Task[Any]] = []
     if intake is not None:
         background.append(asyncio.create_task(report_workloads(temporal, telemetry.meter(runtime))))
         service = IntakeService(
@@ -143,13 +145,19 @@ async def serve(
         if worker is not None:
             activities = activities_for(worker.kube.client(runtime), worker.actuation)
             queue = worker.temporal.task_queue
-            running = build_worker(temporal, queue, activities, worker.max_cached_workflows)
+            running = build_worker(
+                temporal, queue, activities, worker.max_cached_workflows, worker.deployment
+            )
             temporal_ok = TemporalHealth(temporal)
             background.append(asyncio.create_task(temporal_ok.watch()))
             health.live("worker", lambda: None if running.is_running else "worker not running")
             health.ready("temporal", temporal_ok.problem)
             async with running:
                 log.info("worker polling task queue %s", queue)
+                if worker.deployment is not None:
+                    background.append(
+                        asyncio.create_task(adopt_if_first(temporal, worker.deployment))
+                    )
                 await stop.wait()
         else:
             await stop.wait()

@@ -8,13 +8,14 @@ this one when it comes back.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from workflows.rollback import RollbackWorkflow
 
@@ -39,17 +40,30 @@ def build_worker(
     task_queue: str,
     activities: object,
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
+    deployment: WorkerDeploymentVersion | None = None,
+    workflows: Sequence[type] = (RollbackWorkflow,),
     **options: Any,
 ) -> Worker:
+    """The worker; with ``deployment``, a version of a Worker Deployment whose workflows are
+    pinned to it (README, "Worker versioning")."""
     methods = activity_methods(activities)
     sync = any(not inspect.iscoroutinefunction(m) for m in methods)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[RollbackWorkflow],
+        workflows=list(workflows),
         activities=methods,
         activity_executor=ThreadPoolExecutor(max_workers=16) if sync else None,
         graceful_shutdown_timeout=timedelta(seconds=20),
         max_cached_workflows=max_cached_workflows,
+        deployment_config=(
+            WorkerDeploymentConfig(
+                version=deployment,
+                use_worker_versioning=True,
+                default_versioning_behavior=VersioningBehavior.PINNED,
+            )
+            if deployment is not None
+            else None
+        ),
         **options,
     )

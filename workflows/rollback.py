@@ -99,6 +99,9 @@ ACTIVITY_TIMEOUT = timedelta(seconds=20)  # a killed worker's activity is retrie
 # How long one activity may keep failing transiently (API server down, throttled, a webhook
 # timing out) before the attempt ends aborted (retryBudgetExhausted) instead of retrying forever.
 RETRY_BUDGET = timedelta(minutes=30)
+# A new attempt starts on the Worker Deployment's current version; a long window's
+# continue-as-new (the same attempt) keeps its pinned version.
+NEW_ATTEMPT = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
 SA_NAMESPACE = SearchAttributeKey.for_keyword(SearchAttribute.NAMESPACE)
 SA_WORKLOAD = SearchAttributeKey.for_keyword(SearchAttribute.WORKLOAD)
@@ -169,6 +172,13 @@ def search_attributes(
 
 @workflow.defn(name=WORKFLOW_NAME)
 class RollbackWorkflow:
+    """Pinned under Worker Versioning (the versioned worker's default behaviour, which is why it
+    is not declared here: an unversioned worker refuses a workflow that declares one). A run
+    finishes on the build it started on, so a workflow change never meets a history it did not
+    write; a new attempt (a new recommendation, the next turn, a reopen) continues-as-new onto
+    the current version, while a long window's continue-as-new, the same attempt, stays pinned
+    (README, "Worker versioning")."""
+
     def __init__(self) -> None:
         self._state: RollbackState | None = None
         self._pending: list[Observation] = []
@@ -295,7 +305,8 @@ class RollbackWorkflow:
                             "observed_pod_created_at": sighting.pod_created_at,
                             "resume": None,
                         }
-                    )
+                    ),
+                    initial_versioning_behavior=NEW_ATTEMPT,
                 )
 
     async def _wait(self, until: datetime, summary: str) -> None:
@@ -417,7 +428,8 @@ class RollbackWorkflow:
                                 "trigger": Trigger.OBSERVE,
                                 "resume": None,
                             }
-                        )
+                        ),
+                        initial_versioning_behavior=NEW_ATTEMPT,
                     )
         return follow
 

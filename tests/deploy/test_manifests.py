@@ -93,3 +93,20 @@ def test_probes_ask_the_processes_not_the_metrics_endpoint() -> None:
         assert ports["health"] == 8080
         assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+
+
+def test_versioned_overlay_names_the_worker_after_its_build() -> None:
+    objects = render(DEPLOY / "overlays" / "versioned")
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert config["data"]["ROLLBACK_WORKER_VERSIONING"] == "on"
+    (worker,) = [
+        d for d in _by_kind(objects, "Deployment") if d["metadata"]["name"].startswith("rollback-w")
+    ]
+    build = next(
+        e["value"]
+        for e in worker["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "ROLLBACK_BUILD_ID"
+    )
+    assert worker["metadata"]["name"] == "rollback-worker-" + build.replace(".", "-")
+    assert worker["spec"]["selector"]["matchLabels"]["app.kubernetes.io/version"] == build
+    assert worker["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":" + build)

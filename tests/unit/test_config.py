@@ -152,3 +152,18 @@ def test_bad_api_key_files(tmp_path: Path, argv: list[str], content: str, messag
         WorkerConfig.from_args(args(*argv, "--api-key-file", str(key)), {})
     with pytest.raises(ConfigError, match="FileNotFoundError"):
         WorkerConfig.from_args(args("--api-key-file", str(tmp_path / "missing")), {})
+
+
+def test_worker_versioning_settings() -> None:
+    assert WorkerConfig.from_args(args(), {}).deployment is None  # unversioned by default
+    on = WorkerConfig.from_args(args(), {"ROLLBACK_WORKER_VERSIONING": "on"}).deployment
+    assert on is not None and on.deployment_name == "rightsizing-rollback"
+    assert on.build_id  # the package version
+    flagged = WorkerConfig.from_args(
+        args("--worker-versioning", "on", "--deployment-name", "rb", "--build-id", "1.2.3"), {}
+    ).deployment
+    assert flagged is not None and (flagged.deployment_name, flagged.build_id) == ("rb", "1.2.3")
+    with pytest.raises(ConfigError, match="--build-id"):
+        WorkerConfig.from_args(args("--worker-versioning", "on", "--build-id", "a b"), {})
+    with pytest.raises(ConfigError, match="--worker-versioning"):
+        WorkerConfig.from_args(args(), {"ROLLBACK_WORKER_VERSIONING": "maybe"})

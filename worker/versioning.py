@@ -1,0 +1,128 @@
+"""Worker Versioning: the versions of the engine's Worker Deployment, and routing between them.
+
+Used by the worker at start-up (``adopt_if_first``: the very first version of a deployment
+becomes current by itself, so a fresh install works without a manual step; every later version
+waits to be promoted) and by ``rollbackctl versions`` (list, set-current, ramp). Running attempts
+per version come from the ``TemporalWorkerDeploymentVersion`` search attribute the server keeps.
+README, "Worker versioning", has the upgrade procedure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from temporalio.api.enums.v1 import VersionDrainageStatus, WorkerDeploymentVersionStatus
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    DescribeWorkerDeploymentResponse,
+    SetWorkerDeploymentCurrentVersionRequest,
+    SetWorkerDeploymentRampingVersionRequest,
+)
+from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.service import RPCError, RPCStatusCode
+
+from workflows.rollback import WORKFLOW_NAME
+
+log = logging.getLogger(__name__)
+IDENTITY = "rightsizing-rollback"
+
+
+@dataclass(frozen=True)
+class VersionRow:
+    build_id: str
+    status: str  # current, ramping, draining, drained, inactive
+    ramp: float | None
+    running: int  # attempts (RollbackWorkflow runs) still running on it
+
+    @property
+    def removable(self) -> bool:
+        """Drained, or never current and with nothing running: its workers can go."""
+        return self.status in ("drained", "inactive") and self.running == 0
+
+
+def _status(value: WorkerDeploymentVersionStatus.ValueType) -> str:
+    name = WorkerDeploymentVersionStatus.Name(value)
+    return name.removeprefix("WORKER_DEPLOYMENT_VERSION_STATUS_").lower()
+
+
+async def describe(client: Client, deployment: str) -> DescribeWorkerDeploymentResponse:
+    return await client.workflow_service.describe_worker_deployment(
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+    )
+
+
+async def versions(client: Client, deployment: str) -> list[VersionRow]:
+    info = (await describe(client, deployment)).worker_deployment_info
+    routing = info.routing_config
+    rows = []
+    for summary in info.version_summaries:
+        build = summary.deployment_version.build_id
+        status = _status(summary.status)
+        if summary.drainage_status == VersionDrainageStatus.VERSION_DRAINAGE_STATUS_DRAINED:
+            status = "drained"
+        query = (
+            f'WorkflowType = "{WORKFLOW_NAME}" AND ExecutionStatus = "Running"'
+            f' AND TemporalWorkerDeploymentVersion = "{deployment}:{build}"'
+        )
+        running = (await client.count_workflows(query)).count
+        ramp = (
+            routing.ramping_version_percentage
+            if routing.ramping_deployment_version.build_id == build
+            else None
+        )
+        rows.append(VersionRow(build, status, ramp, running))
+    return sorted(rows, key=lambda r: r.build_id)
+
+
+async def set_current(client: Client, version: WorkerDeploymentVersion) -> None:
+    await client.workflow_service.set_worker_deployment_current_version(
+        SetWorkerDeploymentCurrentVersionRequest(
+            namespace=client.namespace,
+            deployment_name=version.deployment_name,
+            build_id=version.build_id,
+            identity=IDENTITY,
+        )
+    )
+
+
+async def ramp(client: Client, version: WorkerDeploymentVersion, percentage: float) -> None:
+    """Send ``percentage`` of new attempts to ``version``; 0 stops ramping."""
+    await client.workflow_service.set_worker_deployment_ramping_version(
+        SetWorkerDeploymentRampingVersionRequest(
+            namespace=client.namespace,
+            deployment_name=version.deployment_name,
+            build_id=version.build_id if percentage > 0 else "",
+            percentage=percentage,
+            identity=IDENTITY,
+        )
+    )
+
+
+async def adopt_if_first(
+    client: Client, version: WorkerDeploymentVersion, within: float = 60
+) -> bool:
+    """Make ``version`` current when its deployment has no current version yet. The version
+    exists only once this worker has polled, hence the retries. True when it became current."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        try:
+            routing = (
+                await describe(client, version.deployment_name)
+            ).worker_deployment_info.routing_config
+            if routing.current_deployment_version.build_id:
+                return False  # a later version: promoted on purpose (rollbackctl versions)
+            await set_current(client, version)
+            log.info(
+                "%s: first version of %s, now current", version.build_id, version.deployment_name
+            )
+            return True
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+                raise
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("%s: could not make it current: %s", version.build_id, exc.message)
+                return False
+            await asyncio.sleep(0.5)
