@@ -47,6 +47,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from activities.lookup import WORKLOAD_KINDS
 from sim.apiserver import ApiError, KubeEmulator, Request
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer
@@ -66,17 +67,6 @@ from workflows.fingerprint import is_recommendation_key
 log = logging.getLogger(__name__)
 
 SCENARIOS = Path(__file__).parent / "scenarios"
-OWNER_KINDS = {
-    "Deployment",
-    "StatefulSet",
-    "DaemonSet",
-    "Job",
-    "CronJob",
-    "Rollout",
-    "Model",
-    "AnalysisRun",
-    "StrimziPodSet",
-}
 
 
 def _seconds(value: Any) -> float:
@@ -232,7 +222,7 @@ class Recorder:
                 f"{entry['t']:7.2f}s  {owner}  event {entry['reason']}: {entry['message']}"
             )
             return
-        if rtype.kind not in OWNER_KINDS or kind == "DELETED":
+        if rtype.kind not in WORKLOAD_KINDS or kind == "DELETED":
             return
         owner = owner_key(rtype.kind, meta.get("namespace", ""), meta["name"])
         raw = (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)

@@ -344,12 +344,17 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def default_identity() -> str:
+    """The leader-election identity when POD_NAME is not set: host and process."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
 @dataclass(frozen=True)
 class IntakeConfig:
     temporal: TemporalConfig
     kube: KubeConfig
     lease_namespace: str = "default"
-    identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    identity: str = field(default_factory=default_identity)
     sample_interval: timedelta = DEFAULT_SAMPLE_INTERVAL
 
     @classmethod
@@ -365,9 +370,7 @@ class IntakeConfig:
             TemporalConfig.from_args(args, env),
             KubeConfig.from_args(args, env),
             lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
-            identity=args.identity
-            or _env(env, "POD_NAME")
-            or f"{socket.gethostname()}-{os.getpid()}",
+            identity=args.identity or _env(env, "POD_NAME") or default_identity(),
             sample_interval=interval,
         )
 

@@ -287,11 +287,8 @@ class Intake:
             return
         if state is not None:
             # The workflow's own rule (workflows.wake): what it would ignore is not signalled.
-            last = LastAttempt(
-                state.active_recommendation_fingerprint, state.mode, state.last_transition_time
-            )
             verdict = wake(
-                last,
+                LastAttempt.stored(state),
                 Sighting(fingerprint, Trigger.OBSERVE, seen.pod_created_at),
                 policy.spec.enable_monitoring_reopen,
             )

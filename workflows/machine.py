@@ -466,13 +466,8 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     if stored is not None:
         carried.update(last_successful=stored.last_successful_state, history=stored.history)
     state = state.model_copy(update=carried)
-    last = None
-    if stored is not None:
-        last = LastAttempt(
-            stored.active_recommendation_fingerprint, stored.mode, stored.last_transition_time
-        )
     sighting = Sighting(state.fingerprint, obs.trigger, obs.observed_pod_created_at)
-    verdict = wake(last, sighting, policy.enable_monitoring_reopen)
+    verdict = wake(LastAttempt.stored(stored), sighting, policy.enable_monitoring_reopen)
     turn = 1 if stored is None or verdict.wake is Wake.NEW else stored.turn
     if not verdict.wakes:
         assert stored is not None

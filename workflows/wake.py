@@ -33,6 +33,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from workflows.contract import Mode
+from workflows.state import OwnerState
 
 
 class Trigger(StrEnum):
@@ -55,6 +56,13 @@ class LastAttempt:
     fingerprint: str
     mode: Mode
     at: datetime | None  # the last transition
+
+    @classmethod
+    def stored(cls, state: OwnerState | None) -> LastAttempt | None:
+        """The last attempt the owner's state annotation records (None: no state)."""
+        if state is None:
+            return None
+        return cls(state.active_recommendation_fingerprint, state.mode, state.last_transition_time)
 
 
 @dataclass(frozen=True)
