@@ -69,7 +69,11 @@ def _ops(
     config = TemporalConfig.from_args(args)
 
     async def main() -> int:
-        return await action(await config.connect(), config)
+        try:
+            client = await config.connect()
+        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
+            raise OpsError(f"cannot reach Temporal at {config.address}: {exc}") from None
+        return await action(client, config)
 
     try:
         return asyncio.run(main())

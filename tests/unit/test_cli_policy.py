@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from cli.main import main
+from sim.scenario import free_port
 from tests.conftest import EXAMPLES, policy_doc
 
 
@@ -194,3 +195,14 @@ def test_crds_write_matches_committed(tmp_path: Path, capsys: pytest.CaptureFixt
     assert code == 0
     for path in tmp_path.iterdir():
         assert path.read_text() == (EXAMPLES.parent / "crds" / path.name).read_text()
+
+
+@pytest.mark.parametrize("command", [["get"], ["describe", "shop/Deployment/api"], ["versions"]])
+def test_temporal_unreachable_is_one_line_not_a_traceback(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port()  # nothing listens there
+    assert main([*command, "--address", f"127.0.0.1:{port}"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot reach Temporal at 127.0.0.1:{port}")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
