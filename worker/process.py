@@ -148,10 +148,11 @@ async def serve(
             running = build_worker(
                 temporal, queue, activities, worker.max_cached_workflows, worker.deployment
             )
-            temporal_ok = TemporalHealth(temporal)
-            background.append(asyncio.create_task(temporal_ok.watch()))
             health.live("worker", lambda: None if running.is_running else "worker not running")
-            health.ready("temporal", temporal_ok.problem)
+            if chosen.kube.health_address:  # nobody asks otherwise: no periodic health RPC
+                temporal_ok = TemporalHealth(temporal)
+                background.append(asyncio.create_task(temporal_ok.watch()))
+                health.ready("temporal", temporal_ok.problem)
             async with running:
                 log.info("worker polling task queue %s", queue)
                 if worker.deployment is not None:
