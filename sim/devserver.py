@@ -56,19 +56,23 @@ def dev_server_command(
     return [*cmd, *search_attribute_args(), "--log-level", "warn"]
 
 
-def wait_for_port(
+def wait_until_serving(
     port: int, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None
 ) -> None:
+    """Until the frontend answers its gRPC health check with SERVING: an open port is not enough,
+    a client connecting then can still be told "Frontend is not healthy yet"."""
+    health = [temporal_binary(), "operator", "cluster", "health"]
+    health += ["--address", f"127.0.0.1:{port}", "--command-timeout", "2s"]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"temporal dev server exited with status {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        if port_in_use(port):
+            answer = subprocess.run(health, capture_output=True, text=True, check=False)
+            if answer.stdout.strip() == "SERVING":
                 return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"temporal dev server did not listen on port {port} within {timeout}s")
+        time.sleep(0.2)
+    raise TimeoutError(f"temporal dev server on port {port} was not serving within {timeout}s")
 
 
 def port_in_use(port: int) -> bool:
@@ -107,7 +111,7 @@ class DevServer:
                 self.process = subprocess.Popen(
                     self.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                 )
-        wait_for_port(self.port, process=self.process)
+        wait_until_serving(self.port, process=self.process)
         return self
 
     def stop(self) -> None:
