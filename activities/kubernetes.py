@@ -108,6 +108,7 @@ class KubernetesActivities:
                 state=state,
                 state_error=error,
                 policy=self.lookup.policy(input.owner, obj),
+                desired=desired_replicas(input.owner.kind, obj),
             )
 
     @activity.defn(name=RESOLVE_POLICY)

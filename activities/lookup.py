@@ -91,21 +91,9 @@ class OwnerLookup:
             return None
         kind, name = ref.get("kind", ""), ref.get("name", "")
         if kind in INTERMEDIATE:
-            key = (namespace, kind, name)
-            if key not in self._parents:
-                group, version, plural = INTERMEDIATE[kind]
-                try:
-                    parent: Any = self.custom.get_namespaced_custom_object(
-                        group, version, namespace, plural, name
-                    )
-                except ApiException as exc:
-                    if exc.status == 404:
-                        return None
-                    raise
-                if len(self._parents) >= PARENT_CACHE_SIZE:
-                    self._parents.pop(next(iter(self._parents)))
-                self._parents[key] = controller_of(parent)
-            up = self._parents[key]
+            found, up = self.parent(namespace, kind, name)
+            if not found:
+                return None
             if up is not None and up.get("kind") in PARENT_KINDS[kind]:
                 return OwnerRef(namespace=namespace, kind=WorkloadKind(up["kind"]), name=up["name"])
             return (
@@ -116,6 +104,25 @@ class OwnerLookup:
         if kind in WORKLOAD_KINDS:
             return OwnerRef(namespace=namespace, kind=WorkloadKind(kind), name=name)
         return None
+
+    def parent(self, namespace: str, kind: str, name: str) -> tuple[bool, Obj | None]:
+        """(exists, its controller reference) of a ReplicaSet or Job: read once, then cached
+        (a controller never changes)."""
+        key = (namespace, kind, name)
+        if key not in self._parents:
+            group, version, plural = INTERMEDIATE[kind]
+            try:
+                parent: Any = self.custom.get_namespaced_custom_object(
+                    group, version, namespace, plural, name
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False, None
+                raise
+            if len(self._parents) >= PARENT_CACHE_SIZE:
+                self._parents.pop(next(iter(self._parents)))
+            self._parents[key] = controller_of(parent)
+        return True, self._parents[key]
 
     def policy(self, owner: OwnerRef, obj: Obj) -> PolicySettings | None:
         """Resolve the owner's policy from the cluster's policies (two LISTs)."""

@@ -32,6 +32,7 @@ from worker.config import (
     DEFAULT_DEPLOYMENT_NAME,
     ConfigError,
     IntakeConfig,
+    KubeConfig,
     TemporalConfig,
     WorkerConfig,
     add_intake_flags,
@@ -40,6 +41,8 @@ from worker.config import (
     add_worker_flags,
 )
 from worker.process import run
+from workflows.activity_api import CohortSample
+from workflows.machine import RollbackState
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -98,18 +101,28 @@ def cmd_describe(args: argparse.Namespace) -> int:
     async def action(client: Client, _: TemporalConfig) -> int:
         owner = ops.parse_owner(args.owner)
         status, state = await ops.describe(client, owner)
+        cohort = None if state is None else await asyncio.to_thread(_live_cohort, args, state)
         if args.output == "json":
             body = state.model_dump(mode="json", by_alias=True) if state else None
-            print(
-                json.dumps(
-                    {"workflowId": owner.workflow_id, "status": status, "state": body}, indent=2
-                )
-            )
+            doc: dict[str, Any] = {"workflowId": owner.workflow_id, "status": status, "state": body}
+            if isinstance(cohort, CohortSample):
+                doc["cohort"] = cohort.model_dump(mode="json", by_alias=True)
+            print(json.dumps(doc, indent=2))
         else:
-            print(ops.describe_text(owner, status, state))
+            print(ops.describe_text(owner, status, state, cohort))
         return 0
 
     return _ops(args, action)
+
+
+def _live_cohort(args: argparse.Namespace, state: RollbackState) -> CohortSample | str:
+    kube = KubeConfig.from_args(args)
+    if kube.simulated:
+        return "not read (no cluster given: --kubeconfig, $KUBECONFIG or --kube-url)"
+    try:
+        return ops.live_cohort(kube.client(), state)
+    except Exception as exc:  # unreachable, forbidden, ...: describe still shows the workflow
+        return f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -208,6 +221,7 @@ def _add_operations(sub: Any) -> None:
         cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
         if name == "describe":
             cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
+            add_kube_flags(cmd, serving=False)
         if name == "cancel":
             cmd.add_argument("--reason", default="cancelled with rollbackctl")
         cmd.set_defaults(handler=handler)

@@ -4,6 +4,10 @@
 workflow upserts; ``describe`` asks a run for its ``status`` (queries work on closed runs too,
 a worker replays them); ``cancel`` signals a running workflow; ``reopen`` signal-with-starts,
 so it also reopens an owner whose run has ended.
+
+The workflow samples the cohort only when the window ends, so ``describe`` reads the live cohort
+itself when it can reach the cluster (``live_cohort``: one owner GET and one pod LIST, judged by
+the same code as the final sample).
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from activities.kubernetes import KubernetesActivities
 from worker.temporal import observe
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
 from workflows.contract import SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME, CancelSignal, RollbackWorkflow
@@ -140,7 +146,6 @@ async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> None:
         owner,
         state.recommendation,
         trigger=Trigger.REOPEN,
-        sample_interval=state.sample_interval,
     )
 
 
@@ -170,7 +175,33 @@ def columns(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     )
 
 
-def describe_text(owner: OwnerRef, status: str, state: RollbackState | None) -> str:
+def live_cohort(kube: ApiClient, state: RollbackState) -> CohortSample:
+    """The cohort as it is now, judged as the final sample will judge it (health since the
+    window opened)."""
+    since = state.window_started_at or state.last_transition_time
+    assert since is not None
+    reads = KubernetesActivities(CoreV1Api(kube), CustomObjectsApi(kube))
+    request = SampleCohortInput(
+        owner=state.owner, recommendation=state.recommendation, window_started_at=since
+    )
+    return reads.sample_cohort(request)
+
+
+def _tally(sample: CohortSample, state: RollbackState) -> str:
+    of = state.baseline if state.baseline is not None else sample.desired
+    return (
+        f"{sample.adopted_healthy}/{of} adopted and healthy (required {state.required}),"
+        f" {sample.pods} pods; {sample.message or 'no problems'}"
+    )
+
+
+def describe_text(
+    owner: OwnerRef,
+    status: str,
+    state: RollbackState | None,
+    cohort: CohortSample | str | None = None,
+) -> str:
+    """``cohort``: the live cohort, or why it could not be read (None: not asked for)."""
     if state is None:
         return f"{owner.workflow_id}: {status}, no state yet"
     lines = [
@@ -186,12 +217,14 @@ def describe_text(owner: OwnerRef, status: str, state: RollbackState | None) -> 
         lines.append(f"Window ends:  {state.window_ends_at.isoformat()}")
     if state.backoff_ends_at:
         lines.append(f"Backoff ends: {state.backoff_ends_at.isoformat()}")
+    if state.baseline is not None:
+        lines.append(f"Baseline:     {state.baseline} pods, {state.required} required")
     if state.last_sample is not None:
-        s = state.last_sample
-        lines.append(
-            f"Last sample:  {s.adopted_healthy}/{state.baseline} adopted and healthy"
-            f" (required {state.required}), {s.pods} pods; {s.message or 'no problems'}"
-        )
+        lines.append(f"Last sample:  {_tally(state.last_sample, state)}")
+    if isinstance(cohort, CohortSample):
+        lines.append(f"Cohort now:   {_tally(cohort, state)}")
+    elif cohort is not None:
+        lines.append(f"Cohort now:   {cohort}")
     lines.append("History:")
     for entry in state.history:
         reason = f" ({entry.failure_reason})" if entry.failure_reason else ""

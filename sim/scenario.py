@@ -39,7 +39,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +135,6 @@ class Scenario(Model):
     description: str = ""
     timeout: float = 60.0
     settle: float = 1.0
-    sample_interval: float = 0.5
     actuation: str = "annotations"
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec(name="node-1")])
     workloads: list[WorkloadSpec] = Field(default_factory=list)
@@ -144,7 +142,7 @@ class Scenario(Model):
     steps: list[Step] = Field(default_factory=list)
     expect: dict[str, Expectation] = Field(default_factory=dict)
 
-    @field_validator("timeout", "settle", "sample_interval", mode="before")
+    @field_validator("timeout", "settle", mode="before")
     @classmethod
     def _durations(cls, value: Any) -> float:
         return _seconds(value)
@@ -385,12 +383,7 @@ class World:
         self.intake = IntakeService(
             await temporal.connect(),
             kube.client(),
-            IntakeConfig(
-                temporal,
-                kube,
-                identity="simulation",
-                sample_interval=timedelta(seconds=self.scenario.sample_interval),
-            ),
+            IntakeConfig(temporal, kube, identity="simulation"),
             lease_duration=3.0,
         ).start()
 

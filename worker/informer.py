@@ -9,6 +9,11 @@
 
 The handler receives ``(event_type, obj, initial)``; ``initial`` is true for objects delivered by
 a (re)list, so a consumer can batch what it learns at start-up instead of reacting per object.
+The cache keeps ``project(obj)``, only what its reader needs (a DELETED found by a relist is
+delivered as that projection); without ``project`` it keeps whole objects.
+
+A resource the API server does not serve (404 on the LIST: a CRD that is not installed) is
+``absent``: synced and empty, not failing, and looked for again every ``ABSENT_RECHECK_SECONDS``.
 
 No poison pills: an exception from the handler that is not a transient API error is that
 object's problem. It is logged with the object's identity, counted (``bad_objects``), reported
@@ -43,6 +48,7 @@ iter_resp_lines: Callable[[Any], Any] = _watch.iter_resp_lines  # untyped in the
 WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF_SECONDS = 30.0
 HANDLER_ATTEMPTS = 6
+ABSENT_RECHECK_SECONDS = 60.0
 
 
 def object_key(obj: Obj) -> tuple[str, str]:
@@ -59,6 +65,7 @@ class Informer:
         on_synced: Callable[[], None] | None = None,
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
         on_bad_object: BadObjectHandler | None = None,
+        project: Callable[[Obj], Any] | None = None,
     ) -> None:
         self.name = name
         self.list_call = list_call
@@ -68,7 +75,9 @@ class Informer:
         self.bad_objects = 0
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.watch_timeout = watch_timeout
-        self.cache: dict[tuple[str, str], Obj] = {}
+        self.project = project or (lambda obj: obj)
+        self.absent = False  # the API server does not serve this resource (yet)
+        self.cache: dict[tuple[str, str], Any] = {}
         self.resource_version: str | None = None
         self.synced = threading.Event()
         self.relists = 0
@@ -103,8 +112,9 @@ class Informer:
         failures = 0
         while not self._stop.is_set():
             try:
-                if self.resource_version is None:
-                    self._relist()
+                if self.resource_version is None and not self._relist():
+                    self._stop.wait(ABSENT_RECHECK_SECONDS)
+                    continue
                 self._watch()
                 failures = 0
                 self.failing_since = None
@@ -126,14 +136,26 @@ class Informer:
                 )
                 self._stop.wait(delay)
 
-    def _relist(self) -> None:
-        body = json.loads(self.list_call(_preload_content=False).data)
+    def _relist(self) -> bool:
+        """LIST and deliver everything; False when the resource is not served (absent)."""
+        try:
+            body = json.loads(self.list_call(_preload_content=False).data)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            if not self.absent:
+                log.info("%s informer: not served by the API; looking again later", self.name)
+            self.absent = True
+            self.failing_since = None
+            self.synced.set()
+            return False
+        self.absent = False
         items: list[Obj] = body.get("items", [])
         fresh = {object_key(o): o for o in items}
         for key in set(self.cache) - set(fresh):
             self._handle("DELETED", self.cache.pop(key), True)
         for key, obj in fresh.items():
-            self.cache[key] = obj
+            self.cache[key] = self.project(obj)
             self._handle("ADDED", obj, True)
         self.resource_version = body["metadata"]["resourceVersion"]
         self.relists += 1
@@ -142,6 +164,7 @@ class Informer:
             self.synced.set()
         if self.on_synced is not None:
             self.on_synced()
+        return True
 
     def _handle(self, kind: str, obj: Obj, initial: bool) -> None:
         """Deliver one event; a handler failing on a transient API error is retried, so the
@@ -214,7 +237,7 @@ class Informer:
                 if kind == "DELETED":
                     self.cache.pop(key, None)
                 else:
-                    self.cache[key] = obj
+                    self.cache[key] = self.project(obj)
                 self._handle(kind, obj, False)
         finally:
             response, self._response = self._response, None

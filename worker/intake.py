@@ -1,17 +1,22 @@
 """The intake controller: turns cluster changes into rollback workflows.
 
-It watches pods (all namespaces), both policy kinds (into a ``PolicyIndex``) and namespaces.
-When a pod *newly adopts* a recommendation (it carries it and its actual resources equal it,
-where before it did not), the intake resolves the pod's owner and policy and signal-with-starts
-the owner's workflow (``observe``). The workflow decides what that means: join the current
-window, supersede it with a new fingerprint, reopen a succeeded turn for a newer pod, or start
-the next turn after ``backedOff``.
+It watches pods (all namespaces), both policy kinds (into a ``PolicyIndex``), namespaces, and
+the workload kinds (``worker.workloads``: owners and their labels and state from a watch cache,
+not a GET per pod). When a pod *newly adopts* a recommendation (it carries it and its actual
+resources equal it, where before it did not), the intake resolves the pod's owner and policy and
+signal-with-starts the owner's workflow (``observe``). The workflow decides what that means:
+join the current window, supersede it with a new fingerprint, reopen a succeeded turn for a
+newer pod, or start the next turn after ``backedOff``.
 
 - No policy matches: retained. No workflow, no annotation.
 - A sighting that the owner's stored state says would not wake it (``workflows.wake``, the rule
   the workflow itself applies: a settled fingerprint with no newer pod, a cancel, a permanent
   failure) signals nothing, so a restart or a relist does not wake every workload.
 - Duplicate events (a pod updated without a change in what it adopted) signal nothing.
+- One signal per (owner, fingerprint, stored state): the other pods of a rollout adopting the
+  same recommendation signal nothing more, nor do they while the attempt they woke is running.
+- Signals are sent off the watch thread, at most ``MAX_CONCURRENT_SIGNALS`` at once; an owner has
+  at most one undelivered sighting (the newest), retried until Temporal accepts it.
 - At start-up and after a relist, what the LIST shows is batched per (owner, fingerprint).
 - A malformed recommendation annotation gets a Warning Event on the pod and a log line.
 """
@@ -21,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -36,10 +40,11 @@ from temporalio.common import MetricMeter
 
 from activities.cohort import actual_resources
 from activities.kubetime import parse_kube_time
-from activities.lookup import OwnerLookup, read_state
+from activities.lookup import read_state
 from activities.writes import already_exists, event_body
 from worker.informer import Informer
 from worker.temporal import observe
+from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
     API_GROUP,
@@ -53,16 +58,15 @@ from workflows.fingerprint import (
     is_recommendation_key,
     recommendations_from_annotations,
 )
-from workflows.machine import DEFAULT_SAMPLE_INTERVAL
 from workflows.policy import POLICY_KINDS
 from workflows.selection import PolicyIndex, WorkloadRef
 from workflows.state import OwnerState
-from workflows.wake import LastAttempt, Sighting, Trigger, wake
+from workflows.wake import LastAttempt, Sighting, Trigger, Wake, wake
 
 log = logging.getLogger(__name__)
 
 
-OWNER_INFO_TTL = 30.0
+MAX_CONCURRENT_SIGNALS = 32  # signal-with-starts in flight at once (a burst queues, bounded)
 SIGNAL_BACKOFF_BASE = 0.5  # seconds, doubling per failure up to the cap; never given up
 SIGNAL_BACKOFF_CAP = 30.0
 SIGNAL_TIMEOUT = 10.0  # seconds one signal-with-start may take before it counts as failed
@@ -100,18 +104,18 @@ class Intake:
         temporal: Client,
         task_queue: str,
         loop: asyncio.AbstractEventLoop,
-        sample_interval: timedelta = DEFAULT_SAMPLE_INTERVAL,
         meter: MetricMeter = MetricMeter.noop,
     ) -> None:
         self.core, self.custom = core, custom
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
-        self.sample_interval = sample_interval
-        self.owners = OwnerLookup(core, custom)  # owner_of() and its cache
+        self.owners = WorkloadCache(core, custom, self._forget, self._bad_object)
         self.index = PolicyIndex()
         self.stats: Counter[str] = Counter()
         self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on
         self._batch: dict[tuple[OwnerRef, str], Observation] = {}
-        self._owner_info: dict[OwnerRef, tuple[float, dict[str, str], OwnerState | None]] = {}
+        # What was last signalled per owner: (fingerprint, the stored state's transition time).
+        self._signalled: dict[OwnerRef, tuple[str, datetime | None]] = {}
+        self._sending: asyncio.Semaphore | None = None  # made on the loop, in _deliver
         self._lock = threading.RLock()
         self._informers: list[Informer] = []
         self.started = threading.Event()
@@ -141,6 +145,7 @@ class Intake:
             ),
             Informer("namespaces", self.core.list_namespace, self._on_namespace),
         ]
+        policies += self.owners.informers()
         for informer in policies:
             informer.start()
         self._informers = policies  # started: health checks may look at them now
@@ -152,6 +157,7 @@ class Intake:
             self._on_pod,
             on_synced=self._flush_batch,
             on_bad_object=self._bad_object,
+            project=_pod_key,
         )
         self._informers = [*policies, pods.start()]
         pods.synced.wait(60)
@@ -260,17 +266,12 @@ class Intake:
     # --- decisions ------------------------------------------------------------------------------
 
     def _info(self, owner: OwnerRef) -> tuple[dict[str, str], OwnerState | None] | None:
-        """Owner labels (for the policy) and stored state, cached briefly; None if it is gone."""
-        cached = self._owner_info.get(owner)
-        if cached is not None and time.monotonic() - cached[0] < OWNER_INFO_TTL:
-            return cached[1], cached[2]
+        """Owner labels (for the policy) and stored state, from the watch cache; None if gone."""
         obj = self.owners.get(owner)
         if obj is None:
             return None
         state, _ = read_state(obj)  # unreadable: the workflow reports and replaces it
-        labels = obj["metadata"].get("labels") or {}
-        self._owner_info[owner] = (time.monotonic(), labels, state)
-        return labels, state
+        return obj["metadata"].get("labels") or {}, state
 
     def _consider(self, seen: Observation) -> None:
         owner, fingerprint = seen.owner, seen.recommendation.fingerprint
@@ -285,28 +286,42 @@ class Intake:
         if policy is None:
             self.stats["retained"] += 1
             return
-        if state is not None:
-            # The workflow's own rule (workflows.wake): what it would ignore is not signalled.
-            verdict = wake(
-                LastAttempt.stored(state),
-                Sighting(fingerprint, Trigger.OBSERVE, seen.pod_created_at),
-                policy.spec.enable_monitoring_reopen,
-            )
-            if not verdict.wakes:
-                self.stats["already_settled"] += 1
-                log.info("%s: %s not signalled: %s", owner, fingerprint, verdict.reason)
-                return
-        self._owner_info.pop(owner, None)  # the workflow is about to write a new state
-        self.stats["signals"] += 1
-        log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)
+        # The workflow's own rule (workflows.wake): what it would ignore is not signalled.
+        verdict = wake(
+            LastAttempt.stored(state),
+            Sighting(fingerprint, Trigger.OBSERVE, seen.pod_created_at),
+            policy.spec.enable_monitoring_reopen,
+        )
+        if not verdict.wakes:
+            self.stats["already_settled"] += 1
+            log.debug("%s: %s not signalled: %s", owner, fingerprint, verdict.reason)
+            return
+        basis = (fingerprint, state.last_transition_time if state else None)
         with self._lock:
+            last = self._signalled.get(owner)
+            if (
+                last is not None
+                and last[0] == fingerprint
+                and (verdict.wake is Wake.RESUME or last == basis)
+            ):
+                # Already told, on the same grounds (or the attempt it woke is running).
+                self.stats["deduplicated"] += 1
+                return
+            self._signalled[owner] = basis
             self._undelivered[owner] = seen  # the newest sighting wins: it says the most
+            self.stats["signals"] += 1
+            log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)
             if owner in self._delivering:
                 return
             self._delivering.add(owner)
         future = asyncio.run_coroutine_threadsafe(self._deliver(owner), self.loop)
         self.pending.add(future)
         future.add_done_callback(self.pending.discard)
+
+    def _forget(self, owner: OwnerRef) -> None:
+        """The owner was deleted: what was signalled for it no longer matters."""
+        with self._lock:
+            self._signalled.pop(owner, None)
 
     async def _deliver(self, owner: OwnerRef) -> None:
         """Signal-with-start the owner's newest undelivered sighting until Temporal accepts it,
@@ -319,17 +334,19 @@ class Intake:
                 if seen is None:
                     self._delivering.discard(owner)
                     return
+            if self._sending is None:
+                self._sending = asyncio.Semaphore(MAX_CONCURRENT_SIGNALS)
             try:
-                await observe(
-                    self.temporal,
-                    self.task_queue,
-                    seen.owner,
-                    seen.recommendation,
-                    pod=seen.pod,
-                    pod_created_at=seen.pod_created_at,
-                    sample_interval=self.sample_interval,
-                    rpc_timeout=timedelta(seconds=SIGNAL_TIMEOUT),
-                )
+                async with self._sending:
+                    await observe(
+                        self.temporal,
+                        self.task_queue,
+                        seen.owner,
+                        seen.recommendation,
+                        pod=seen.pod,
+                        pod_created_at=seen.pod_created_at,
+                        rpc_timeout=timedelta(seconds=SIGNAL_TIMEOUT),
+                    )
             except Exception as exc:  # RPC errors of every kind: retried alike
                 failures += 1
                 self.stats["signal_retries"] += 1
@@ -394,6 +411,12 @@ class Intake:
         except ApiException as err:
             if not already_exists(err):
                 raise  # transient: the informer retries the event
+
+
+def _pod_key(pod: Obj) -> Obj:
+    """All the pods informer keeps of a pod: enough to report its deletion after a relist."""
+    meta = pod["metadata"]
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
 
 
 def _first_line(exc: Exception) -> str:

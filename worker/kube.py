@@ -90,6 +90,9 @@ class KubeApiClient(ApiClient):
         return response
 
 
+CONNECTION_POOL_SIZE = 32
+
+
 def api_client(
     kubeconfig: str | None = None,
     url: str | None = None,
@@ -112,6 +115,9 @@ def api_client(
             "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a cluster"
         )
     configuration.retries = RETRIES
+    # The intake holds a watch open per informer (14) and the worker runs many activities at
+    # once: more connections than the client's default (5 per core) are kept for reuse.
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     return KubeApiClient(configuration, metric_meter or MetricMeter.noop, read_timeout)
 
 

@@ -61,7 +61,6 @@ class IntakeService:
             temporal,
             config.temporal.task_queue,
             loop,
-            config.sample_interval,
             meter,
         )
         self.elector = LeaderElector(

@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from workflows.rollback import RollbackWorkflow
 
@@ -29,10 +30,28 @@ def activity_methods(implementation: object) -> list[Callable[..., Any]]:
     ]
 
 
-# Workflows kept in memory between tasks. Sized for thousands of concurrently monitored
-# workloads: a workflow evicted from the cache replays its whole history on its next sample
-# (the SDK's default is 1,000; see bench/RESULTS.md, P3).
-MAX_CACHED_WORKFLOWS = 10_000
+# The sandbox still guards each run (restricted calls, isolated globals), but our ``workflows``
+# package is imported once and shared instead of re-imported per run: it is deterministic by
+# construction (no I/O, no clock, no randomness; import-linter and the replay tests hold it
+# there), and re-importing it, pydantic models and all, cost most of a cached workflow's memory
+# (bench/RESULTS.md, "Memory").
+SANDBOXED = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+)
+
+# Workflows kept in memory between tasks. A monitoring window waits on one timer and wakes once
+# when it ends, so a window needs no cached workflow: past this many, the least recently used is
+# evicted and replays its short history (about 40 events) when its timer fires. Sizing
+# (README, "Scale"): memory ~ WORKER_BASE_MIB + CACHED_WORKFLOW_KIB per cached workflow, as
+# measured in bench/RESULTS.md ("Memory", "P3").
+MAX_CACHED_WORKFLOWS = 1_000
+WORKER_BASE_MIB = 160
+CACHED_WORKFLOW_KIB = 110
+
+
+def worker_memory_mib(cached_workflows: int) -> float:
+    """The worker's expected resident memory with a full cache of ``cached_workflows``."""
+    return WORKER_BASE_MIB + cached_workflows * CACHED_WORKFLOW_KIB / 1024
 
 
 def build_worker(
@@ -56,6 +75,7 @@ def build_worker(
         activity_executor=ThreadPoolExecutor(max_workers=16) if sync else None,
         graceful_shutdown_timeout=timedelta(seconds=20),
         max_cached_workflows=max_cached_workflows,
+        workflow_runner=options.pop("workflow_runner", SANDBOXED),
         deployment_config=(
             WorkerDeploymentConfig(
                 version=deployment,

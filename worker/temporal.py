@@ -14,7 +14,6 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from workflows.activity_api import OwnerRef
 from workflows.fingerprint import Recommendation
-from workflows.machine import DEFAULT_SAMPLE_INTERVAL
 from workflows.rollback import (
     ObserveSignal,
     ReopenSignal,
@@ -34,7 +33,6 @@ async def observe(
     pod: str | None = None,
     pod_created_at: datetime | None = None,
     trigger: Trigger = Trigger.OBSERVE,
-    sample_interval: timedelta = DEFAULT_SAMPLE_INTERVAL,
     rpc_timeout: timedelta | None = None,
 ) -> WorkflowHandle[RollbackWorkflow, RollbackResult]:
     """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow."""
@@ -43,7 +41,6 @@ async def observe(
         recommendation=recommendation,
         trigger=trigger,
         observed_pod_created_at=pod_created_at,
-        sample_interval=sample_interval,
     )
     signal_arg: ReopenSignal | ObserveSignal
     if trigger is Trigger.REOPEN:

@@ -66,6 +66,9 @@ class LoadOwnerResult(CamelModel):
     state: OwnerState | None = None
     state_error: str | None = None  # the annotation was present but malformed
     policy: PolicySettings | None = None
+    # The baseline when the window opens: desired replicas or the kind's equivalent (None: the
+    # kind has none, the window's first sample counts the pods). Absent from runs recorded before.
+    desired: int | None = Field(default=None, ge=0)
 
 
 # --- resolve_policy (turn boundaries) --------------------------------------------------------

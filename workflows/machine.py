@@ -18,6 +18,12 @@ Modes (README, "The RollbackWorkflow")::
     any active --(a new fingerprint observed)--------------------> superseded (next run monitors it)
     start or turn boundary --(no policy matches any more)--------> cleared (state removed)
 
+One authoritative sample decides, at the end of the window. The baseline comes from the owner
+read when the window opens (``AttemptStarted.loaded.desired``); only a kind without a desired
+count (an AnalysisRun) or a reopened window is sampled when it opens as well. Nothing is sampled
+in between, so an attempt costs the same whatever its window (README, "The RollbackWorkflow").
+Runs started before this rule sampled every interval (``mid_window_samples``) and replay so.
+
 Adoption threshold, evaluated once at the end of the window against the *baseline cohort* (the
 desired replicas when the attempt's window opened), with integer math so that no float rounding
 can flip a verdict::
@@ -121,6 +127,8 @@ class RollbackState(CamelModel):
     last_transition_time: datetime | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
     sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
+    # Runs recorded before the final-sample-only shape sampled every interval; their replay must.
+    mid_window_samples: bool = False
 
     @property
     def required(self) -> int | None:
@@ -412,16 +420,29 @@ def _noop_end(state: RollbackState, mode: Mode, note: str, **changes: object) ->
     return Decision(state.model_copy(update={"mode": mode, **changes}), note=note)
 
 
-def _window(state: RollbackState, now: datetime, policy: PolicySettings) -> dict[str, Any]:
+def _window(
+    state: RollbackState, now: datetime, policy: PolicySettings, baseline: int | None = None
+) -> dict[str, Any]:
+    """A window opening now: sampled when it opens only if the baseline is not known yet."""
+    ends = now + policy.monitoring_period
+    known = baseline is not None and not state.mid_window_samples
     return {
         "policy": policy,
         "window_started_at": now,
-        "window_ends_at": now + policy.monitoring_period,
-        "next_sample_at": now,
+        "window_ends_at": ends,
+        "next_sample_at": ends if known else now,
         "backoff_ends_at": None,
-        "baseline": None,
+        "baseline": baseline if known else None,
         "last_sample": None,
     }
+
+
+def _next_sample_at(state: RollbackState, policy: PolicySettings, now: datetime) -> datetime:
+    """After a sample in the window: the final one (or, in an old run, one interval later)."""
+    assert state.window_ends_at is not None
+    if state.mid_window_samples:
+        return now + sample_interval(state.sample_interval, policy.monitoring_period)
+    return state.window_ends_at
 
 
 def _monitoring_message(state: RollbackState, policy: PolicySettings, how: str) -> str:
@@ -482,7 +503,11 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     how = _HOW[verdict.wake]
     state = state.model_copy(update={"turn": turn})
     started = _transition(
-        state, obs.now, Mode.MONITORING, turn=turn, **_window(state, obs.now, policy)
+        state,
+        obs.now,
+        Mode.MONITORING,
+        turn=turn,
+        **_window(state, obs.now, policy, loaded.desired),
     )
     message = _monitoring_message(started, policy, how)
     if loaded.state_error:
@@ -551,8 +576,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
             "baseline": state.baseline if state.baseline is not None else _baseline(sample),
             "last_sample": sample,
             "samples_taken": state.samples_taken + 1,
-            "next_sample_at": obs.now
-            + sample_interval(state.sample_interval, policy.monitoring_period),
+            "next_sample_at": _next_sample_at(state, policy, obs.now),
         }
     )
     if obs.now < window_ends_at:
@@ -561,12 +585,12 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
 
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
-    """Skip a failed mid-window sample: the next one comes one (shortened) interval later."""
+    """Skip a failed mid-window sample: the final one decides (and sets the baseline if this one
+    was to)."""
     policy = state.policy
     if state.mode is not Mode.MONITORING or policy is None:
         return Decision(state, note="sample failure outside a window ignored")
-    interval = sample_interval(state.sample_interval, policy.monitoring_period)
-    later = state.model_copy(update={"next_sample_at": obs.now + interval})
+    later = state.model_copy(update={"next_sample_at": _next_sample_at(state, policy, obs.now)})
     return Decision(later, note=f"mid-window sample failed, skipped: {obs.error}")
 
 

@@ -79,7 +79,13 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 WORKFLOW_NAME = "RollbackWorkflow"
-MAX_SAMPLES_PER_RUN = 500  # ~10 history events a sample: continue-as-new well before 50k
+MAX_SAMPLES_PER_RUN = 500  # runs that sample every interval: continue-as-new well before 50k
+# A window's history grows only with signals now; past this many events (or when the server
+# suggests it) the same attempt continues in a fresh run.
+MAX_HISTORY_EVENTS = 10_000
+# Patch: a window is sampled at its end only (and when it opens if the baseline is unknown).
+# Runs recorded before it replay sampling every interval (``RollbackState.mid_window_samples``).
+FINAL_SAMPLE_ONLY = "final-sample-only"
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -116,8 +122,10 @@ class RollbackInput(CamelModel):
     recommendation: Recommendation
     trigger: Trigger = Trigger.OBSERVE
     observed_pod_created_at: datetime | None = None
+    # Used only by runs recorded before FINAL_SAMPLE_ONLY, which sampled every interval.
     sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
     max_samples_per_run: int = Field(default=MAX_SAMPLES_PER_RUN, ge=1)
+    max_history_events: int = Field(default=MAX_HISTORY_EVENTS, ge=1)
     retry_budget: Duration = RETRY_BUDGET
     resume: RollbackState | None = None  # set by continue-as-new in a long window
 
@@ -211,6 +219,8 @@ class RollbackWorkflow:
         initial = input.resume or initial_state(
             input.owner, input.recommendation, input.sample_interval
         )
+        if not workflow.patched(FINAL_SAMPLE_ONLY):
+            initial = initial.model_copy(update={"mid_window_samples": True})
         try:
             await self._attempt(input, initial)
         except ActivityError as err:
@@ -246,6 +256,7 @@ class RollbackWorkflow:
             self._pending = news_after_start(self._pending, initial.fingerprint, input.trigger)
         while not self.state.mode.terminal:
             await self._drain_signals()
+            self._maybe_continue_as_new()
             if self.state.mode is Mode.MONITORING:
                 await self._monitor_step()
             elif self.state.mode is Mode.BACKING_OFF:
@@ -375,9 +386,11 @@ class RollbackWorkflow:
         assert self._input is not None
         if self._pending or self.state.mode is not Mode.MONITORING:
             return
-        info = workflow.info()
-        if info.is_continue_as_new_suggested() or (
-            self._samples_this_run >= self._input.max_samples_per_run
+        info, limits = workflow.info(), self._input
+        if (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= limits.max_history_events
+            or self._samples_this_run >= limits.max_samples_per_run
         ):
             workflow.continue_as_new(self._input.model_copy(update={"resume": self.state}))
 

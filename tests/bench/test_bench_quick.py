@@ -19,8 +19,20 @@ def test_quick_bench_prints_every_section() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    for heading in ("## P4", "## P2", "## P1", "## SQLite", "## P3"):
+    for heading in (
+        "## Cost",
+        "## Memory",
+        "## Burst",
+        "## P4",
+        "## P2",
+        "## P1",
+        "## SQLite",
+        "## P3",
+    ):
         assert heading in out.stdout
+    # An attempt costs the same whatever its window (asserted inside the benchmark too).
+    assert "the same for every window: yes; pod LISTs 1" in out.stdout
+    assert "signals per owner: 1.00 (max 1)" in out.stdout  # two pods per owner, one signal
     assert "same answers" in out.stdout  # the index and the linear scan agreed
     assert "1.00 LIST" in out.stdout  # one LIST per owner per sample
     assert "20/20 reached the right final mode" in out.stdout

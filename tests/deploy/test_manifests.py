@@ -11,6 +11,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
+from worker.runner import MAX_CACHED_WORKFLOWS, worker_memory_mib
 
 DEPLOY = ROOT / "deploy"
 # Every kustomization that can be applied (components only in the overlays that use them).
@@ -110,3 +111,25 @@ def test_versioned_overlay_names_the_worker_after_its_build() -> None:
     assert worker["metadata"]["name"] == "rollback-worker-" + build.replace(".", "-")
     assert worker["spec"]["selector"]["matchLabels"]["app.kubernetes.io/version"] == build
     assert worker["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":" + build)
+
+
+def _mib(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_the_worker_memory_limit_fits_its_cache() -> None:
+    """The shipped cache size, memory request and limit agree with the measured cost of a cached
+    workflow (worker.runner, from bench/RESULTS.md): a full cache fits with headroom, and the
+    limit is not so loose that it hides a leak."""
+    objects = render(DEPLOY / "base")
+    (config,) = _by_kind(objects, "ConfigMap")
+    cached = int(config["data"]["ROLLBACK_MAX_CACHED_WORKFLOWS"])
+    assert cached == MAX_CACHED_WORKFLOWS
+    (worker,) = (
+        d for d in _by_kind(objects, "Deployment") if d["metadata"]["name"] == "rollback-worker"
+    )
+    resources = worker["spec"]["template"]["spec"]["containers"][0]["resources"]
+    expected = worker_memory_mib(cached)
+    assert _mib(resources["requests"]["memory"]) >= expected
+    assert 1.5 * expected <= _mib(resources["limits"]["memory"]) <= 3 * expected

@@ -66,8 +66,6 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
                 str(port),
                 "--lease-namespace",
                 "default",
-                "--sample-interval",
-                "500ms",
                 "--metrics-address",
                 f"127.0.0.1:{metrics_port}",
             ],

@@ -98,7 +98,6 @@ OOMS = ["oom-1", "oom-2", "oom-3", "oom-4"]
 SCENARIO = {
     "name": "faults",
     "timeout": 90,
-    "sample_interval": 0.5,
     "nodes": [{"name": "node-1", "cpu": "32", "memory": "64Gi"}],
     "workloads": [
         *(

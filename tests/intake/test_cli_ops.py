@@ -34,7 +34,7 @@ async def test_get_describe_cancel_reopen(
     owner.apply(recommendation)
     async with running_worker(temporal_env.client, queue, cluster):
         handle = await observe(temporal_env.client, queue, ref, recommendation)
-        await wait_for(handle, lambda s: s.samples_taken >= 1)
+        await wait_for(handle, lambda s: s.baseline is not None)
 
         code, out = await cli(capsys, temporal_env, queue, "get", "-n", "shop", "-o", "json")
         rows = {r["workload"]: r for r in json.loads(out)}
@@ -48,9 +48,10 @@ async def test_get_describe_cancel_reopen(
         code, out = await cli(capsys, temporal_env, queue, "describe", str(ref))
         assert code == 0
         assert (
-            "Mode:         monitoring (turn 1)" in out
-            and "5/5 adopted and healthy (required 4)" in out
+            "Mode:         monitoring (turn 1)" in out and "Baseline:     5 pods, 4 required" in out
         )
+        # No cluster given: the live cohort is not read, and describe says how to ask for it.
+        assert "Cohort now:   not read (no cluster given" in out
 
         code, out = await cli(
             capsys, temporal_env, queue, "cancel", str(ref), "--reason", "maintenance"
@@ -70,7 +71,7 @@ async def test_get_describe_cancel_reopen(
             RollbackWorkflow.run, ref.workflow_id
         )
         state = await wait_for(
-            reopened, lambda s: s.mode is Mode.MONITORING and s.samples_taken >= 1
+            reopened, lambda s: s.mode is Mode.MONITORING and s.baseline is not None
         )
         assert state.turn == 1 and owner.state is not None and owner.state.mode is Mode.MONITORING
         await reopened.signal(RollbackWorkflow.cancel, {"reason": "done"})

@@ -97,7 +97,6 @@ async def env(temporal_env: WorkflowEnvironment) -> AsyncIterator[Env]:
             temporal_env.client,
             queue,
             asyncio.get_running_loop(),
-            timedelta(seconds=1),
         )
         async with build_worker(
             temporal_env.client, queue, activities_for(kube, Actuation.ANNOTATIONS)
@@ -115,7 +114,9 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
     env.api.store.create(policy(monitoringPeriod="2s"))
     await started(env)
     add_pods(env.api, deployment(env.api), ["web-a", "web-b"])
-    await eventually(lambda: env.intake.stats["signals"] == 2)
+    # One signal per (owner, fingerprint): the second pod of the rollout adds nothing.
+    await eventually(lambda: env.intake.stats["signals"] + env.intake.stats["deduplicated"] == 2)
+    assert env.intake.stats["signals"] == 1
     assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
     assert await env.runs() == 1
     # Updates that change nothing about adoption signal nothing.
@@ -131,7 +132,7 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
         pods, NS, "web-b", {"status": {"phase": "Running"}}, "application/merge-patch+json"
     )
     await asyncio.sleep(0.5)
-    assert env.intake.stats["signals"] == 2 and await env.runs() == 1
+    assert env.intake.stats["signals"] == 1 and await env.runs() == 1
 
 
 async def test_no_policy_retains(env: Env) -> None:
@@ -316,3 +317,45 @@ def test_leader_election_survives_a_failing_api_server() -> None:
             assert [f.hits for f in api.faults] == [2, 1]
         finally:
             elector.stop()
+
+
+async def test_owners_come_from_the_watch_cache_not_gets(env: Env) -> None:
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    await started(env)
+    rs = deployment(env.api, replicas=3)
+    workloads = env.intake.owners
+    await eventually(lambda: (NS, "web-1") in workloads.parents["ReplicaSet"].cache)
+    await eventually(lambda: (NS, "web") in workloads.owners[WorkloadKind.DEPLOYMENT].cache)
+    env.api.clear_journal()
+    add_pods(env.api, rs, ["web-a", "web-b", "web-c"])
+    await eventually(lambda: env.intake.stats["signals"] + env.intake.stats["deduplicated"] == 3)
+    assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+    # The ReplicaSet and the Deployment were known from their watches: no GET of either by the
+    # intake (the worker's activities read the Deployment, never the ReplicaSet).
+    assert env.api.requests("get", "/replicasets/") == []
+    assert env.intake.stats["signals"] == 1
+    # The caches keep a projection, not the objects: a pod is its name and uid.
+    cached = workloads.owners[WorkloadKind.DEPLOYMENT].cache[(NS, "web")]
+    assert set(cached["metadata"]) <= {"name", "namespace", "labels", "annotations"}
+    assert "spec" not in cached
+    pods = next(i for i in env.intake._informers if i.name == "pods")
+    assert pods.cache[(NS, "web-a")] == {
+        "metadata": {
+            "name": "web-a",
+            "namespace": NS,
+            "uid": pods.cache[(NS, "web-a")]["metadata"]["uid"],
+        }
+    }
+
+
+async def test_a_kind_the_cluster_does_not_serve_is_absent_not_failing(env: Env) -> None:
+    # KubeAI is not installed: its LIST answers 404, every time.
+    env.api.inject(Fault(status=404, method="GET", path="/apis/kubeai.org/", times=None))
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    await started(env)
+    models = env.intake.owners.owners[WorkloadKind.MODEL]
+    assert models.absent and models.synced.is_set()
+    assert env.intake.problems(stuck_after=0) == []  # ready: nothing is failing
+    add_pods(env.api, deployment(env.api, replicas=1), ["web-a"])  # other kinds work as ever
+    await eventually(lambda: env.intake.stats["signals"] == 1)
+    assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED

@@ -5,7 +5,6 @@ profiles), and one clear error per bad value."""
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -36,11 +35,10 @@ def test_defaults_without_flags_or_environment() -> None:
     assert worker.temporal.address == "localhost:7233"
     assert worker.temporal.task_queue == "rightsizing-rollback"
     assert worker.actuation is Actuation.ANNOTATIONS
-    assert worker.max_cached_workflows == 10_000
+    assert worker.max_cached_workflows == 1_000
     assert worker.kube.timeout == 10.0 and worker.kube.simulated
     intake = IntakeConfig.from_args(args(), env={})
     assert intake.lease_namespace == "default"
-    assert intake.sample_interval == timedelta(seconds=30)
 
 
 def test_environment_then_flags() -> None:
@@ -51,7 +49,6 @@ def test_environment_then_flags() -> None:
         "ROLLBACK_ACTUATION": "in-place",
         "ROLLBACK_KUBE_TIMEOUT": "3",
         "ROLLBACK_MAX_CACHED_WORKFLOWS": "500",
-        "ROLLBACK_SAMPLE_INTERVAL": "5s",
         "POD_NAMESPACE": "rollback-system",
         "POD_NAME": "intake-0",
         "KUBECONFIG": "/etc/kube/config",
@@ -63,7 +60,6 @@ def test_environment_then_flags() -> None:
     assert not worker.kube.simulated
     intake = IntakeConfig.from_args(args(), env)
     assert (intake.lease_namespace, intake.identity) == ("rollback-system", "intake-0")
-    assert intake.sample_interval == timedelta(seconds=5)
     flagged = WorkerConfig.from_args(
         args("--address", "other:1", "--task-queue", "q2", "--actuation", "annotations"), env
     )
@@ -114,11 +110,6 @@ def test_mtls_files_from_flags(tmp_path: Path) -> None:
 def test_bad_values_are_one_clear_error(argv: list[str], env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         WorkerConfig.from_args(args(*argv), env)
-
-
-def test_bad_sample_interval() -> None:
-    with pytest.raises(ConfigError, match="--sample-interval"):
-        IntakeConfig.from_args(args("--sample-interval", "often"), {})
 
 
 def test_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:

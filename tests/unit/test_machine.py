@@ -197,6 +197,23 @@ def test_mid_window_unhealth_does_not_fail_and_baseline_is_fixed_at_start() -> N
     assert late.state.mode is Mode.ROLLING_BACK
 
 
+def test_the_baseline_read_at_the_start_leaves_one_sample_at_the_window_end() -> None:
+    previous = stored(Mode.MONITORING_SUCCEEDED, fingerprint="old")
+    state = start(LoadOwnerResult(exists=True, state=previous, policy=policy(), desired=5)).state
+    assert state.baseline == 5 and state.next_sample_at == state.window_ends_at
+    # However long the window, the final sample is the only one, and it decides: 3 of 5 fail.
+    late = decide(state, Sampled(T0 + timedelta(minutes=5), sample(3, desired=3)))
+    assert late.state.mode is Mode.ROLLING_BACK and late.state.samples_taken == 1
+
+
+def test_a_reopened_window_is_sampled_when_it_opens() -> None:
+    state = start(LoadOwnerResult(exists=True, policy=policy(), desired=5)).state
+    reopened = decide(state, Reopen(T0 + timedelta(minutes=1))).state
+    assert reopened.baseline is None and reopened.next_sample_at == T0 + timedelta(minutes=1)
+    opened = decide(reopened, Sampled(T0 + timedelta(minutes=1), sample(4, desired=4))).state
+    assert opened.baseline == 4 and opened.next_sample_at == opened.window_ends_at
+
+
 def test_oom_rolls_back_to_last_successful() -> None:
     decision = end_window(monitoring(), sample(2, oomKilled=3))
     assert decision.state.failure_reason is FailureReason.OOM_KILLED

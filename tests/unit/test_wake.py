@@ -117,16 +117,22 @@ def test_what_the_start_accounted_for_is_not_news() -> None:
     assert news_after_start(pending, F, REO) == [pending[2], pending[3]]
 
 
-def test_a_failed_mid_window_sample_waits_one_shortened_interval() -> None:
+def test_a_failed_window_opening_sample_leaves_the_decision_to_the_final_one() -> None:
     state = start(LoadOwnerResult(exists=True, policy=policy())).state
-    short = state.policy.model_copy(update={"monitoring_period": timedelta(seconds=8)})
-    state = state.model_copy(update={"policy": short})
     later = decide(state, SampleFailed(NEWER, "API down"))
-    # The window is 8s: samples every 2s (a quarter), not the configured 30s.
-    assert later.state.next_sample_at == NEWER + timedelta(seconds=2)
+    assert later.state.next_sample_at == state.window_ends_at
     assert later.effects == [] and "API down" in later.note
     ended = state.model_copy(update={"mode": Mode.BACKING_OFF})
     assert decide(ended, SampleFailed(NEWER)).state == ended
+
+
+def test_a_run_recorded_before_final_sample_only_waits_one_shortened_interval() -> None:
+    state = start(LoadOwnerResult(exists=True, policy=policy())).state
+    short = state.policy.model_copy(update={"monitoring_period": timedelta(seconds=8)})
+    state = state.model_copy(update={"policy": short, "mid_window_samples": True})
+    later = decide(state, SampleFailed(NEWER, "API down"))
+    # The window is 8s: samples every 2s (a quarter), not the configured 30s.
+    assert later.state.next_sample_at == NEWER + timedelta(seconds=2)
 
 
 def test_reapply_result_is_an_observation() -> None:

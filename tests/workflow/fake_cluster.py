@@ -108,7 +108,9 @@ class FakeCluster:
         owner = self._owner(input.owner)
         if owner is None:
             return LoadOwnerResult(exists=False)
-        return LoadOwnerResult(exists=True, state=owner.state, policy=owner.policy)
+        return LoadOwnerResult(
+            exists=True, state=owner.state, policy=owner.policy, desired=owner.replicas
+        )
 
     @activity.defn(name=RESOLVE_POLICY)
     async def resolve_policy(self, input: ResolvePolicyInput) -> ResolvePolicyResult:

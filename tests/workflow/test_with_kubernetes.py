@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -13,6 +14,7 @@ from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation
+from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import end_if_running
@@ -56,7 +58,7 @@ def events(api: KubeEmulator) -> list[str]:
 
 
 async def test_success_writes_state_and_events(
-    temporal_env: WorkflowEnvironment, api: KubeEmulator
+    temporal_env: WorkflowEnvironment, api: KubeEmulator, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api.store.create(owner("Deployment", replicas=3))
     api.store.create(policy())
@@ -68,6 +70,13 @@ async def test_success_writes_state_and_events(
     async with build_worker(temporal_env.client, queue, acts):
         await end_if_running(temporal_env.client, ref.workflow_id)
         result = await (await observe(temporal_env.client, queue, ref, REC)).result()
+        # describe reads the live cohort itself (the status query needs a worker to replay).
+        address = temporal_env.client.service_client.config.target_host
+        argv = ["describe", str(ref), "--address", address, "--kube-url", api.url, "-o", "json"]
+        code = await asyncio.to_thread(cli_main, argv)
+    described = json.loads(capsys.readouterr().out)
+    assert code == 0 and described["state"]["mode"] == "monitoringSucceeded"
+    assert described["cohort"]["adoptedHealthy"] == 3 and described["cohort"]["pods"] == 3
     assert result.mode is Mode.MONITORING_SUCCEEDED
     deployment = api.store.get(api.store.rtype("Deployment"), NS, "web")
     state = OwnerState.model_validate_json(
@@ -80,11 +89,11 @@ async def test_success_writes_state_and_events(
     )
     assert state.last_successful_state == ResourceSnapshot.of(REC.requests, {})
     assert events(api) == [EventReason.MONITORING_STARTED, EventReason.MONITORING_SUCCEEDED]
-    # Every sample after the first is one LIST of pods and nothing else.
+    # One LIST of pods for the whole window (the baseline came with the owner), one for describe.
     lists = api.requests("list", "/namespaces/shop/pods$")
     gets = api.requests("get", "/deployments/web$")
-    assert len(lists) >= 3
-    assert len(gets) <= 4  # load_owner, first sample, two state writes: never once per sample
+    assert len(lists) == 2  # the final sample, and describe's live read
+    assert len(gets) <= 5  # load_owner, the final sample, two state writes, describe
 
 
 async def test_oom_rolls_back_in_place_and_backs_off(
