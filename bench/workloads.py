@@ -30,10 +30,13 @@ from workflows.activity_api import (
     SampleCohortInput,
 )
 from workflows.contract import RollbackTarget
+from workflows.fingerprint import Recommendation
 from workflows.policy import Backoff
 from workflows.state import PolicyRef
 
-WINDOW = timedelta(seconds=1)
+# 1 ms: over before the window's timer would start, in both workflows alike (the timer is the
+# server's, the same for both; what P1 compares is the engine's work around it).
+WINDOW = timedelta(milliseconds=1)
 POLICY = PolicySettings(
     ref=PolicyRef(kind="RollbackPolicy", namespace="bench", name="p"),
     monitoring_period=WINDOW,
@@ -44,15 +47,24 @@ POLICY = PolicySettings(
 
 
 class InstantCluster:
-    """Every activity answers at once: a healthy cohort of 5 that adopted the recommendation."""
+    """Every activity answers at once: a healthy cohort of 5 that adopted the recommendation,
+    under a policy whose window is ``window``."""
+
+    recommendation = Recommendation(
+        requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
+        requests={"app": {"memory": "512Mi"}},
+    )
+
+    def __init__(self, window: timedelta = WINDOW) -> None:
+        self.policy = POLICY.model_copy(update={"monitoring_period": window})
 
     @activity.defn(name=LOAD_OWNER)
     async def load_owner(self, input: LoadOwnerInput) -> LoadOwnerResult:
-        return LoadOwnerResult(exists=True, policy=POLICY)
+        return LoadOwnerResult(exists=True, policy=self.policy, desired=5)
 
     @activity.defn(name=RESOLVE_POLICY)
     async def resolve_policy(self, input: ResolvePolicyInput) -> ResolvePolicyResult:
-        return ResolvePolicyResult(policy=POLICY)
+        return ResolvePolicyResult(policy=self.policy)
 
     @activity.defn(name=SAMPLE_COHORT)
     async def sample_cohort(self, input: SampleCohortInput) -> CohortSample:

@@ -34,5 +34,5 @@ def test_quick_bench_prints_every_section() -> None:
     assert "the same for every window: yes; pod LISTs 1" in out.stdout
     assert "signals per owner: 1.00 (max 1)" in out.stdout  # two pods per owner, one signal
     assert "same answers" in out.stdout  # the index and the linear scan agreed
-    assert "1.00 LIST" in out.stdout  # one LIST per owner per sample
+    assert "(1 GET of the owner, 1 LIST of pods)" in out.stdout  # never a GET per pod
     assert "20/20 reached the right final mode" in out.stdout
