@@ -73,17 +73,17 @@ HOT_PATH = [
     " costs 39 history events and 1 pod LIST whatever its window (Cost above); before, with a"
     " sample every min(30s, window/4), 76 events and 5 LISTs for 20s, 1,352 and 121 for 1h.",
     "- The `workflows` package passed through the workflow sandbox instead of re-imported per run"
-    " (pydantic models and all): 318 -> 95 KiB per cached workflow (Memory above).",
+    " (pydantic models and all): 269 -> 99 KiB per cached workflow (Memory above).",
     "- Worker cache of 1,000 workflows instead of 10,000, since a waiting window needs none:"
-    " P3 at 5,000 workloads, peak worker RSS 274 MiB (`ROLLBACK_MAX_CACHED_WORKFLOWS=1000 python"
-    " -m bench --only p3`) instead of 1,184 MiB with the default sandbox and a cache of 10,000"
-    " (same run of the day, same machine); CPU 73.7 vs 69.2 ms per workload.",
+    " P3 at 5,000 workloads, peak worker RSS 268 MiB (P3 above) instead of 1,184 MiB with the"
+    " default sandbox and a cache of 10,000 (`python -m bench --only p3` earlier the same day);"
+    " CPU 64.3 vs 69.2 ms per workload.",
     "- Intake owners from watch caches, one signal per (owner, fingerprint, stored state): in the"
     " burst, 1.00 signal per owner (2 pods each; it was one per pod) and no owner or ReplicaSet"
     " GET during the burst (it was one owner GET per pod).",
-    "- SQLite pragmas on the embedded dev server (WAL, synchronous=off): see the SQLite section,"
-    " 1.65x to 1.9x the completed rollback workflows per second of the default journal in the"
-    " runs on this machine.",
+    "- SQLite pragmas on the embedded dev server (WAL, synchronous=off): 2.3x the completed"
+    " rollback workflows per second of the default journal (SQLite above; 1.65x to 1.9x in earlier"
+    " runs on this machine).",
     "- Informer stop through the socket's shutdown instead of close: intake stop went from up to 5s"
     " per informer (blocked reads) to milliseconds, which is what made leadership hand-over prompt.",
 ]
