@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from sim.devserver import DevServer
+from sim.devserver import DevServer, DevServerError
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker.config import IntakeConfig, WorkerConfig
 from worker.process import serve, stop_on_signals
@@ -25,16 +25,20 @@ DEMO = SCENARIOS / "oom-rollback.yaml"
 
 def cmd_dev_server(args: argparse.Namespace) -> int:
     server = DevServer(Path(args.data_dir), args.port, args.ui_port, args.headless)
-    with server:
-        ui = f", Web UI http://127.0.0.1:{server.ui_port}" if server.ui_port else ""
-        print(
-            f"Temporal dev server on {server.address}{ui}; data in {args.data_dir}. Ctrl-C stops."
-        )
-        try:
-            assert server.process is not None
-            server.process.wait()
-        except KeyboardInterrupt:
-            pass
+    try:
+        server.start()
+    except DevServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    ui = f", Web UI http://127.0.0.1:{server.ui_port}" if server.ui_port else ""
+    print(f"Temporal dev server on {server.address}{ui}; data in {args.data_dir}. Ctrl-C stops.")
+    try:
+        assert server.process is not None
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
     return 0
 
 
@@ -85,9 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             ui=True,
             task_queue=worker.temporal.task_queue,
         )
-        await world.start()
-        _banner(world.temporal, f"simulated cluster at {world.api.url} playing {DEMO.name}")
         try:
+            await world.start()
+            _banner(world.temporal, f"simulated cluster at {world.api.url} playing {DEMO.name}")
             await play(world)
             await stop.wait()
         finally:
@@ -108,7 +112,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             if server is not None:
                 await asyncio.to_thread(server.stop)
 
-    asyncio.run(simulated() if worker.kube.simulated else real())
+    try:
+        asyncio.run(simulated() if worker.kube.simulated else real())
+    except DevServerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

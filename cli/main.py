@@ -138,8 +138,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_reopen(args: argparse.Namespace) -> int:
     async def action(client: Client, config: TemporalConfig) -> int:
         owner = ops.parse_owner(args.owner)
-        await ops.reopen(client, config.task_queue, owner)
-        print(f"reopen signalled to {owner.workflow_id}")
+        state = await ops.reopen(client, config.task_queue, owner)
+        ends = state.window_ends_at.isoformat() if state.window_ends_at else "?"
+        print(f"{owner.workflow_id}: reopened, turn {state.turn}; the window ends {ends}")
         return 0
 
     return _ops(args, action)

@@ -12,6 +12,7 @@ the same code as the final sample).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,8 @@ from workflows.contract import SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME, CancelSignal, RollbackWorkflow
 from workflows.wake import Trigger
+
+READ_BACK_SECONDS = 10.0
 
 
 class OpsError(Exception):
@@ -135,17 +138,26 @@ async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
         raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
 
 
-async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> None:
-    """Reopen monitoring for the owner's current recommendation (taken from its last run)."""
-    _, state = await describe(client, owner)
+async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> RollbackState:
+    """Reopen monitoring for the owner's current recommendation (taken from its last run), and
+    read the state back: the new window, or an error saying why nothing happened."""
+    status, state = await describe(client, owner)
     if state is None:
         raise OpsError(f"{owner.workflow_id} has no recorded state to reopen")
-    await observe(
-        client,
-        task_queue,
-        owner,
-        state.recommendation,
-        trigger=Trigger.REOPEN,
+    refusal = state.reopen_refusal(running=status == "Running")
+    if refusal is not None:
+        raise OpsError(f"{owner.workflow_id} cannot be reopened ({state.mode}): {refusal}")
+    await observe(client, task_queue, owner, state.recommendation, trigger=Trigger.REOPEN)
+    deadline = asyncio.get_running_loop().time() + READ_BACK_SECONDS
+    while asyncio.get_running_loop().time() < deadline:
+        _, now = await describe(client, owner)
+        opened = now.window_started_at if now is not None else None
+        if now is not None and opened is not None and opened != state.window_started_at:
+            return now
+        await asyncio.sleep(0.2)
+    raise OpsError(
+        f"reopen sent to {owner.workflow_id}, but no new window opened within"
+        f" {READ_BACK_SECONDS:.0f}s: is a worker polling the task queue {task_queue}?"
     )
 
 

@@ -17,6 +17,11 @@ from pathlib import Path
 
 from workflows.contract import SEARCH_ATTRIBUTE_TYPES
 
+
+class DevServerError(RuntimeError):
+    """The dev server could not start: one line for the user, no traceback."""
+
+
 FAST_SQLITE = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=off"]
 
 
@@ -66,13 +71,17 @@ def wait_until_serving(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"temporal dev server exited with status {process.returncode}")
+            raise DevServerError(
+                f"the Temporal dev server exited with status {process.returncode} while starting"
+            )
         if port_in_use(port):
             answer = subprocess.run(health, capture_output=True, text=True, check=False)
             if answer.stdout.strip() == "SERVING":
                 return
         time.sleep(0.2)
-    raise TimeoutError(f"temporal dev server on port {port} was not serving within {timeout}s")
+    raise DevServerError(
+        f"the Temporal dev server on port {port} was not serving within {timeout}s"
+    )
 
 
 def port_in_use(port: int) -> bool:
@@ -103,7 +112,10 @@ class DevServer:
 
     def start(self) -> DevServer:
         if port_in_use(self.port):
-            raise RuntimeError(f"port {self.port} is already in use (another Temporal server?)")
+            raise DevServerError(
+                f"port {self.port} is already in use (another Temporal server?): stop it, or pass"
+                " --port to use another"
+            )
         if self.log_path is None:
             self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL)
         else:

@@ -152,6 +152,18 @@ class RollbackState(CamelModel):
         reopen_enabled = self.policy.enable_monitoring_reopen if self.policy else True
         return wake(self.last_attempt(), sighting, reopen_enabled)
 
+    def reopen_refusal(self, running: bool) -> str | None:
+        """Why a ``reopen`` would change nothing (None: it opens a fresh window). A running run
+        reopens only a window (``decide``); an ended one wakes by the wake rule."""
+        if not running:
+            verdict = self.wake(Sighting(self.fingerprint, Trigger.REOPEN))
+            return None if verdict.wakes else verdict.reason
+        if self.mode is not Mode.MONITORING or self.policy is None:
+            return f"reopen is ignored in mode {self.mode}"
+        if not self.policy.enable_monitoring_reopen:
+            return "reopen disabled by the policy (enableMonitoringReopen: false)"
+        return None
+
     def owner_state(self) -> OwnerState:
         """The annotation JSON for this state."""
         assert self.last_transition_time is not None
@@ -552,11 +564,9 @@ def _cancel(state: RollbackState, obs: Cancel) -> Decision:
 
 
 def _reopen(state: RollbackState, obs: Reopen) -> Decision:
-    policy = state.policy
-    if state.mode is not Mode.MONITORING or policy is None:
-        return Decision(state, note=f"reopen ignored in mode {state.mode}")
-    if not policy.enable_monitoring_reopen:
-        return Decision(state, note="reopen ignored: enableMonitoringReopen is false")
+    refusal, policy = state.reopen_refusal(running=True), state.policy
+    if refusal is not None or policy is None:
+        return Decision(state, note=refusal or "no policy")
     reopened = _transition(state, obs.now, Mode.MONITORING, **_window(state, obs.now, policy))
     message = _monitoring_message(reopened, policy, "Reopened monitoring of")
     return Decision(reopened, [Record(EventReason.MONITORING_STARTED, message)])

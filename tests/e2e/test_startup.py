@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from sim.devserver import DevServer
 from sim.scenario import free_port
 from worker.config import TemporalConfig
@@ -39,3 +41,19 @@ async def test_connect_gives_up_after_its_patience() -> None:
     with pytest.raises(RuntimeError):
         await config.connect_patiently(within=1.0)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("command", ["dev-server", "run"])
+def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second `make run` (or any Temporal already on the port): one line and exit 1, not the
+    traceback it used to be."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main([command, "--port", str(port), "--data-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"error: port {port} is already in use" in err and "--port" in err

@@ -66,7 +66,8 @@ async def test_get_describe_cancel_reopen(
         assert code == 1  # not running: said on stderr
 
         code, out = await cli(capsys, temporal_env, queue, "reopen", str(ref))
-        assert code == 0
+        # Read back, not just sent: the new run's window is open when reopen answers.
+        assert code == 0 and f"{ref.workflow_id}: reopened, turn 1; the window ends" in out
         reopened = temporal_env.client.get_workflow_handle_for(
             RollbackWorkflow.run, ref.workflow_id
         )
@@ -85,3 +86,29 @@ async def test_describe_unknown_workload(
     assert code == 1
     code, _ = await cli(capsys, temporal_env, "q", "describe", "not-a-ref")
     assert code == 1
+
+
+async def test_reopen_of_a_failed_workload_says_why_and_fails(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster, queue = FakeCluster(), f"cli-{uuid.uuid4().hex[:6]}"
+    ref, owner = new_owner(cluster, settings(window=1))
+    oom = rec("256Mi")  # below the fake app's working set: OOMKilled
+    owner.apply(oom)
+    async with running_worker(temporal_env.client, queue, cluster):
+        result = await (await observe(temporal_env.client, queue, ref, oom)).result()
+        assert result.mode is Mode.FAILED_PERMANENT  # lastSuccessful target, none recorded
+        address = temporal_env.client.service_client.config.target_host
+        argv = ["reopen", str(ref), "--address", address, "--task-queue", queue]
+        code = await asyncio.to_thread(main, argv)
+        out, err = capsys.readouterr()
+    # It used to print "reopen signalled" and exit 0 while an empty run ended in 40 ms.
+    assert code == 1 and out == ""
+    assert "cannot be reopened (failedPermanent): already failed permanently" in err
+    runs = [
+        wf
+        async for wf in temporal_env.client.list_workflows(
+            f'WorkflowId = "{ref.workflow_id}" AND TaskQueue = "{queue}"'
+        )
+    ]
+    assert len(runs) == 1

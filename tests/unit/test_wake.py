@@ -143,3 +143,29 @@ def test_reapply_result_is_an_observation() -> None:
     assert done.state == state and "3 pods resized" in done.note
     gone = decide(state, Reapplied(T0, ActuationResult(exists=False)))
     assert "gone" in gone.note
+
+
+@pytest.mark.parametrize(
+    ("mode", "running", "reopen", "refusal"),
+    [
+        (Mode.FAILED_PERMANENT, False, True, "already failed permanently"),
+        (Mode.CLEARED, False, True, "the attempt was cleared"),
+        (Mode.CANCELLED, False, True, None),
+        (Mode.CANCELLED, False, False, "reopen disabled by the policy"),
+        (Mode.MONITORING, True, True, None),
+        (Mode.MONITORING, True, False, "reopen disabled by the policy"),
+        (Mode.BACKING_OFF, True, True, "reopen is ignored in mode backingOff"),
+    ],
+)
+def test_reopen_refusal_says_what_a_reopen_would_do(
+    mode: Mode, running: bool, reopen: bool, refusal: str | None
+) -> None:
+    """What `rollbackctl reopen` checks before it signals: the machine's own rule for a running
+    run, the wake rule for an ended one."""
+    state = start(LoadOwnerResult(exists=True, policy=policy(reopen=reopen))).state
+    state = state.model_copy(update={"mode": mode})
+    said = state.reopen_refusal(running)
+    assert said == refusal if refusal is None else (said is not None and refusal in said)
+    if running and mode is Mode.MONITORING:  # the machine agrees with what was said
+        reopened = decide(state, Reopen(NEWER))
+        assert (reopened.state.window_started_at == NEWER) == (refusal is None)
