@@ -206,7 +206,7 @@ def _add_operations(sub: Any) -> None:
     listing = sub.add_parser("get", help="list workloads with their rollback mode, turn and policy")
     add_temporal_flags(listing)
     listing.add_argument(
-        "-n", "--in-namespace", dest="namespace_filter", help="only this Kubernetes namespace"
+        "-n", "--namespace", dest="namespace_filter", help="only this Kubernetes namespace"
     )
     listing.add_argument("--mode", help="only this mode, e.g. failedPermanent")
     listing.add_argument("-o", "--output", choices=["table", "json"], default="table")

@@ -160,7 +160,10 @@ def add_temporal_flags(parser: argparse.ArgumentParser) -> None:
         "Temporal connection (flags override TEMPORAL_* variables and the envconfig profile)"
     )
     group.add_argument("--address", help=f"host:port (TEMPORAL_ADDRESS, default {DEFAULT_ADDRESS})")
-    group.add_argument("--namespace", help="Temporal namespace (TEMPORAL_NAMESPACE)")
+    # -n/--namespace is the Kubernetes namespace wherever a command takes one, as in kubectl.
+    group.add_argument(
+        "--temporal-namespace", dest="namespace", help="Temporal namespace (TEMPORAL_NAMESPACE)"
+    )
     group.add_argument(
         "--profile", help="envconfig profile (TEMPORAL_PROFILE; file: TEMPORAL_CONFIG_FILE)"
     )

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from activities.kubernetes import Actuation
+from cli.main import build_parser
 from worker.config import (
     ConfigError,
     IntakeConfig,
+    TemporalConfig,
     WorkerConfig,
     add_intake_flags,
     add_kube_flags,
@@ -158,3 +160,14 @@ def test_worker_versioning_settings() -> None:
         WorkerConfig.from_args(args("--worker-versioning", "on", "--build-id", "a b"), {})
     with pytest.raises(ConfigError, match="--worker-versioning"):
         WorkerConfig.from_args(args(), {"ROLLBACK_WORKER_VERSIONING": "maybe"})
+
+
+def test_namespace_is_the_kubernetes_one_as_in_kubectl() -> None:
+    """`rollbackctl get --namespace shop` filters Kubernetes namespace shop; it used to name the
+    Temporal namespace and fail with "Namespace shop is not found"."""
+    parsed = build_parser().parse_args(
+        ["get", "--namespace", "shop", "--temporal-namespace", "prod"]
+    )
+    assert parsed.namespace_filter == "shop"
+    assert TemporalConfig.from_args(parsed, {}).profile.namespace == "prod"
+    assert build_parser().parse_args(["get", "-n", "shop"]).namespace_filter == "shop"
