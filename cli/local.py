@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -120,11 +122,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def rollbackctl() -> str:
+    """How to call rollbackctl from this shell: by name when that is this installation's, else
+    by its path (``make run`` installs into .venv, which is not on PATH)."""
+    mine = Path(sys.executable).parent / "rollbackctl"
+    found = shutil.which("rollbackctl")
+    if found is not None and Path(found).resolve() == mine.resolve():
+        return "rollbackctl"
+    return os.path.relpath(mine) if mine.is_relative_to(Path.cwd()) else str(mine)
+
+
 def _banner(server: DevServer, cluster: str) -> None:
     ui = f"http://127.0.0.1:{server.ui_port}" if server.ui_port else "(headless)"
+    ctl = rollbackctl()
     print(
         f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
-        "Look with: rollbackctl get   |   rollbackctl describe NAMESPACE/KIND/NAME\n"
+        f"Look with: {ctl} get   |   {ctl} describe NAMESPACE/KIND/NAME\n"
         'In the UI: filter with RollbackMode = "failedPermanent". Ctrl-C stops.\n',
         flush=True,
     )

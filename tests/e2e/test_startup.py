@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from cli.local import rollbackctl
 from cli.main import main
 from sim.devserver import DevServer
 from sim.scenario import free_port
@@ -57,3 +59,13 @@ def test_a_port_in_use_is_one_line_naming_the_port_and_the_flag(
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert f"error: port {port} is already in use" in err and "--port" in err
+
+
+def test_the_banner_names_rollbackctl_as_it_can_be_called(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make run` installs into .venv, which is not on PATH: the banner said `rollbackctl get`,
+    "command not found" on a fresh machine. Now it names the command as this shell can run it."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    ctl = rollbackctl()
+    assert ctl != "rollbackctl" and Path(ctl).name == "rollbackctl" and Path(ctl).exists()
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    assert rollbackctl() == "rollbackctl"
