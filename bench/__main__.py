@@ -49,6 +49,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.kubernetes import Actuation, KubernetesActivities
+from bench.memory import memory_mib
 from bench.workloads import FloorWorkflow, InstantCluster
 from sim.apiserver import KubeEmulator
 from sim.devserver import DevServer
@@ -533,21 +534,9 @@ async def attempt_cost(windows: list[str], lines: Lines) -> None:
 
 def _proc_stats(pid: int) -> tuple[float, float]:
     """(peak RSS MiB, CPU seconds) of a process, from /proc."""
-    hwm = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            hwm = int(line.split()[1]) / 1024
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return hwm, (int(fields[11]) + int(fields[12])) / ticks
-
-
-def _proc_rss(pid: int) -> float:
-    """Current RSS of a process in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return memory_mib(pid, "VmHWM"), (int(fields[11]) + int(fields[12])) / ticks
 
 
 def oom(workload: int) -> bool:
@@ -724,7 +713,7 @@ async def burst(owners: int, per_owner: int, lines: Lines) -> None:
                 while _get(f"http://127.0.0.1:{health}/readyz") != 200:
                     assert intake.poll() is None, (Path(tmp) / "intake.log").read_text()[-2000:]
                     await asyncio.sleep(0.2)
-                synced_rss = _proc_rss(intake.pid)
+                synced_rss = memory_mib(intake.pid)
                 _, cpu_before = _proc_stats(intake.pid)
                 api.clear_journal()
                 adopted_at: dict[str, float] = {}

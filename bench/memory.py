@@ -20,6 +20,7 @@ import os
 import sys
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
@@ -38,11 +39,11 @@ RUNNERS: dict[str, WorkflowRunner] = {
 }
 
 
-def rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+def memory_mib(pid: int | str = "self", field: str = "VmRSS") -> float:
+    """A memory field of /proc/PID/status in MiB: VmRSS now, VmHWM the peak."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
     return 0.0
 
 
@@ -69,7 +70,7 @@ async def measure(runner: str, n: int, address: str) -> dict[str, float]:
     async with build_worker(client, queue, cluster, 10 * n, workflow_runner=RUNNERS[runner]):
         await start("warm-up")
         await waiting(1)
-        before = rss_mib()
+        before = memory_mib()
         limit = asyncio.Semaphore(100)
 
         async def bounded(i: int) -> None:
@@ -78,7 +79,7 @@ async def measure(runner: str, n: int, address: str) -> dict[str, float]:
 
         await asyncio.gather(*(bounded(i) for i in range(n)))
         await waiting(n + 1)
-        after = rss_mib()
+        after = memory_mib()
     return {"before": before, "after": after, "kib_per_workflow": (after - before) * 1024 / n}
 
 
