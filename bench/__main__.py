@@ -37,7 +37,8 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,15 @@ def say(lines: Lines, text: str = "") -> None:
 
 
 # --- P1 and SQLite -------------------------------------------------------------------------------
+
+
+@contextmanager
+def scratch_server() -> Iterator[DevServer]:
+    """A throwaway dev server: SQLite in a temporary directory, a free port, no UI."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log"
+        with DevServer(Path(tmp), free_port(), headless=True, log_path=log) as server:
+            yield server
 
 
 async def _rate(
@@ -485,31 +495,29 @@ def history_shape(events: Sequence[Any]) -> dict[str, int]:
 async def attempt_cost(windows: list[str], lines: Lines) -> None:
     """One successful attempt per window length, all at once on one dev server: the real workflow
     and the real activities against the emulator, which counts every request by verb."""
-    with tempfile.TemporaryDirectory() as tmp, KubeEmulator() as api:
-        server = DevServer(Path(tmp), free_port(), headless=True, log_path=Path(tmp) / "log")
-        with server:
-            client = await TemporalConfig.at(server.address).connect()
-            queue = f"bench-cost-{uuid.uuid4().hex[:6]}"
-            refs = []
-            for i, window in enumerate(windows):
-                ns = f"cost{i}"
-                api.store.create(_policy("p", window, ns))
-                _workload(api, ns, "web", 3, READY)
-                refs.append(OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web"))
-            acts = activities_for(api_client(url=api.url), Actuation.ANNOTATIONS)
-            async with build_worker(client, queue, acts):
-                handles = [await observe(client, queue, ref, REC) for ref in refs]
-                results = await asyncio.gather(*(h.result() for h in handles))
-            assert all(r.mode is Mode.MONITORING_SUCCEEDED for r in results), results
-            rows = []
-            for window, ref, handle in zip(windows, refs, handles, strict=True):
-                shape = history_shape((await handle.fetch_history()).events)
-                mine = api.requests(None, f"/namespaces/{ref.namespace}/")
-                verbs = Counter(
-                    f"{r.verb} {r.path.split('/namespaces/', 1)[1].split('/')[1]}" for r in mine
-                )
-                rows.append((window, shape, verbs))
-            cluster_lists = len(api.requests("list", "/clusterrollbackpolicies$"))
+    with KubeEmulator() as api, scratch_server() as server:
+        client = await TemporalConfig.at(server.address).connect()
+        queue = f"bench-cost-{uuid.uuid4().hex[:6]}"
+        refs = []
+        for i, window in enumerate(windows):
+            ns = f"cost{i}"
+            api.store.create(_policy("p", window, ns))
+            _workload(api, ns, "web", 3, READY)
+            refs.append(OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web"))
+        acts = activities_for(api_client(url=api.url), Actuation.ANNOTATIONS)
+        async with build_worker(client, queue, acts):
+            handles = [await observe(client, queue, ref, REC) for ref in refs]
+            results = await asyncio.gather(*(h.result() for h in handles))
+        assert all(r.mode is Mode.MONITORING_SUCCEEDED for r in results), results
+        rows = []
+        for window, ref, handle in zip(windows, refs, handles, strict=True):
+            shape = history_shape((await handle.fetch_history()).events)
+            mine = api.requests(None, f"/namespaces/{ref.namespace}/")
+            verbs = Counter(
+                f"{r.verb} {r.path.split('/namespaces/', 1)[1].split('/')[1]}" for r in mine
+            )
+            rows.append((window, shape, verbs))
+        cluster_lists = len(api.requests("list", "/clusterrollbackpolicies$"))
     for window, shape, verbs in rows:
         requests = ", ".join(f"{n} {what}" for what, n in sorted(verbs.items()))
         say(
@@ -643,23 +651,21 @@ async def concurrent(workloads: int, lines: Lines) -> None:
 
 def workflow_memory(n: int, lines: Lines) -> None:
     """RSS per cached workflow by workflow runner, each in a fresh process (``bench.memory``)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        server = DevServer(Path(tmp), free_port(), headless=True, log_path=Path(tmp) / "log")
-        with server:
-            for runner in ("sandboxed", "passthrough", "unsandboxed"):
-                out = subprocess.run(
-                    [sys.executable, "-m", "bench.memory", runner, str(n), server.address],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                got = json.loads(out.stdout.strip().splitlines()[-1])
-                say(
-                    lines,
-                    f"  {runner:>11}: {got['kib_per_workflow']:.0f} KiB per cached workflow"
-                    f" ({n} windows waiting on their timer: RSS {got['before']:.0f} ->"
-                    f" {got['after']:.0f} MiB)",
-                )
+    with scratch_server() as server:
+        for runner in ("sandboxed", "passthrough", "unsandboxed"):
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.memory", runner, str(n), server.address],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            say(
+                lines,
+                f"  {runner:>11}: {got['kib_per_workflow']:.0f} KiB per cached workflow"
+                f" ({n} windows waiting on their timer: RSS {got['before']:.0f} ->"
+                f" {got['after']:.0f} MiB)",
+            )
 
 
 # --- burst ----------------------------------------------------------------------------------------
@@ -959,18 +965,12 @@ def main() -> int:
         say(lines)
     if "p1" in only:
         say(lines, "## P1 throughput vs the floor workflow (same dev server, same worker)")
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            DevServer(Path(tmp), free_port(), headless=True, log_path=Path(tmp) / "log") as server,
-        ):
+        with scratch_server() as server:
             asyncio.run(throughput(server.address, sizes, 2 if quick else 3, lines))
         say(lines)
     if "versioning" in only:
         say(lines, "## Worker Versioning: a pinned, versioned worker vs an unversioned one")
-        with (
-            tempfile.TemporaryDirectory() as tmp,
-            DevServer(Path(tmp), free_port(), headless=True, log_path=Path(tmp) / "log") as server,
-        ):
+        with scratch_server() as server:
             asyncio.run(versioning_cost(server.address, 20 if quick else 500, 3, lines))
         say(lines)
     if "sqlite" in only:
