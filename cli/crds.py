@@ -28,14 +28,15 @@ from workflows.durations import (
 from workflows.policy import (
     DNS_SUBDOMAIN_PATTERN,
     INT32_MAX,
-    INT32_MIN,
     LABEL_KEY_MAX,
     LABEL_KEY_PATTERN,
     LABEL_VALUE_MAX,
     LABEL_VALUE_PATTERN,
     MAX_LABELS,
     NAMESPACE_PATTERN,
+    WEIGHT_MIN,
 )
+from workflows.policy_status import READY, SUMMARY_MAX
 
 Schema = dict[str, Any]
 
@@ -189,13 +190,77 @@ def spec_schema(cluster: bool) -> Schema:
             "weight": {
                 "type": "integer",
                 "format": "int32",
-                "minimum": INT32_MIN,
+                "minimum": WEIGHT_MIN,
                 "maximum": INT32_MAX,
                 "default": 0,
             },
             "enableMonitoringReopen": {"type": "boolean", "default": True},
         },
     }
+
+
+_COUNT = {"type": "integer", "format": "int32", "minimum": 0}
+
+# The status the engine writes (``workflows.policy_status``), field names as the reference engine's.
+STATUS_SCHEMA: Schema = {
+    "type": "object",
+    "properties": {
+        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "activeTrackedWorkloads": _COUNT
+        | {"description": "Workloads in monitoring, rollingBack or backingOff under this policy."},
+        "failedWorkloads": _COUNT
+        | {"description": "Workloads in failedPermanent under this policy."},
+        "lastErrorSummary": {
+            "type": "string",
+            "maxLength": SUMMARY_MAX,
+            "description": "The newest problem seen: a rollback's reason and workload, or why"
+            " the policy is ignored.",
+        },
+        "conditions": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+            "items": {  # metav1.Condition, as Kubernetes declares it
+                "type": "object",
+                "required": ["type", "status", "lastTransitionTime", "reason", "message"],
+                "properties": {
+                    "type": {"type": "string", "maxLength": 316},
+                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                    "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+                    "lastTransitionTime": {"type": "string", "format": "date-time"},
+                    "reason": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 1024,
+                        "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                    },
+                    "message": {"type": "string", "maxLength": 32768},
+                },
+            },
+        },
+    },
+}
+
+# What an operator scans for; ``rollbackctl get policies`` prints the same columns.
+PRINTER_COLUMNS: list[Schema] = [
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": f'.status.conditions[?(@.type=="{READY}")].status',
+    },
+    {"name": "Active", "type": "integer", "jsonPath": ".status.activeTrackedWorkloads"},
+    {"name": "Failed", "type": "integer", "jsonPath": ".status.failedWorkloads"},
+    {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"},
+    {"name": "Target", "type": "string", "jsonPath": ".spec.rollbackTarget", "priority": 1},
+    {"name": "Monitoring", "type": "string", "jsonPath": ".spec.monitoringPeriod", "priority": 1},
+    {
+        "name": "Threshold",
+        "type": "integer",
+        "jsonPath": ".spec.adoptionThresholdPercent",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
 
 
 def crd(kind: str, plural: str, short_name: str, cluster: bool) -> dict[str, Any]:
@@ -220,22 +285,7 @@ def crd(kind: str, plural: str, short_name: str, cluster: bool) -> dict[str, Any
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight"},
-                        {"name": "Target", "type": "string", "jsonPath": ".spec.rollbackTarget"},
-                        {
-                            "name": "Monitoring",
-                            "type": "string",
-                            "jsonPath": ".spec.monitoringPeriod",
-                        },
-                        {
-                            "name": "Threshold",
-                            "type": "integer",
-                            "jsonPath": ".spec.adoptionThresholdPercent",
-                            "priority": 1,
-                        },
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
@@ -248,10 +298,7 @@ def crd(kind: str, plural: str, short_name: str, cluster: bool) -> dict[str, Any
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema(cluster),
-                                "status": {
-                                    "type": "object",
-                                    "x-kubernetes-preserve-unknown-fields": True,
-                                },
+                                "status": STATUS_SCHEMA,
                             },
                         }
                     },

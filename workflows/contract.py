@@ -32,7 +32,20 @@ ROLLBACK_LIMITS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_LIMITS}"
 # Rollback state JSON, on the owner only (never on pods).
 ROLLBACK_STATE_ANNOTATION = "rightsizing.kubex.ai/rollback-state"
 
+# Set by people, read by the engine (README, "Policy status and control from kubectl"):
+# on an owner, a one-shot command the intake carries out and then removes; on a policy, "true"
+# makes it observe-only (monitor, decide and report; write no rollback, resize nothing).
+CONTROL_ANNOTATION = "rightsizing.kubex.ai/rollback-control"
+OBSERVE_ONLY_ANNOTATION = "rightsizing.kubex.ai/observe-only"
+
 TASK_QUEUE = "rightsizing-rollback"
+
+
+class Control(StrEnum):
+    """The values of ``CONTROL_ANNOTATION``: the same signals ``rollbackctl`` sends."""
+
+    CANCEL = "cancel"
+    REOPEN = "reopen"
 
 
 class WorkloadKind(StrEnum):
@@ -114,6 +127,7 @@ class EventReason(StrEnum):
     MONITORING_CANCELLED = "RollbackMonitoringCancelled"
     ATTEMPT_ABORTED = "RollbackAttemptAborted"
     POLICY_INVALID = "RollbackPolicyInvalid"
+    CONTROL_REJECTED = "RollbackControlRejected"  # a control annotation that changed nothing
     OBJECT_SKIPPED = "RollbackObjectSkipped"
 
 

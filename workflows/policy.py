@@ -12,7 +12,7 @@ resourceVersion, managedFields, ...) are ignored rather than rejected.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -28,12 +28,14 @@ from pydantic.alias_generators import to_camel
 from workflows.contract import (
     DEFAULT_WORKLOAD_TYPES,
     GROUP_VERSION,
+    OBSERVE_ONLY_ANNOTATION,
     RollbackTarget,
     WorkloadKind,
 )
 from workflows.durations import MAX_DURATION, MAX_DURATION_TEXT, Duration, format_duration
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT32_MAX = 2**31 - 1
+WEIGHT_MIN = 0  # as in the reference engine's CRDs: weights are int32 from 0 up
 
 NAMESPACE_PATTERN = r"^[a-z0-9*]([-a-z0-9*]*[a-z0-9*])?$"
 """A namespace name in which ``*`` matches any run of characters (``prod-*``, ``*-staging``)."""
@@ -214,7 +216,7 @@ class PolicyBehaviour(Model):
 
 
 class _SpecFields(PolicyBehaviour):
-    weight: Annotated[StrictInt, Field(ge=INT32_MIN, le=INT32_MAX)] = 0
+    weight: Annotated[StrictInt, Field(ge=WEIGHT_MIN, le=INT32_MAX)] = 0
 
 
 class RollbackPolicySpec(_SpecFields):
@@ -231,27 +233,41 @@ class ObjectMeta(Model):
     name: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
     namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)] | None = None
     creation_timestamp: datetime | None = None
+    generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
 
 
-class RollbackPolicy(Model):
+class _ObserveOnly:
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+
+    @property
+    def observe_only(self) -> bool:
+        """Annotated ``rightsizing.kubex.ai/observe-only: "true"``: decide and report, act not."""
+        return self.metadata.annotations.get(OBSERVE_ONLY_ANNOTATION) == "true"
+
+
+class RollbackPolicy(Model, _ObserveOnly):
     """Namespaced: applies to workloads of its own namespace."""
 
     api_version: Literal["rightsizing.kubex.ai/v1alpha1"] = GROUP_VERSION  # type: ignore[assignment]
     kind: Literal["RollbackPolicy"] = "RollbackPolicy"
     metadata: ObjectMeta
     spec: RollbackPolicySpec
+    # Written by the engine (``workflows.policy_status``) and not validated on read: a status
+    # from another version or tool never makes a valid policy invalid.
     status: dict[str, Any] | None = None
 
 
-class ClusterRollbackPolicy(Model):
+class ClusterRollbackPolicy(Model, _ObserveOnly):
     """Cluster-scoped: applies across the namespaces its namespace selector admits."""
 
     api_version: Literal["rightsizing.kubex.ai/v1alpha1"] = GROUP_VERSION  # type: ignore[assignment]
     kind: Literal["ClusterRollbackPolicy"] = "ClusterRollbackPolicy"
     metadata: ObjectMeta
     spec: ClusterRollbackPolicySpec
-    status: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None  # as for RollbackPolicy
 
 
 AnyPolicy = RollbackPolicy | ClusterRollbackPolicy

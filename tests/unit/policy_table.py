@@ -28,9 +28,7 @@ RP, CRP = "RollbackPolicy", "ClusterRollbackPolicy"
 CASES: list[Any] = [
     pytest.param(policy_doc(RP), None, id="minimal-namespaced"),
     pytest.param(policy_doc(CRP), None, id="minimal-cluster"),
-    pytest.param(
-        policy_doc(RP, weight=-5, enableMonitoringReopen=False), None, id="negative-weight"
-    ),
+    pytest.param(policy_doc(RP, weight=0, enableMonitoringReopen=False), None, id="weight-zero"),
     pytest.param(policy_doc(RP, monitoringPeriod="1h30m"), None, id="compound-duration"),
     pytest.param(policy_doc(RP, monitoringPeriod="2s"), None, id="short-duration"),
     pytest.param(policy_doc(RP, adoptionThresholdPercent=1), None, id="threshold-1"),
@@ -104,6 +102,7 @@ CASES: list[Any] = [
     ),
     pytest.param(policy_doc(RP, weight="high"), "spec.weight", id="weight-string"),
     pytest.param(policy_doc(RP, weight=2**31), "spec.weight", id="weight-overflow"),
+    pytest.param(policy_doc(RP, weight=-1), "spec.weight", id="weight-negative"),
     pytest.param(
         policy_doc(RP, enableMonitoringReopen="maybe"), "spec.enableMonitoringReopen", id="bool"
     ),

@@ -129,7 +129,7 @@ def test_spec_examples_select_as_documented() -> None:
 
 def test_namespaced_beats_cluster_whatever_the_weight() -> None:
     heavy_cluster = build(policy_doc("ClusterRollbackPolicy", "heavy", weight=1000))
-    light_local = build(policy_doc("RollbackPolicy", "light", weight=-1000), namespace="production")
+    light_local = build(policy_doc("RollbackPolicy", "light", weight=0), namespace="production")
     result = resolve([heavy_cluster, light_local], workload())
     assert result.policy is light_local
     lost = next(c for c in result.candidates if c.policy is heavy_cluster)
@@ -219,7 +219,7 @@ def test_policy_index_matches_a_linear_resolve() -> None:
     policies = [
         load("production-rollback.yaml"),
         load("production-cluster-rollback.yaml"),
-        build(policy_doc("ClusterRollbackPolicy", "all", weight=-1)),
+        build(policy_doc("ClusterRollbackPolicy", "all", weight=0)),
         build(policy_doc("RollbackPolicy", "elsewhere"), namespace="other"),
     ]
     index = PolicyIndex()
