@@ -19,16 +19,15 @@ from datetime import datetime
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
 from activities.kubernetes import KubernetesActivities
-from worker.temporal import observe
+from worker import temporal as control
 from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
 from workflows.contract import SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
-from workflows.rollback import WORKFLOW_NAME, CancelSignal, RollbackWorkflow
-from workflows.wake import Trigger
+from workflows.rollback import WORKFLOW_NAME, RollbackWorkflow
 
 READ_BACK_SECONDS = 10.0
 
@@ -127,27 +126,23 @@ async def describe(client: Client, owner: OwnerRef) -> tuple[str, RollbackState 
 
 
 async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
     try:
-        info = await handle.describe()
-        if info.status is not WorkflowExecutionStatus.RUNNING:
-            status = info.status.name.lower() if info.status else "unknown"
-            raise OpsError(f"{owner.workflow_id} is not running ({status})")
-        await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason=reason))
+        await control.cancel(client, owner, reason)
+    except control.ControlRefusedError as exc:
+        raise OpsError(str(exc)) from None
     except RPCError as exc:
         raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
 
 
 async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> RollbackState:
-    """Reopen monitoring for the owner's current recommendation (taken from its last run), and
-    read the state back: the new window, or an error saying why nothing happened."""
-    status, state = await describe(client, owner)
-    if state is None:
-        raise OpsError(f"{owner.workflow_id} has no recorded state to reopen")
-    refusal = state.reopen_refusal(running=status == "Running")
-    if refusal is not None:
-        raise OpsError(f"{owner.workflow_id} cannot be reopened ({state.mode}): {refusal}")
-    await observe(client, task_queue, owner, state.recommendation, trigger=Trigger.REOPEN)
+    """Reopen monitoring and read the state back: the new window, or an error saying why
+    nothing happened."""
+    try:
+        state = await control.reopen(client, task_queue, owner)
+    except control.ControlRefusedError as exc:
+        raise OpsError(str(exc)) from None
+    except RPCError as exc:
+        raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
     deadline = asyncio.get_running_loop().time() + READ_BACK_SECONDS
     while asyncio.get_running_loop().time() < deadline:
         _, now = await describe(client, owner)

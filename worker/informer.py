@@ -10,15 +10,17 @@
 The handler receives ``(event_type, obj, initial)``; ``initial`` is true for objects delivered by
 a (re)list, so a consumer can batch what it learns at start-up instead of reacting per object.
 The cache keeps ``project(obj)``, only what its reader needs (a DELETED found by a relist is
-delivered as that projection); without ``project`` it keeps whole objects.
+delivered as that projection); without ``project`` it keeps whole objects. ``on_change`` is
+called when the cache's content changed (an object added, removed, or its projection changed):
+a reader of the cache can recompute then rather than on every event.
 
 A resource the API server does not serve (404 on the LIST: a CRD that is not installed) is
 ``absent``: synced and empty, not failing, and looked for again every ``ABSENT_RECHECK_SECONDS``.
 
-No poison pills: an exception from the handler that is not a transient API error is that
-object's problem. It is logged with the object's identity, counted (``bad_objects``), reported
-to ``on_bad_object`` (the intake emits a Warning Event), and skipped: a relist always completes
-and the watch always starts, whatever one object holds.
+No poison pills: an exception from the projection, or from the handler that is not a
+transient API error, is that object's problem. It is logged with the object's identity, counted
+(``bad_objects``), reported to ``on_bad_object`` (the intake emits a Warning Event), and skipped:
+a relist always completes and the watch always starts, whatever one object holds.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Informer:
         watch_timeout: int = WATCH_TIMEOUT_SECONDS,
         on_bad_object: BadObjectHandler | None = None,
         project: Callable[[Obj], Any] | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.list_call = list_call
@@ -76,6 +79,7 @@ class Informer:
         self.failing_since: float | None = None  # monotonic time of the first failure in a row
         self.watch_timeout = watch_timeout
         self.project = project or (lambda obj: obj)
+        self.on_change = on_change
         self.absent = False  # the API server does not serve this resource (yet)
         self.cache: dict[tuple[str, str], Any] = {}
         self.resource_version: str | None = None
@@ -150,12 +154,15 @@ class Informer:
             self.synced.set()
             return False
         self.absent = False
-        items: list[Obj] = body.get("items", [])
-        fresh = {object_key(o): o for o in items}
+        fresh: dict[tuple[str, str], Obj] = {}
+        for obj in body.get("items", []):
+            try:
+                fresh[object_key(obj)] = obj
+            except Exception as exc:  # no name: nothing to key it by, skipped
+                self._bad(obj, exc)
         for key in set(self.cache) - set(fresh):
-            self._handle("DELETED", self.cache.pop(key), True)
-        for key, obj in fresh.items():
-            self.cache[key] = self.project(obj)
+            self._handle("DELETED", self.cache[key], True)
+        for obj in fresh.values():
             self._handle("ADDED", obj, True)
         self.resource_version = body["metadata"]["resourceVersion"]
         self.relists += 1
@@ -167,8 +174,13 @@ class Informer:
         return True
 
     def _handle(self, kind: str, obj: Obj, initial: bool) -> None:
-        """Deliver one event; a handler failing on a transient API error is retried, so the
-        event is not lost (the resourceVersion has already moved past it)."""
+        """Cache and deliver one event; a handler failing on a transient API error is retried,
+        so the event is not lost (the resourceVersion has already moved past it)."""
+        try:
+            self._cache(kind, obj)
+        except Exception as exc:  # a projection failing on this object: skip it
+            self._bad(obj, exc)
+            return
         for attempt in range(HANDLER_ATTEMPTS):
             try:
                 self.handler(kind, obj, initial)
@@ -187,6 +199,17 @@ class Informer:
             kind,
             HANDLER_ATTEMPTS,
         )
+
+    def _cache(self, kind: str, obj: Obj) -> None:
+        key = object_key(obj)
+        before = self.cache.get(key)
+        if kind == "DELETED":
+            self.cache.pop(key, None)
+            after = None
+        else:
+            after = self.cache[key] = self.project(obj)
+        if after != before and self.on_change is not None:
+            self.on_change()
 
     def _bad(self, obj: Obj, exc: Exception) -> None:
         self.bad_objects += 1
@@ -233,11 +256,6 @@ class Informer:
                 )
                 if kind == "BOOKMARK":
                     continue
-                key = object_key(obj)
-                if kind == "DELETED":
-                    self.cache.pop(key, None)
-                else:
-                    self.cache[key] = self.project(obj)
                 self._handle(kind, obj, False)
         finally:
             response, self._response = self._response, None

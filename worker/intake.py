@@ -19,6 +19,10 @@ newer pod, or start the next turn after ``backedOff``.
   at most one undelivered sighting (the newest), retried until Temporal accepts it.
 - At start-up and after a relist, what the LIST shows is batched per (owner, fingerprint).
 - A malformed recommendation annotation gets a Warning Event on the pod and a log line.
+- The control annotation on an owner (``rightsizing.kubex.ai/rollback-control: cancel|reopen``)
+  becomes the signal ``rollbackctl`` sends, then is removed; a control that would change nothing
+  gets a ``RollbackControlRejected`` Event saying why (README, "Control from kubectl").
+- Each policy's ``status`` is kept by ``worker.status`` from these same watches.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import asyncio
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,14 +45,19 @@ from temporalio.common import MetricMeter
 from activities.cohort import actual_resources
 from activities.kubetime import parse_kube_time
 from activities.lookup import read_state
+from activities.owners import OWNER_KINDS
 from activities.writes import already_exists, event_body
+from worker import temporal as control
 from worker.informer import Informer
+from worker.status import StatusWriter
 from worker.temporal import observe
 from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
     API_GROUP,
     API_VERSION,
+    CONTROL_ANNOTATION,
+    Control,
     EventReason,
     Obj,
 )
@@ -70,6 +79,8 @@ MAX_CONCURRENT_SIGNALS = 32  # signal-with-starts in flight at once (a burst que
 SIGNAL_BACKOFF_BASE = 0.5  # seconds, doubling per failure up to the cap; never given up
 SIGNAL_BACKOFF_CAP = 30.0
 SIGNAL_TIMEOUT = 10.0  # seconds one signal-with-start may take before it counts as failed
+CONTROL_REASON = f"requested with the annotation {CONTROL_ANNOTATION}"
+JSON_PATCH = "application/json-patch+json"
 
 
 def _created(pod: Obj) -> datetime | None:
@@ -108,7 +119,10 @@ class Intake:
     ) -> None:
         self.core, self.custom = core, custom
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
-        self.owners = WorkloadCache(core, custom, self._forget, self._bad_object)
+        self.owners = WorkloadCache(
+            core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
+        )
+        self.status = StatusWriter(custom, self.owners.views)
         self.index = PolicyIndex()
         self.stats: Counter[str] = Counter()
         self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on
@@ -121,6 +135,8 @@ class Intake:
         self.started = threading.Event()
         self._undelivered: dict[OwnerRef, Observation] = {}  # not yet accepted by Temporal
         self._delivering: set[OwnerRef] = set()
+        self._controlling: set[OwnerRef] = set()  # control annotations being carried out
+        self._policies_handled: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}
         self.pending: set[Future[None]] = set()
         self._bad_objects = meter.create_counter(
             "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
@@ -151,6 +167,7 @@ class Intake:
         self._informers = policies  # started: health checks may look at them now
         for informer in policies:
             informer.synced.wait(30)
+        self.status.start()
         pods = Informer(
             "pods",
             self.core.list_pod_for_all_namespaces,
@@ -181,6 +198,7 @@ class Intake:
 
     def stop(self) -> None:
         self.started.clear()
+        self.status.stop()
         for informer in self._informers:
             informer.stop()
         self._informers = []
@@ -196,17 +214,30 @@ class Intake:
 
     def _on_policy(self, kind: str, obj: Obj, initial: bool) -> None:
         meta = obj["metadata"]
+        key = (obj.get("kind", ""), meta.get("namespace"), meta["name"])
+        # Spec and annotations as last handled: an update of the status alone (ours) changes
+        # neither, and is not validated or reported again.
+        handled = (meta.get("uid"), meta.get("generation"), meta.get("annotations"))
         with self._lock:
             if kind == "DELETED":
                 self.index.remove(obj.get("kind", ""), meta.get("namespace"), meta["name"])
+                self._policies_handled.pop(key, None)
+                self.status.policy_gone(obj)
                 return
+            if self._policies_handled.get(key) == handled:
+                self.status.status_seen(obj)
+                return
+            self._policies_handled[key] = handled
             try:
-                self.index.upsert(POLICY_KINDS[obj.get("kind", "")].model_validate(obj))
+                policy = POLICY_KINDS[obj.get("kind", "")].model_validate(obj)
+                self.index.upsert(policy)
             except Exception as exc:  # KeyError, ValidationError, or worse: this policy only
                 self.index.remove(obj.get("kind", ""), meta.get("namespace"), meta["name"])
                 invalid = exc
             else:
+                self.status.policy_seen(obj, policy)
                 return
+        self.status.policy_seen(obj, None, _first_line(invalid))
         log.warning("ignoring invalid %s %s: %s", obj.get("kind"), meta.get("name"), invalid)
         self.stats["invalid_policies"] += 1
         self._warn(
@@ -314,14 +345,104 @@ class Intake:
             if owner in self._delivering:
                 return
             self._delivering.add(owner)
-        future = asyncio.run_coroutine_threadsafe(self._deliver(owner), self.loop)
+        self._spawn(self._deliver(owner))
+
+    def _owners_changed(self) -> None:
+        self.status.changed()
+
+    def _on_owner(self, kind: str, owner: OwnerRef, obj: Obj) -> None:
+        value = (obj["metadata"].get("annotations") or {}).get(CONTROL_ANNOTATION)
+        with self._lock:
+            if kind == "DELETED":  # what was signalled for it no longer matters
+                self._signalled.pop(owner, None)
+                self._controlling.discard(owner)
+                return
+            if value is None:
+                # The control is carried out once its removal shows in the watch: events older
+                # than the removal (the watch delivers them in order) still hold it.
+                self._controlling.discard(owner)
+                return
+            if owner in self._controlling:
+                return
+            self._controlling.add(owner)
+        self._spawn(self._control(owner, value, obj))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        future = asyncio.run_coroutine_threadsafe(work, self.loop)
         self.pending.add(future)
         future.add_done_callback(self.pending.discard)
 
-    def _forget(self, owner: OwnerRef) -> None:
-        """The owner was deleted: what was signalled for it no longer matters."""
-        with self._lock:
-            self._signalled.pop(owner, None)
+    async def _control(self, owner: OwnerRef, value: str, obj: Obj) -> None:
+        """Carry out a control annotation once: signal (retried while Temporal is unreachable),
+        say on the owner when it changed nothing, then remove the annotation."""
+        failures, refusal, cleared, newer = 0, None, False, None
+        try:
+            while True:
+                try:
+                    if value == Control.CANCEL:
+                        await control.cancel(self.temporal, owner, CONTROL_REASON)
+                    elif value == Control.REOPEN:
+                        await control.reopen(self.temporal, self.task_queue, owner)
+                    else:
+                        known = ", ".join(c.value for c in Control)
+                        refusal = f"unknown value {value!r} (expected one of: {known})"
+                    break
+                except control.ControlRefusedError as exc:
+                    refusal = str(exc)
+                    break
+                except Exception as exc:  # Temporal unreachable or failing: the annotation stays
+                    failures += 1
+                    delay = min(SIGNAL_BACKOFF_CAP, SIGNAL_BACKOFF_BASE * 2 ** min(failures, 16))
+                    log.warning("%s: control %s failed (%s), retrying", owner, value, exc)
+                    await asyncio.sleep(delay)
+            self.stats["controls"] += 1
+            if refusal is not None:
+                log.info("%s: control %s changed nothing: %s", owner, value, refusal)
+                await asyncio.to_thread(self._control_rejected, obj, value, refusal)
+            else:
+                log.info("%s: control %s signalled", owner, value)
+            cleared, newer = await asyncio.to_thread(self._clear_control, owner, value)
+        except Exception as exc:  # an Event or the removal failed: a later event tries again
+            log.warning("%s: control %s not completed: %s", owner, value, exc)
+        finally:
+            if not cleared:  # still annotated: a later event tries again
+                with self._lock:
+                    self._controlling.discard(owner)
+        if newer is not None:  # set to another value meanwhile: carried out next
+            newer_value = newer["metadata"]["annotations"][CONTROL_ANNOTATION]
+            self._spawn(self._control(owner, newer_value, newer))
+
+    def _control_rejected(self, obj: Obj, value: str, refusal: str) -> None:
+        meta = obj["metadata"]
+        self._warn(
+            obj,
+            f"{meta.get('uid')}/{meta.get('resourceVersion')}/control",
+            EventReason.CONTROL_REJECTED,
+            f"{CONTROL_ANNOTATION}: {value} changed nothing: {refusal}",
+        )
+
+    def _clear_control(self, owner: OwnerRef, value: str) -> tuple[bool, Obj | None]:
+        """Remove the annotation if it still holds ``value``: (whether this control is done
+        with, the owner when it holds another value now, to be carried out next)."""
+        where = OWNER_KINDS[owner.kind]
+        path = "/metadata/annotations/" + CONTROL_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        args = (where.group, where.version, owner.namespace, where.plural, owner.name)
+        try:
+            self.custom.patch_namespaced_custom_object(
+                *args,
+                [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}],
+                _content_type=JSON_PATCH,
+            )
+            return True, None
+        except ApiException as exc:
+            if exc.status == 404:
+                return True, None
+            if exc.status not in (409, 422):  # 422: the test failed, the value changed
+                log.warning("%s: removing %s failed: %s", owner, CONTROL_ANNOTATION, exc.reason)
+                return False, None
+        current: Obj = self.custom.get_namespaced_custom_object(*args)  # type: ignore[assignment]
+        held = (current["metadata"].get("annotations") or {}).get(CONTROL_ANNOTATION)
+        return True, (current if held is not None else None)
 
     async def _deliver(self, owner: OwnerRef) -> None:
         """Signal-with-start the owner's newest undelivered sighting until Temporal accepts it,

@@ -1,20 +1,26 @@
-"""The client-side call that starts and wakes rollback workflows, shared by the intake and
-``rollbackctl`` (connections come from ``worker.config.TemporalConfig``).
+"""The client-side calls that start, wake and steer rollback workflows, shared by the intake
+(adoptions, the control annotation) and ``rollbackctl`` (connections come from
+``worker.config.TemporalConfig``).
 
 ``observe``/``reopen`` use signal-with-start: signalling an owner whose workflow has finished
 starts its next run (the next turn, a reopen, a new recommendation) under the same ID.
+``cancel``/``reopen`` first read the workflow's state and raise ``ControlRefusedError`` when the
+signal would change nothing, so callers can say so instead of reporting a success.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.activity_api import OwnerRef
 from workflows.fingerprint import Recommendation
+from workflows.machine import RollbackState
 from workflows.rollback import (
+    CancelSignal,
     ObserveSignal,
     ReopenSignal,
     RollbackInput,
@@ -62,3 +68,50 @@ async def observe(
         static_summary=f"Rollback monitoring of {owner}",
         rpc_timeout=rpc_timeout,
     )
+
+
+class ControlRefusedError(Exception):
+    """The workflow would do nothing with this control; the message says why."""
+
+
+async def state_of(client: Client, owner: OwnerRef) -> tuple[bool, RollbackState | None]:
+    """(running, state) of the owner's newest run; ``ControlRefusedError`` when it has none."""
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    try:
+        info = await handle.describe()
+        state = await handle.query(RollbackWorkflow.status)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise ControlRefusedError(f"no rollback attempt recorded for {owner}") from None
+        raise
+    return info.status is WorkflowExecutionStatus.RUNNING, state
+
+
+async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
+    """Signal ``cancel`` to the running attempt (no query: it needs no worker to be up)."""
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    try:
+        info = await handle.describe()
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise ControlRefusedError(f"no rollback attempt recorded for {owner}") from None
+        raise
+    if info.status is not WorkflowExecutionStatus.RUNNING:
+        status = info.status.name.lower() if info.status else "unknown"
+        raise ControlRefusedError(
+            f"no attempt is running for {owner} ({status}): nothing to cancel"
+        )
+    await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason=reason))
+
+
+async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> RollbackState:
+    """Reopen monitoring of the owner's current recommendation (from its last run) when the
+    workflow would act on it; returns the state before the signal."""
+    running, state = await state_of(client, owner)
+    if state is None:
+        raise ControlRefusedError(f"{owner} has no recorded state to reopen")
+    refusal = state.reopen_refusal(running=running)
+    if refusal is not None:
+        raise ControlRefusedError(f"{owner} cannot be reopened ({state.mode}): {refusal}")
+    await observe(client, task_queue, owner, state.recommendation, trigger=Trigger.REOPEN)
+    return state

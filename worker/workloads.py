@@ -9,7 +9,9 @@ controller reference, for an owner its labels and the rollback-state annotation 
   ReplicaSet itself, and a kind whose informer has not synced yet has nothing to answer from.
 - A kind the API server does not serve (Argo Rollouts, KubeAI or Strimzi not installed) is
   ``absent`` (``worker.informer``): nothing of it exists, so a miss there is a miss, not a GET.
-- ``on_deleted`` hears of each owner that goes away, so per-owner bookkeeping stays bounded.
+- ``on_owner`` hears of each owner event (the intake forgets deleted owners and carries out the
+  control annotation); ``on_change`` of each change to what the cache holds (the policy status
+  is recomputed then, not on every event).
 
 Cost: one watch per kind (10), and per cached object a few hundred bytes plus its state
 annotation (measured in ``bench``, "burst"). RBAC: list and watch on each kind (``deploy/base``).
@@ -17,7 +19,7 @@ annotation (measured in ``bench``, "burst"). RBAC: list and watch on each kind (
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
@@ -26,19 +28,25 @@ from activities.lookup import OwnerLookup
 from activities.owners import INTERMEDIATE, OWNER_KINDS, controller_of
 from worker.informer import BadObjectHandler, Informer
 from workflows.activity_api import OwnerRef
-from workflows.contract import ROLLBACK_STATE_ANNOTATION, Obj, WorkloadKind
+from workflows.contract import CONTROL_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Obj, WorkloadKind
 
 
 def _view(obj: Obj) -> Obj:
     """What the intake reads of a workload, in the object's own shape (``read_state`` and
-    ``controller_of`` work on it): name, labels, the rollback state, the controller."""
+    ``controller_of`` work on it): name, labels, the rollback state and control annotations,
+    the controller."""
     meta = obj.get("metadata") or {}
     view: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace")}
     if meta.get("labels"):
         view["labels"] = meta["labels"]
-    state = (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
-    if state is not None:
-        view["annotations"] = {ROLLBACK_STATE_ANNOTATION: state}
+    annotations = meta.get("annotations") or {}
+    kept = {
+        k: annotations[k]
+        for k in (ROLLBACK_STATE_ANNOTATION, CONTROL_ANNOTATION)
+        if k in annotations
+    }
+    if kept:
+        view["annotations"] = kept
     ref = controller_of(obj)
     if ref is not None:
         view["ownerReferences"] = [
@@ -54,11 +62,12 @@ class WorkloadCache(OwnerLookup):
         self,
         core: CoreV1Api,
         custom: CustomObjectsApi,
-        on_deleted: Callable[[OwnerRef], None] = lambda owner: None,
+        on_owner: Callable[[str, OwnerRef, Obj], None] = lambda *_: None,
         on_bad_object: BadObjectHandler | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(core, custom)
-        self.on_deleted = on_deleted
+        self.on_owner = on_owner
         self.owners: dict[WorkloadKind, Informer] = {}
         self.parents: dict[str, Informer] = {}
         for kind, where in OWNER_KINDS.items():
@@ -68,6 +77,7 @@ class WorkloadCache(OwnerLookup):
                 self._owner_event(kind),
                 on_bad_object=on_bad_object,
                 project=_view,
+                on_change=on_change,
             )
         for parent, (group, version, plural) in INTERMEDIATE.items():
             if parent == "Job":  # a Job is an owner kind as well: one informer serves both
@@ -92,13 +102,17 @@ class WorkloadCache(OwnerLookup):
 
     def _owner_event(self, kind: WorkloadKind) -> Callable[[str, Obj, bool], None]:
         def handle(event: str, obj: Obj, initial: bool) -> None:
-            if event == "DELETED":
-                meta = obj["metadata"]
-                self.on_deleted(
-                    OwnerRef(namespace=meta.get("namespace") or "", kind=kind, name=meta["name"])
-                )
+            meta = obj["metadata"]
+            owner = OwnerRef(namespace=meta.get("namespace") or "", kind=kind, name=meta["name"])
+            self.on_owner(event, owner, obj)
 
         return handle
+
+    def views(self) -> Iterator[tuple[OwnerRef, Obj]]:
+        """Every owner the watches know, with its view (a snapshot per kind: thread-safe)."""
+        for kind, informer in self.owners.items():
+            for (namespace, name), view in informer.cache.copy().items():
+                yield OwnerRef(namespace=namespace, kind=kind, name=name), view
 
     def get(self, owner: OwnerRef) -> Obj | None:
         informer = self.owners[owner.kind]

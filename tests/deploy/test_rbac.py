@@ -19,10 +19,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation, KubernetesActivities
 from sim.apiserver import KubeEmulator, Request, _resource_parts
-from tests.activity.builders import NS, node, pod, policy
+from tests.activity.builders import NS, node, owner, pod, policy
 from tests.activity.test_kubernetes_activities import ALL_KINDS, REC, _pods_for
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
+from tests.intake.test_intake import eventually
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
 from worker.kube import api_client
@@ -36,7 +37,7 @@ from workflows.activity_api import (
     RollBackInput,
     SampleCohortInput,
 )
-from workflows.contract import EventReason, Mode, RollbackTarget, WorkloadKind
+from workflows.contract import CONTROL_ANNOTATION, EventReason, Mode, RollbackTarget, WorkloadKind
 from workflows.state import OwnerState, ResourceSnapshot
 
 Rule = dict[str, Any]
@@ -161,7 +162,18 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
             CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, queue, loop
         )
         api.store.create(pod("bad", {"app": "web"}, annotations={REC.requests_key or "": "{oops"}))
+        api.store.create(policy())
+        for kind in ALL_KINDS:  # a control annotation on each kind: carried out, then removed
+            api.store.create(owner(kind))
+            where = api.store.rtype(kind)
+            api.store.patch(
+                where, NS, "web", {"metadata": {"annotations": {CONTROL_ANNOTATION: "cancel"}}},
+                "application/merge-patch+json",
+            )  # fmt: skip
         await asyncio.to_thread(intake.start)
+        await eventually(lambda: intake.stats["controls"] == len(ALL_KINDS))
+        await eventually(lambda: not intake.pending)
+        await eventually(lambda: intake.status.writes == 1)  # the policy status
         await asyncio.to_thread(intake.stop)
         assert intake.stats["malformed"] == 1
         elector = LeaderElector(
@@ -189,4 +201,6 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
         ("create", "leases"),
         ("update", "intake"),
         ("create", "events"),
+        ("patch", "status"),
+        ("patch", "web"),
     } <= verbs

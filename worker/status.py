@@ -1,0 +1,216 @@
+"""The policy status writer: keeps each policy's ``status`` true, and cheap.
+
+It runs in the intake, so only the elected leader writes. What a status says is decided by
+``workflows.policy_status`` from what the intake's watches already hold (the policies, and every
+owner's labels and stored rollback state from ``worker.workloads``), so computing it costs no
+API request, and a restarted intake computes the status it left. It recomputes when a watch
+reports a change to what it caches (``changed``), at most once every ``STATUS_PERIOD`` seconds,
+and PATCHes ``/status`` only for the policies whose status differs from the stored one: at most
+one write per policy per period, whatever the number of workloads (``bench``, "status").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kubernetes.client import CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from activities.lookup import read_state
+from activities.writes import MERGE_PATCH, transient
+from workflows.activity_api import OwnerRef
+from workflows.contract import API_GROUP, API_VERSION, ROLLBACK_STATE_ANNOTATION, Obj
+from workflows.policy import AnyPolicy
+from workflows.policy_status import (
+    PolicyStatus,
+    Workload,
+    invalid_status,
+    status_of,
+    tally,
+)
+from workflows.selection import PolicyIndex, WorkloadRef
+from workflows.state import OwnerState, PolicyRef
+
+log = logging.getLogger(__name__)
+
+STATUS_PERIOD = 2.0  # seconds between two recomputations (and so between two writes of one policy)
+PLURALS = {"RollbackPolicy": "rollbackpolicies", "ClusterRollbackPolicy": "clusterrollbackpolicies"}
+
+
+@dataclass
+class Known:
+    """A policy as its watch last showed it: the model (None when invalid), the stored status."""
+
+    ref: PolicyRef
+    policy: AnyPolicy | None
+    generation: int | None
+    stored: PolicyStatus | None
+    error: str | None = None
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        custom: CustomObjectsApi,
+        owners: Callable[[], Iterable[tuple[OwnerRef, Obj]]],
+        period: float = STATUS_PERIOD,
+    ) -> None:
+        self.custom, self.owners, self.period = custom, owners, period
+        self.writes = 0  # status PATCHes sent
+        self.passes = 0  # recomputations
+        self._policies: dict[str, Known] = {}
+        self._states: dict[str, tuple[str, OwnerState | None]] = {}  # parsed once per change
+        self._lock = threading.Lock()
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- what the intake's watches report ---------------------------------------------------
+
+    def policy_seen(self, obj: Obj, policy: AnyPolicy | None, error: str | None = None) -> None:
+        meta = obj["metadata"]
+        ref = _ref(obj)
+        with self._lock:
+            self._policies[str(ref)] = Known(
+                ref, policy, meta.get("generation"), PolicyStatus.read(obj.get("status")), error
+            )
+        self.changed()
+
+    def status_seen(self, obj: Obj) -> None:
+        """Only the policy's status changed (most likely by this writer)."""
+        with self._lock:
+            known = self._policies.get(str(_ref(obj)))
+            if known is not None:
+                known.stored = PolicyStatus.read(obj.get("status"))
+        self.changed()
+
+    def policy_gone(self, obj: Obj) -> None:
+        with self._lock:
+            self._policies.pop(str(_ref(obj)), None)
+        self.changed()
+
+    def changed(self) -> None:
+        self._dirty.set()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> StatusWriter:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="policy-status", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait()
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            try:
+                self.sync()
+            except Exception:  # a bug here must not stop the statuses for good
+                log.exception("policy status: recomputation failed; retrying")
+                self._dirty.set()
+            self._stop.wait(self.period)
+
+    # --- one pass -----------------------------------------------------------------------------
+
+    def sync(self, now: datetime | None = None) -> int:
+        """Recompute every policy's status and write the ones that changed; returns the count."""
+        now = now or datetime.now(UTC)
+        self.passes += 1
+        with self._lock:
+            known = list(self._policies.values())
+        index = PolicyIndex()
+        for k in known:
+            if k.policy is not None:
+                index.upsert(k.policy)
+        counts = tally(index, self._workloads())
+        written = 0
+        for k in known:
+            key = str(k.ref)
+            if k.policy is not None:
+                status = status_of(k.policy, counts.get(key), k.stored, now)
+            else:
+                status = invalid_status(
+                    k.error or "invalid", k.generation, counts.get(key), k.stored, now
+                )
+            if status != k.stored and self._write(k, status):
+                written += 1
+        return written
+
+    def _workloads(self) -> list[Workload]:
+        found, seen = [], set()
+        for owner, view in self.owners():
+            meta = view["metadata"]
+            key = str(owner)
+            seen.add(key)
+            found.append(
+                Workload(
+                    WorkloadRef(owner.kind, owner.namespace, owner.name, meta.get("labels") or {}),
+                    self._state(key, view),
+                )
+            )
+        for gone in set(self._states) - seen:
+            del self._states[gone]
+        return found
+
+    def _state(self, key: str, view: Obj) -> OwnerState | None:
+        raw = (view["metadata"].get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+        if raw is None:
+            self._states.pop(key, None)
+            return None
+        cached = self._states.get(key)
+        if cached is None or cached[0] != raw:
+            state, _ = read_state(view)  # unreadable: no state to count
+            cached = self._states[key] = (raw, state)
+        return cached[1]
+
+    def _write(self, known: Known, status: PolicyStatus) -> bool:
+        ref, body = known.ref, {"status": status.body()}
+        plural = PLURALS[ref.kind]
+        try:
+            if ref.namespace is not None:
+                self.custom.patch_namespaced_custom_object_status(
+                    API_GROUP, API_VERSION, ref.namespace, plural, ref.name, body,
+                    _content_type=MERGE_PATCH,
+                )  # fmt: skip
+            else:
+                self.custom.patch_cluster_custom_object_status(
+                    API_GROUP, API_VERSION, plural, ref.name, body, _content_type=MERGE_PATCH
+                )
+        except Exception as exc:
+            if isinstance(exc, ApiException) and exc.status == 404:
+                return False  # deleted meanwhile: its watch will say so
+            if transient(exc):
+                log.warning("policy status: writing %s failed (%s), retrying", ref, exc)
+                self._dirty.set()
+                return False
+            # Refused for good (a schema or RBAC problem): said once, not retried until the
+            # status changes again.
+            log.error("policy status: the API server refused the status of %s: %s", ref, exc)
+            with self._lock:
+                known.stored = status
+            return False
+        self.writes += 1
+        with self._lock:
+            if self._policies.get(str(ref)) is known:
+                known.stored = status  # not rewritten before the watch shows it
+        log.debug("policy status: %s updated", ref)
+        return True
+
+
+def _ref(obj: Obj) -> PolicyRef:
+    meta, kind = obj["metadata"], obj.get("kind", "")
+    namespace = (meta.get("namespace") or "default") if kind == "RollbackPolicy" else None
+    return PolicyRef(kind=kind, namespace=namespace, name=meta["name"])
