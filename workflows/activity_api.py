@@ -44,12 +44,13 @@ class PolicySettings(PolicyBehaviour):
     model_config = ConfigDict(extra="ignore")  # a payload written by a newer version still loads
 
     ref: PolicyRef
+    observe_only: bool = False  # the policy's observe-only annotation: decide, report, act not
 
     @classmethod
     def of(cls, policy: AnyPolicy) -> PolicySettings:
         spec = policy.spec
         fields = {name: getattr(spec, name) for name in PolicyBehaviour.model_fields}
-        return cls(ref=PolicyRef.of(policy), **fields)
+        return cls(ref=PolicyRef.of(policy), observe_only=policy.observe_only, **fields)
 
 
 # --- load_owner ------------------------------------------------------------------------------

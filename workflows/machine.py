@@ -283,13 +283,17 @@ class Record:
 
 @dataclass(frozen=True)
 class RollBack:
+    """Publish the rollback (``observe_only``: nothing is written; the shell reports it)."""
+
     target: RollbackTarget
     resources: ResourceSnapshot | None
+    observe_only: bool = False
 
 
 @dataclass(frozen=True)
 class Reapply:
     recommendation: Recommendation
+    observe_only: bool = False  # nothing was rolled back, so there is nothing to re-apply
 
 
 @dataclass(frozen=True)
@@ -654,23 +658,39 @@ def _evaluate(
                 )
             ],
         )
-    message = (
-        f"{what} on recommendation {state.fingerprint} ({tally});"
-        f" restoring {policy.rollback_target}"
-    )
-    rolling = _transition(
-        state, now, Mode.ROLLING_BACK, failure_reason=reason, failure_message=message
-    )
     resources = (
         state.last_successful if policy.rollback_target is RollbackTarget.LAST_SUCCESSFUL else None
+    )
+    restore = f"{policy.rollback_target}" + (f" ({_describe(resources)})" if resources else "")
+    action = (
+        f"observe-only policy: would roll back to {restore}; nothing written"
+        if policy.observe_only
+        else f"restoring {restore}"
+    )
+    message = f"{what} on recommendation {state.fingerprint} ({tally}); {action}"
+    rolling = _transition(
+        state, now, Mode.ROLLING_BACK, failure_reason=reason, failure_message=message
     )
     return Decision(
         rolling,
         [
             Record(EventReason.ROLLING_BACK_STARTED, message, warning=True),
-            RollBack(policy.rollback_target, resources),
+            RollBack(policy.rollback_target, resources, observe_only=policy.observe_only),
         ],
     )
+
+
+def _describe(snapshot: ResourceSnapshot) -> str:
+    """``app: requests memory=768Mi, limits memory=768Mi``, for messages."""
+    parts = []
+    for name, c in snapshot.containers.items():
+        kinds = [
+            f"{kind} " + ",".join(f"{k}={v}" for k, v in sorted(values.items()))
+            for kind, values in (("requests", c.requests), ("limits", c.limits))
+            if values
+        ]
+        parts.append(f"{name}: {'; '.join(kinds)}")
+    return ", ".join(parts)
 
 
 def _merge(previous: ResourceSnapshot | None, rec: Recommendation) -> ResourceSnapshot:
@@ -698,9 +718,8 @@ def _rolled_back(state: RollbackState, obs: RolledBack) -> Decision:
         backoff_ends_at=obs.now + wait,
         window_ends_at=None,
     )
-    message = (
-        f"Rolled back ({obs.result.message or 'applied'}); backing off {format_duration(wait)}"
-    )
+    done = "Would have rolled back" if state.policy.observe_only else "Rolled back"
+    message = f"{done} ({obs.result.message or 'applied'}); backing off {format_duration(wait)}"
     return Decision(backing_off, [Record(None, message)])
 
 
@@ -773,6 +792,6 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
         backed_off,
         [
             Record(EventReason.BACKOFF_TURN_COMPLETED, message, clear_rollback_recommendation=True),
-            Reapply(state.recommendation),
+            Reapply(state.recommendation, observe_only=policy.observe_only),
         ],
     )

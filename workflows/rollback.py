@@ -108,6 +108,9 @@ RETRY_BUDGET = timedelta(minutes=30)
 # A new attempt starts on the Worker Deployment's current version; a long window's
 # continue-as-new (the same attempt) keeps its pinned version.
 NEW_ATTEMPT = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+# What an observe-only policy's rollback and re-apply "did": no activity runs (README,
+# "Observe-only policies").
+OBSERVE_ONLY_RESULT = ActuationResult(message="observe-only: nothing written, nothing resized")
 
 SA_NAMESPACE = SearchAttributeKey.for_keyword(SearchAttribute.NAMESPACE)
 SA_WORKLOAD = SearchAttributeKey.for_keyword(SearchAttribute.WORKLOAD)
@@ -414,6 +417,10 @@ class RollbackWorkflow:
             match effect:
                 case Record():
                     await self._record(effect)
+                case RollBack(observe_only=True):
+                    follow = RolledBack(workflow.now(), OBSERVE_ONLY_RESULT)
+                case Reapply(observe_only=True):
+                    follow = Reapplied(workflow.now(), OBSERVE_ONLY_RESULT)
                 case RollBack():
                     result = await self._activity(
                         ROLL_BACK,

@@ -54,6 +54,7 @@ def policy(
     max_attempts: int = 2,
     reopen: bool = True,
     threshold: int = 80,
+    observe_only: bool = False,
 ) -> PolicySettings:
     return PolicySettings(
         ref=PolicyRef(kind="RollbackPolicy", namespace="shop", name="p"),
@@ -64,6 +65,7 @@ def policy(
             time_period=timedelta(minutes=1), multiply_by_turn=2, max_attempts=max_attempts
         ),
         enable_monitoring_reopen=reopen,
+        observe_only=observe_only,
     )
 
 
@@ -222,6 +224,32 @@ def test_oom_rolls_back_to_last_successful() -> None:
     assert record.warning
     assert isinstance(rollback, RollBack)
     assert rollback.target is RollbackTarget.LAST_SUCCESSFUL and rollback.resources == GOOD
+
+
+def test_observe_only_decides_and_reports_the_same_but_acts_not() -> None:
+    acting = end_window(monitoring(), sample(2, oomKilled=3))
+    watching = end_window(monitoring(policy(observe_only=True)), sample(2, oomKilled=3))
+    assert watching.state.mode is acting.state.mode is Mode.ROLLING_BACK
+    assert watching.state.failure_reason is acting.state.failure_reason
+    record, rollback = watching.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.ROLLING_BACK_STARTED
+    assert "would roll back to lastSuccessful (app: requests memory=1Gi)" in record.message
+    assert "nothing written" in record.message
+    assert isinstance(rollback, RollBack) and rollback.observe_only
+    acted = acting.effects[1]
+    assert isinstance(acted, RollBack) and not acted.observe_only
+    assert "restoring lastSuccessful (app: requests memory=1Gi)" in acting.effects[0].message  # type: ignore[union-attr]
+    backing_off = decide(watching.state, RolledBack(T0, ActuationResult(message="observe-only")))
+    assert backing_off.state.mode is Mode.BACKING_OFF
+    (note,) = backing_off.effects
+    assert isinstance(note, Record) and note.message.startswith("Would have rolled back")
+    over = decide(
+        backing_off.state,
+        BackoffOver(T0 + timedelta(hours=1), ResolvePolicyResult(policy=policy(observe_only=True))),
+    )
+    assert over.state.mode is Mode.BACKED_OFF
+    reapply = over.effects[1]
+    assert isinstance(reapply, Reapply) and reapply.observe_only
 
 
 def test_threshold_not_met_without_unhealthy_pods() -> None:

@@ -1,0 +1,267 @@
+"""Policy status, the control annotation and observe-only policies, end to end: the simulated
+cluster over HTTP, the real worker (a child process), the real intake, the real Temporal dev
+server. One world, one namespace per story, so the stories run side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.scenario import Apply, Scenario, Step, World
+from worker.config import IntakeConfig, KubeConfig, TemporalConfig
+from worker.process import IntakeService
+from workflows.contract import (
+    CONTROL_ANNOTATION,
+    OBSERVE_ONLY_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+    EventReason,
+)
+
+Obj = dict[str, Any]
+
+
+def deployment(namespace: str, name: str = "api", replicas: int = 2) -> Obj:
+    labels = {"app": name}
+    return {
+        "manifest": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "app",
+                                "image": "shop/api:1",
+                                "resources": {
+                                    "requests": {"memory": "1Gi"},
+                                    "limits": {"memory": "1Gi"},
+                                },
+                            }
+                        ]
+                    },
+                },
+            },
+        },
+        "behaviour": {"app": {"workingSet": "600Mi", "startup": 0.2}},
+    }
+
+
+def rollback_policy(namespace: str, *, annotations: Obj | None = None, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+        "kind": "RollbackPolicy",
+        "metadata": {"name": "policy", "namespace": namespace, "annotations": annotations or {}},
+        "spec": {
+            "monitoringPeriod": "2s",
+            "rollbackTarget": "manifest",
+            "adoptionThresholdPercent": 100,
+            "backoff": {"timePeriod": "3s", "multiplyByTurn": 1, "maxAttempts": 1},
+        }
+        | spec,
+    }
+
+
+SCENARIO = Scenario.model_validate(
+    {
+        "name": "policy-status",
+        "workloads": [
+            deployment("ok"),
+            deployment("oom"),
+            deployment("watch"),
+            deployment("ctl"),
+            deployment("none"),
+        ],
+        "policies": [
+            rollback_policy("ok"),
+            rollback_policy("oom"),
+            rollback_policy("watch", annotations={OBSERVE_ONLY_ANNOTATION: "true"}),
+            rollback_policy("ctl", monitoringPeriod="1h"),
+            rollback_policy("none", scope={"labelSelector": {"matchLabels": {"app": "other"}}}),
+        ],
+    }
+)
+FITS = {"app": {"memory": "768Mi"}}  # above the 600Mi working set: healthy
+OOMS = {"app": {"memory": "256Mi"}}  # below it: OOMKilled
+
+
+@pytest.fixture(scope="module")
+async def world() -> AsyncIterator[World]:
+    with tempfile.TemporaryDirectory(prefix="rollback-status-") as tmp:
+        w = World(SCENARIO, lambda line: None, Path(tmp))
+        try:
+            await w.start()
+            yield w
+        finally:
+            await w.stop()
+
+
+async def until(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition never held")
+        await asyncio.sleep(0.1)
+
+
+def status(world: World, namespace: str) -> Obj:
+    store = world.api.store
+    return store.get(store.rtype("RollbackPolicy"), namespace, "policy").get("status") or {}
+
+
+def condition(world: World, namespace: str, kind: str) -> Obj:
+    found = [c for c in status(world, namespace).get("conditions", []) if c["type"] == kind]
+    return found[0] if found else {}
+
+
+def owner(world: World, namespace: str) -> Obj:
+    store = world.api.store
+    return store.get(store.rtype("Deployment"), namespace, "api")
+
+
+def state(world: World, namespace: str) -> Obj:
+    raw = (owner(world, namespace)["metadata"].get("annotations") or {}).get(
+        ROLLBACK_STATE_ANNOTATION
+    )
+    return json.loads(raw) if raw else {}
+
+
+def events(world: World, namespace: str, reason: EventReason) -> list[Obj]:
+    return [e for e in world.api.store.items("Event", namespace) if e.get("reason") == reason]
+
+
+async def apply(world: World, namespace: str, requests: Obj) -> None:
+    await world.run_step(
+        Step(
+            apply=Apply(workload=f"{namespace}/Deployment/api", requests=requests, limits=requests)
+        )
+    )
+
+
+def annotate(world: World, namespace: str, value: str) -> None:
+    store = world.api.store
+    store.patch(
+        store.rtype("Deployment"),
+        namespace,
+        "api",
+        {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}},
+        "application/merge-patch+json",
+    )
+
+
+async def test_status_follows_success_rollback_failure_and_no_match(world: World) -> None:
+    # Every policy gets a status; the one that selects nothing says so.
+    await until(lambda: all(status(world, ns) for ns in ("ok", "oom", "watch", "ctl", "none")))
+    none = condition(world, "none", "WorkloadsMatched")
+    assert none["status"] == "False" and none["reason"] == "NoMatchingWorkloads"
+    assert condition(world, "none", "Ready")["status"] == "True"
+    matched = condition(world, "ok", "WorkloadsMatched")
+    assert matched["status"] == "True" and "applies to 1" in matched["message"]
+    assert status(world, "ok")["observedGeneration"] == 1
+
+    await apply(world, "ok", FITS)
+    await apply(world, "oom", OOMS)
+    # A rollback: the workload counts as active while it rolls back and backs off ...
+    await until(lambda: state(world, "oom").get("mode") == "backingOff")
+    await until(lambda: status(world, "oom").get("activeTrackedWorkloads") == 1)
+    # ... then as failed once the backoff is exhausted, with the reason in lastErrorSummary.
+    await until(lambda: state(world, "oom").get("mode") == "failedPermanent")
+    final = await until(lambda: (s := status(world, "oom")).get("failedWorkloads") == 1 and s)
+    assert final["activeTrackedWorkloads"] == 0
+    assert "oom/Deployment/api" in final["lastErrorSummary"]
+    assert "oomKilled" in final["lastErrorSummary"]
+    # The success: nothing active, nothing failed, no problem to report.
+    await until(lambda: state(world, "ok").get("mode") == "monitoringSucceeded")
+    ok = await until(lambda: (s := status(world, "ok")).get("activeTrackedWorkloads") == 0 and s)
+    assert ok["failedWorkloads"] == 0 and "lastErrorSummary" not in ok
+
+
+async def test_status_survives_an_intake_restart_without_a_write(world: World) -> None:
+    await until(lambda: state(world, "oom").get("mode") == "failedPermanent")
+    await until(lambda: status(world, "oom").get("failedWorkloads") == 1)
+    await asyncio.sleep(2.5)  # any write still due has been made
+    before = {ns: status(world, ns) for ns in ("ok", "oom", "watch", "ctl", "none")}
+    assert world.intake is not None
+    await asyncio.to_thread(world.intake.stop)
+    temporal = TemporalConfig.at(world.temporal.address, world.task_queue)
+    kube = KubeConfig(url=world.api.url)
+    world.intake = IntakeService(
+        await temporal.connect(),
+        kube.client(),
+        IntakeConfig(temporal, kube, identity="restarted"),
+        lease_duration=3.0,
+    ).start()
+    restarted = world.intake.intake
+    await until(lambda: restarted.status.passes >= 1)
+    assert restarted.status.sync() == 0  # it computes the status it found: nothing to write
+    assert restarted.status.writes == 0
+    assert {ns: status(world, ns) for ns in before} == before
+
+
+async def test_observe_only_reports_the_rollback_it_would_make_and_changes_nothing(
+    world: World,
+) -> None:
+    await apply(world, "watch", OOMS)
+    backing_off = await until(
+        lambda: (s := state(world, "watch")).get("mode") == "backingOff" and s
+    )
+    assert [h["mode"] for h in backing_off["history"]] == [
+        "monitoring",
+        "rollingBack",
+        "backingOff",
+    ]
+    assert "would roll back to manifest" in backing_off["failureMessage"]
+    assert backing_off["failureReason"] == "oomKilled"
+    (event,) = await until(lambda: events(world, "watch", EventReason.ROLLING_BACK_STARTED))
+    assert "would roll back to manifest" in event["message"]
+    await until(lambda: state(world, "watch").get("mode") == "failedPermanent")
+    annotations = owner(world, "watch")["metadata"].get("annotations") or {}
+    assert ROLLBACK_REQUESTS_ANNOTATION not in annotations  # no rollback was published
+    for pod in world.api.store.items("Pod", "watch"):  # and every pod still runs the cut
+        (container,) = pod["spec"]["containers"]
+        assert container["resources"]["requests"]["memory"] == "256Mi"
+    assert condition(world, "watch", "Ready")["reason"] == "Valid"
+    assert "observe-only" in condition(world, "watch", "Ready")["message"]
+    await until(lambda: status(world, "watch").get("failedWorkloads") == 1)
+
+
+async def test_control_annotation_cancels_and_reopens_exactly_once(world: World) -> None:
+    await apply(world, "ctl", FITS)
+    await until(lambda: state(world, "ctl").get("mode") == "monitoring")
+    await until(lambda: status(world, "ctl").get("activeTrackedWorkloads") == 1)
+
+    annotate(world, "ctl", "cancel")
+    await until(lambda: state(world, "ctl").get("mode") == "cancelled")
+    await until(lambda: CONTROL_ANNOTATION not in owner(world, "ctl")["metadata"]["annotations"])
+    await until(lambda: status(world, "ctl").get("activeTrackedWorkloads") == 0)
+
+    annotate(world, "ctl", "reopen")
+    await until(lambda: state(world, "ctl").get("mode") == "monitoring")
+    await until(lambda: CONTROL_ANNOTATION not in owner(world, "ctl")["metadata"]["annotations"])
+
+    annotate(world, "ctl", "sideways")  # an unknown value: said on the owner, removed
+    (rejected,) = await until(lambda: events(world, "ctl", EventReason.CONTROL_REJECTED))
+    assert "unknown value 'sideways'" in rejected["message"]
+    await until(lambda: CONTROL_ANNOTATION not in owner(world, "ctl")["metadata"]["annotations"])
+
+    await asyncio.sleep(2)  # a duplicate would have shown by now
+    assert len(events(world, "ctl", EventReason.MONITORING_CANCELLED)) == 1
+    started = events(world, "ctl", EventReason.MONITORING_STARTED)
+    assert [e["message"].split(" ")[0] for e in started] == ["Monitoring", "Reopened"]
+    assert len(events(world, "ctl", EventReason.CONTROL_REJECTED)) == 1
+    modes = [h["mode"] for h in state(world, "ctl")["history"]]
+    assert modes == ["monitoring", "cancelled", "monitoring"]
