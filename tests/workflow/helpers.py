@@ -43,6 +43,7 @@ def settings(
     max_attempts: int = 2,
     threshold: int = 80,
     reopen: bool = True,
+    observe_only: bool = False,
 ) -> PolicySettings:
     return PolicySettings(
         ref=PolicyRef(kind="RollbackPolicy", namespace="shop", name="short"),
@@ -55,6 +56,7 @@ def settings(
             max_attempts=max_attempts,
         ),
         enable_monitoring_reopen=reopen,
+        observe_only=observe_only,
     )
 
 

@@ -2,7 +2,8 @@
 
 These are real histories from the scenarios of ``test_rollback_workflow.py`` (success, OOM over
 two turns to failedPermanent, threshold not met with a manifest rollback, lastSuccessful
-unavailable, cancel and reopen, supersede by a key change, continue-as-new, worker restarts).
+unavailable, cancel and reopen, supersede by a key change, continue-as-new, worker restarts, an
+observe-only policy).
 A change to the workflow that would break a running workflow after a deploy fails here.
 
 ``sampled-every-interval.*``: recorded before the ``final-sample-only`` patch, when a window was
@@ -29,11 +30,12 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 
 SCENARIOS = {"success", "oom-two-turns", "cancel-reopen", "supersede-key-change", "continue-as-new"}
+CURRENT_ONLY = {"observe-only"}  # paths added since the final-sample-only patch
 
 
 def test_histories_are_recorded() -> None:
     names = [p.name.split(".") for p in RECORDED]
-    assert {n[0] for n in names} >= SCENARIOS
+    assert {n[0] for n in names} >= SCENARIOS | CURRENT_ONLY
     assert {n[1] for n in names if n[0] == "sampled-every-interval"} >= SCENARIOS
 
 

@@ -142,6 +142,30 @@ async def test_oom_two_turns_then_failed_permanent(
     assert await check_replay(client, ref.workflow_id, "oom-two-turns") == 2
 
 
+async def test_observe_only_decides_the_same_and_writes_no_rollback(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    ref, owner = new_owner(
+        cluster,
+        settings(backoff=1.0, max_attempts=1, observe_only=True),
+        state_json=succeeded_before(),
+    )
+    owner.apply(OOM)
+    result = await (await observe(client, task_queue, ref, OOM)).result()
+    assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.ROLLING_BACK_STARTED,
+        EventReason.BACKOFF_EXHAUSTED,
+    ]
+    message = next(m for r, m, _ in owner.events.values() if r == EventReason.ROLLING_BACK_STARTED)
+    assert "would roll back to lastSuccessful (app: requests memory=900Mi)" in message
+    assert not [e for e in owner.journal if e[0] in ("rollback", "reapply")]  # no activity ran
+    assert owner.rollback_annotation is None
+    assert all(p.recommendation == OOM for p in owner.pods)  # nothing resized
+    await check_replay(client, ref.workflow_id, "observe-only")
+
+
 async def test_adoption_below_threshold_rolls_back_to_manifest(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:
