@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kubernetes.client import ApiClient
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
-from cli import crds, ops
+from cli import crds, ops, policies
 from cli.explain import cmd_policy_explain, cmd_policy_validate
 from cli.ops import OpsError
 from worker import telemetry, versioning
@@ -85,7 +86,41 @@ def _ops(
         return 1
 
 
+def _kube(args: argparse.Namespace) -> ApiClient:
+    kube = KubeConfig.from_args(args)
+    if kube.simulated:
+        raise OpsError("policies live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url")
+    return kube.client()
+
+
+def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
+    try:
+        rows = policies.list_policies(_kube(args), args.namespace_filter)
+    except OpsError:
+        raise
+    except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
+        raise OpsError(f"cannot reach Kubernetes: {_first_line(exc)}") from None
+    kind = policies.ALIASES.get(args.resource)
+    return [r for r in rows if kind is None or r.kind == kind]
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+
+
 def cmd_get(args: argparse.Namespace) -> int:
+    if args.resource != "workloads":
+        try:
+            rows = _list_policies(args)
+        except OpsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if args.output == "json":
+            print(json.dumps([r.as_json() for r in rows], indent=2))
+        else:
+            print(policies.table(rows) if rows else "No rollback policies found.")
+        return 0
+
     async def action(client: Client, _: TemporalConfig) -> int:
         rows = await ops.get(client, args.namespace_filter, args.mode)
         if args.output == "json":
@@ -98,8 +133,11 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
+    if len(args.target) == 2 or args.target[0] in policies.ALIASES or args.target[0] == "policy":
+        return _describe_policy(args)
+
     async def action(client: Client, _: TemporalConfig) -> int:
-        owner = ops.parse_owner(args.owner)
+        owner = ops.parse_owner(args.target[0])
         status, state = await ops.describe(client, owner)
         cohort = None if state is None else await asyncio.to_thread(_live_cohort, args, state)
         if args.output == "json":
@@ -112,6 +150,39 @@ def cmd_describe(args: argparse.Namespace) -> int:
             print(ops.describe_text(owner, status, state, cohort))
         return 0
 
+    return _ops(args, action)
+
+
+def _describe_policy(args: argparse.Namespace) -> int:
+    """``describe rbp [NS/]NAME``, ``describe crbp NAME``, ``describe policy [NS/]NAME``."""
+    if len(args.target) != 2:
+        print("error: expected: describe rbp|crbp|policy [NAMESPACE/]NAME", file=sys.stderr)
+        return 1
+    alias, name = args.target
+    namespace, _, name = name.rpartition("/")
+    namespace = namespace or args.namespace_filter or "default"
+    kind = policies.ALIASES.get(alias)
+    if kind is None and alias != "policy":
+        print(f"error: unknown resource {alias!r}: rbp, crbp or policy", file=sys.stderr)
+        return 1
+    args.resource = alias
+
+    async def action(client: Client, _: TemporalConfig) -> int:
+        rows = await asyncio.to_thread(_list_policies, args)
+        found = [r for r in rows if r.name == name and (r.namespace in (None, namespace))]
+        if kind is None and len(found) == 1:
+            row = found[0]
+        else:
+            row = policies.find(found, kind or "RollbackPolicy", namespace, name)
+        tracked = await ops.tracked(client, policies.ref_text(row))
+        if args.output == "json":
+            doc = row.as_json() | {"tracked": [r.as_json() for r in tracked]}
+            print(json.dumps(doc, indent=2))
+        else:
+            print(policies.describe_text(row, tracked))
+        return 0
+
+    args.namespace_filter = None if kind == "ClusterRollbackPolicy" else namespace
     return _ops(args, action)
 
 
@@ -203,8 +274,19 @@ def _local(name: str) -> Handler:
 
 def _add_operations(sub: Any) -> None:
     """``get``, ``describe``, ``cancel``, ``reopen``: operations on workflows."""
-    listing = sub.add_parser("get", help="list workloads with their rollback mode, turn and policy")
+    listing = sub.add_parser(
+        "get",
+        help="list workloads with their rollback mode, turn and policy; or the policies",
+    )
+    listing.add_argument(
+        "resource",
+        nargs="?",
+        default="workloads",
+        choices=["workloads", "policies", *policies.ALIASES],
+        help="workloads (default, from Temporal) or policies (from the cluster: rbp, crbp)",
+    )
     add_temporal_flags(listing)
+    add_kube_flags(listing, serving=False)
     listing.add_argument(
         "-n", "--namespace", dest="namespace_filter", help="only this Kubernetes namespace"
     )
@@ -219,10 +301,20 @@ def _add_operations(sub: Any) -> None:
     ):
         cmd = sub.add_parser(name, help=text)
         add_temporal_flags(cmd)
-        cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
         if name == "describe":
+            cmd.add_argument(
+                "target",
+                nargs="+",
+                metavar="NAMESPACE/KIND/NAME | rbp|crbp [NAMESPACE/]NAME",
+                help="a workload, or a policy (with the workloads it tracks)",
+            )
+            cmd.add_argument(
+                "-n", "--namespace", dest="namespace_filter", help="a policy's namespace"
+            )
             cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
             add_kube_flags(cmd, serving=False)
+        else:
+            cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
         if name == "cancel":
             cmd.add_argument("--reason", default="cancelled with rollbackctl")
         cmd.set_defaults(handler=handler)

@@ -25,7 +25,7 @@ from temporalio.service import RPCError
 from activities.kubernetes import KubernetesActivities
 from worker import temporal as control
 from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
-from workflows.contract import SearchAttribute, WorkloadKind
+from workflows.contract import Mode, SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME, RollbackWorkflow
 
@@ -52,12 +52,17 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def list_query(namespace: str | None = None, mode: str | None = None) -> str:
+def list_query(
+    namespace: str | None = None, mode: str | None = None, policy: str | None = None
+) -> str:
     clauses = [f"WorkflowType = {_quote(WORKFLOW_NAME)}"]
-    if namespace:
-        clauses.append(f"{SearchAttribute.NAMESPACE} = {_quote(namespace)}")
-    if mode:
-        clauses.append(f"{SearchAttribute.MODE} = {_quote(mode)}")
+    for attribute, value in (
+        (SearchAttribute.NAMESPACE, namespace),
+        (SearchAttribute.MODE, mode),
+        (SearchAttribute.POLICY, policy),
+    ):
+        if value:
+            clauses.append(f"{attribute} = {_quote(value)}")
     return " AND ".join(clauses)
 
 
@@ -103,10 +108,16 @@ def _row(wf: WorkflowExecution) -> Row:
     )
 
 
-async def get(client: Client, namespace: str | None = None, mode: str | None = None) -> list[Row]:
-    """The newest run of each owner; ``mode`` filters on that run's mode."""
+async def get(
+    client: Client,
+    namespace: str | None = None,
+    mode: str | None = None,
+    policy: str | None = None,
+) -> list[Row]:
+    """The newest run of each owner; ``mode`` filters on that run's mode, ``policy`` on runs
+    under that policy (``RollbackPolicy/ns/name``)."""
     newest: dict[str, WorkflowExecution] = {}
-    async for wf in client.list_workflows(list_query(namespace)):
+    async for wf in client.list_workflows(list_query(namespace, policy=policy)):
         if wf.id not in newest or wf.start_time > newest[wf.id].start_time:
             newest[wf.id] = wf
     rows = [_row(wf) for wf in newest.values()]
@@ -154,6 +165,17 @@ async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> RollbackSt
         f"reopen sent to {owner.workflow_id}, but no new window opened within"
         f" {READ_BACK_SECONDS:.0f}s: is a worker polling the task queue {task_queue}?"
     )
+
+
+async def tracked(client: Client, policy: str) -> list[Row]:
+    """The workloads whose current attempt runs under ``policy`` (``RollbackPolicy/ns/name``):
+    running, or ended ``failedPermanent`` with no newer run under another policy."""
+    rows = [r for r in await get(client, policy=policy) if r.status == "Running"]
+    for r in await get(client, mode=Mode.FAILED_PERMANENT, policy=policy):
+        latest = await client.get_workflow_handle(r.workflow_id).describe()
+        if latest.start_time == r.started:
+            rows.append(r)
+    return sorted(rows, key=lambda r: (r.namespace, r.workload))
 
 
 def table(rows: list[Row]) -> str:

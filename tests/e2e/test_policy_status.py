@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cli.main import main
 from sim.scenario import Apply, Scenario, Step, World
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.process import IntakeService
@@ -68,6 +70,7 @@ def rollback_policy(namespace: str, *, annotations: Obj | None = None, **spec: A
             "rollbackTarget": "manifest",
             "adoptionThresholdPercent": 100,
             "backoff": {"timePeriod": "3s", "multiplyByTurn": 1, "maxAttempts": 1},
+            "weight": 0,  # the CRD's default, which a real API server fills in
         }
         | spec,
     }
@@ -265,3 +268,54 @@ async def test_control_annotation_cancels_and_reopens_exactly_once(world: World)
     assert len(events(world, "ctl", EventReason.CONTROL_REJECTED)) == 1
     modes = [h["mode"] for h in state(world, "ctl")["history"]]
     assert modes == ["monitoring", "cancelled", "monitoring"]
+
+
+async def rollbackctl(*argv: str) -> int:
+    """``rollbackctl`` in a thread (it runs its own event loop); the test's logging restored."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        return await asyncio.to_thread(main, list(argv))
+    finally:
+        root.handlers[:], root.level = handlers, level
+
+
+async def test_rollbackctl_shows_policies_as_kubectl_would(
+    world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await until(lambda: status(world, "oom").get("failedWorkloads") == 1)
+    await until(lambda: status(world, "ctl").get("activeTrackedWorkloads") == 1)
+    kube = ["--kube-url", world.api.url]
+    temporal = ["--address", world.temporal.address, "--task-queue", world.task_queue]
+
+    code = await rollbackctl("get", "policies", *kube)
+    out = capsys.readouterr().out
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split() == [
+        "KIND",
+        "NAMESPACE",
+        "NAME",
+        "READY",
+        "ACTIVE",
+        "FAILED",
+        "WEIGHT",
+        "AGE",
+    ]
+    rows = {line.split()[1]: line.split() for line in lines}
+    assert rows["oom"][3:7] == ["True", "0", "1", "0"]
+    assert rows["ctl"][3:7] == ["True", "1", "0", "0"]
+    assert len(rows) == 5
+
+    code = await rollbackctl("describe", "rbp", "oom/policy", *kube, *temporal)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Failed:       1" in out and "WorkloadsMatched=True (Matched)" in out
+    assert "Tracked workloads:\n  oom/Deployment/api  failedPermanent turn 1" in out
+
+    code = await rollbackctl("describe", "rbp", "policy", "-n", "ctl", *kube, *temporal)
+    out = capsys.readouterr().out
+    assert code == 0 and "  ctl/Deployment/api  monitoring turn 1" in out
+
+    code = await rollbackctl("describe", "rbp", "nope/policy", *kube, *temporal)
+    assert code == 1 and "RollbackPolicy nope/policy not found" in capsys.readouterr().err
