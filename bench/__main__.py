@@ -6,6 +6,8 @@ cost    one successful attempt per window length (20s, 5m, 1h at once on one dev
 memory  KiB per cached workflow, by workflow runner, each measured in a fresh process.
 burst   pods adopting at once through the intake (its own process, no worker): adoption ->
         workflow started p50/p99, signals per owner, intake requests, CPU and RSS.
+status  policy status writes while workloads adopt at once under a few policies (real worker and
+        intake): writes per transition, the most writes of one policy in any 2 s.
 P1      rollback workflows completed per second vs a floor workflow doing the same activities
         and timers, batches alternated and repeated, the work of sampled runs asserted equal
         from their histories; the ratio of the medians is the engine's overhead.
@@ -646,6 +648,84 @@ async def concurrent(workloads: int, lines: Lines) -> None:
             )
 
 
+# --- policy status --------------------------------------------------------------------------------
+
+
+async def status_writes(workloads: int, policies: int, lines: Lines) -> None:
+    """Policy status writes during a burst: every workload adopts at once under ``policies``
+    namespaced policies (one in ten OOMs: rollback, then failedPermanent), the real worker and
+    intake; status writes counted at the emulator against the transitions they summarise."""
+    with scratch_server() as server, tempfile.TemporaryDirectory() as tmp, KubeEmulator() as api:
+        writes: list[tuple[float, str]] = []
+
+        def on_write(kind: str, rtype: Any, obj: Obj) -> None:
+            if rtype.kind == "RollbackPolicy" and kind == "MODIFIED":
+                writes.append((time.monotonic(), obj["metadata"]["namespace"]))
+
+        api.store.listeners.append(on_write)
+        for p in range(policies):
+            api.store.create(_policy("policy", "2s", f"ns{p}"))
+        queue = "bench-status"
+        worker = WorkerProcess(server.address, queue, api.url, "annotations", Path(tmp) / "w.log")
+        worker.start()
+        client = await TemporalConfig.at(server.address).connect()
+        kube = api_client(url=api.url)
+        intake = Intake(
+            CoreV1Api(kube), CustomObjectsApi(kube), client, queue, asyncio.get_running_loop()
+        )
+        await asyncio.to_thread(intake.start)
+        await asyncio.sleep(3)  # the first statuses (nothing matched yet) are written
+        writes.clear()
+        began = time.monotonic()
+        for w in range(workloads):
+            _workload(api, f"ns{w % policies}", f"w{w}", 2, OOM if oom(w) else READY)
+        names = [(f"ns{w % policies}", f"w{w}") for w in range(workloads)]
+
+        def states() -> list[Obj]:
+            found = []
+            for ns, name in names:
+                meta = api.store.get(api.store.rtype("Deployment"), ns, name)["metadata"]
+                raw = (meta.get("annotations") or {}).get("rightsizing.kubex.ai/rollback-state")
+                found.append(json.loads(raw) if raw else {})
+            return found
+
+        while time.monotonic() - began < 300:
+            if all(Mode(s["mode"]).terminal for s in states() if s) and all(states()):
+                break
+            await asyncio.sleep(1)
+        await asyncio.sleep(2 * intake.status.period + 1)  # the last status is written
+        final = states()
+        transitions = sum(len(s.get("history", [])) for s in final)
+        statuses = [
+            api.store.get(api.store.rtype("RollbackPolicy"), f"ns{p}", "policy")["status"]
+            for p in range(policies)
+        ]
+        failed = sum(s.get("failedWorkloads", 0) for s in statuses)
+        active = sum(s.get("activeTrackedWorkloads", 0) for s in statuses)
+        passes = intake.status.passes
+        await asyncio.to_thread(intake.stop)
+        worker.stop()
+        busiest = max(
+            (sum(1 for t2, n2 in writes if n2 == n and t <= t2 < t + 2.0) for t, n in writes),
+            default=0,
+        )
+        expected_failed = sum(oom(w) for w in range(workloads))
+        assert (failed, active) == (expected_failed, 0), (failed, active, expected_failed)
+        say(
+            lines,
+            f"  {workloads} workloads adopting at once under {policies} policies: {transitions}"
+            f" transitions, {len(writes)} status writes = {len(writes) / transitions:.3f} per"
+            f" transition ({transitions / max(len(writes), 1):.1f}x fewer than a write per"
+            f" transition); at most {busiest} write(s) of one policy in any 2 s;"
+            f" {passes} recomputations in all",
+        )
+        say(
+            lines,
+            f"    final statuses right: failedWorkloads sum {failed} = the {expected_failed} OOM"
+            " workloads, activeTrackedWorkloads 0",
+        )
+
+
 # --- memory ---------------------------------------------------------------------------------------
 
 
@@ -916,7 +996,7 @@ def machine() -> str:
     return f"{cpus} cores ({model}), {mem} GiB, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
-SECTIONS = ("cost", "memory", "burst", "p4", "p2", "p1", "versioning", "sqlite", "p3")
+SECTIONS = ("cost", "memory", "burst", "status", "p4", "p2", "p1", "versioning", "sqlite", "p3")
 
 
 def main() -> int:
@@ -953,6 +1033,10 @@ def main() -> int:
     if "burst" in only:
         say(lines, "## Burst: pods adopting at once, through the intake")
         asyncio.run(burst(50 if quick else 5_000, 2, lines))
+        say(lines)
+    if "status" in only:
+        say(lines, "## Policy status: writes during a burst")
+        asyncio.run(status_writes(40 if quick else 200, 4 if quick else 10, lines))
         say(lines)
     if "p4" in only:
         say(lines, "## P4 policy resolution, index vs linear scan")
@@ -1022,7 +1106,17 @@ def merge_results(old: str, lines: Lines, stamp: str) -> str:
 
 
 # The order of the sections in RESULTS.md.
-HEADINGS = ("## Cost", "## Memory", "## Burst", "## P4", "## P2", "## P1", "## Worker", "## SQL")
+HEADINGS = (
+    "## Cost",
+    "## Memory",
+    "## Burst",
+    "## Policy status",
+    "## P4",
+    "## P2",
+    "## P1",
+    "## Worker",
+    "## SQL",
+)
 HEADINGS_AFTER = ("## P3", "## Hot-path")
 
 

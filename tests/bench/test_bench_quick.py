@@ -23,6 +23,7 @@ def test_quick_bench_prints_every_section() -> None:
         "## Cost",
         "## Memory",
         "## Burst",
+        "## Policy status",
         "## P4",
         "## P2",
         "## P1",
@@ -36,3 +37,4 @@ def test_quick_bench_prints_every_section() -> None:
     assert "same answers" in out.stdout  # the index and the linear scan agreed
     assert "(1 GET of the owner, 1 LIST of pods)" in out.stdout  # never a GET per pod
     assert "20/20 reached the right final mode" in out.stdout
+    assert "at most 1 write(s) of one policy in any 2 s" in out.stdout  # the writer's period
