@@ -67,8 +67,10 @@ from workflows.activity_api import OwnerRef, SampleCohortInput
 from workflows.contract import Mode, Obj, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.policy import ClusterRollbackPolicy, RollbackPolicy
+from workflows.policy_status import Workload, status_of, tally
 from workflows.rollback import RollbackInput, RollbackWorkflow
 from workflows.selection import PolicyIndex, WorkloadRef, resolve
+from workflows.state import OwnerState, PolicyRef
 
 RESULTS = Path(__file__).parent / "RESULTS.md"
 # Measured while building it (same machine); each is a change the numbers asked for.
@@ -88,6 +90,9 @@ HOT_PATH = [
     "- SQLite pragmas on the embedded dev server (WAL, synchronous=off): 2.3x the completed"
     " rollback workflows per second of the default journal (SQLite above; 1.65x to 1.9x in earlier"
     " runs on this machine).",
+    "- Policy status recomputation: each policy's name built once per pass instead of once per"
+    " matched owner (a pydantic model each time): 183 -> 46 ms for 5,000 owners x 101 policies"
+    " (Policy status above).",
     "- Informer stop through the socket's shutdown instead of close: intake stop went from up to 5s"
     " per informer (blocked reads) to milliseconds, which is what made leadership hand-over prompt.",
 ]
@@ -726,6 +731,39 @@ async def status_writes(workloads: int, policies: int, lines: Lines) -> None:
         )
 
 
+def status_pass(owners: int, policies: int, lines: Lines) -> None:
+    """One status recomputation (``workflows.policy_status``) over a large cluster: its cost is
+    what the intake's leader spends at most once per period while anything changes."""
+    index = PolicyIndex()
+    for p in range(policies):
+        index.upsert(RollbackPolicy.model_validate(_policy(f"p{p}", "5m", f"ns{p % 20}")))
+    index.upsert(ClusterRollbackPolicy.model_validate(_policy("all", "5m")))
+    now = datetime.now(UTC)
+    workloads = [
+        Workload(
+            WorkloadRef(WorkloadKind.DEPLOYMENT, f"ns{w % 20}", f"w{w}", {"app": f"w{w}"}),
+            OwnerState(
+                mode=Mode.FAILED_PERMANENT if oom(w) else Mode.MONITORING,
+                active_recommendation_fingerprint="f",
+                turn=1,
+                policy=PolicyRef(kind="ClusterRollbackPolicy", name="all"),
+                last_transition_time=now,
+            ),
+        )
+        for w in range(owners)
+    ]
+    began = time.perf_counter()
+    counts = tally(index, workloads)
+    for policy in index.candidates("ns0"):
+        status_of(policy, counts.get(str(PolicyRef.of(policy))), None, now)
+    took = time.perf_counter() - began
+    say(
+        lines,
+        f"  one recomputation over {owners} owners x {policies + 1} policies (20 namespaces):"
+        f" {took * 1000:.0f} ms ({took / owners * 1e6:.1f} us per owner)",
+    )
+
+
 # --- memory ---------------------------------------------------------------------------------------
 
 
@@ -1037,6 +1075,7 @@ def main() -> int:
     if "status" in only:
         say(lines, "## Policy status: writes during a burst")
         asyncio.run(status_writes(40 if quick else 200, 4 if quick else 10, lines))
+        status_pass(1_000 if quick else 5_000, 100, lines)
         say(lines)
     if "p4" in only:
         say(lines, "## P4 policy resolution, index vs linear scan")

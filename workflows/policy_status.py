@@ -95,17 +95,19 @@ class Tally:
 def tally(index: PolicyIndex, workloads: Iterable[Workload]) -> dict[str, Tally]:
     """Per policy (keyed ``str(PolicyRef)``): what it selects, wins and tracks."""
     found: dict[str, Tally] = defaultdict(Tally)
+    names: dict[int, str] = {}  # id(policy) -> its ref, built once per pass
     for w in workloads:
         matched = [p for p in index.candidates(w.ref.namespace) if mismatch(p, w.ref) is None]
         if matched:
-            winner = str(PolicyRef.of(min(matched, key=precedence_key)))
+            winner = min(matched, key=precedence_key)
             for p in matched:
-                t = found[str(PolicyRef.of(p))]
+                name = names.get(id(p)) or names.setdefault(id(p), str(PolicyRef.of(p)))
+                t = found[name]
                 t.selected += 1
-                if str(PolicyRef.of(p)) == winner:
+                if p is winner:
                     t.applies += 1
                 else:
-                    t.taken_by = winner
+                    t.taken_by = names.get(id(winner)) or str(PolicyRef.of(winner))
         state = w.state
         if state is None or state.policy is None:
             continue
