@@ -36,6 +36,7 @@ from temporalio import activity
 from activities.cohort import Tally, judge
 from activities.errors import classified
 from activities.lookup import OwnerLookup, read_state
+from activities.notify import NotificationConfig, Notifier
 from activities.owners import desired_replicas, manifest_resources
 from activities.resize import resize_pods
 from activities.writes import OwnerWriter
@@ -67,6 +68,14 @@ from workflows.contract import (
     RollbackTarget,
 )
 from workflows.fingerprint import MalformedRecommendationError, Resources
+from workflows.notify import (
+    ROUTE_NOTIFICATION,
+    SEND_NOTIFICATION,
+    Notification,
+    RouteResult,
+    SendInput,
+    SendResult,
+)
 from workflows.state import ResourceSnapshot
 
 log = logging.getLogger(__name__)
@@ -88,11 +97,21 @@ class KubernetesActivities:
         custom: CustomObjectsApi,
         actuation: Actuation = Actuation.ANNOTATIONS,
         instance: str | None = None,
+        notifications: NotificationConfig | None = None,
     ) -> None:
         self.core = core
         self.actuation = actuation
         self.lookup = OwnerLookup(core, custom)
         self.writer = OwnerWriter(core, custom, self.lookup, instance or socket.gethostname())
+        self.notifier = Notifier(notifications or NotificationConfig(), self.lookup, self.writer)
+
+    @activity.defn(name=ROUTE_NOTIFICATION)
+    def route_notification(self, input: Notification) -> RouteResult:
+        return self.notifier.route(input)
+
+    @activity.defn(name=SEND_NOTIFICATION)
+    def send_notification(self, input: SendInput) -> SendResult:
+        return self.notifier.send(input)
 
     @activity.defn(name=LOAD_OWNER)
     def load_owner(self, input: LoadOwnerInput) -> LoadOwnerResult:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
@@ -34,6 +35,7 @@ from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.runtime import Runtime
 
 from activities.kubernetes import Actuation
+from activities.notify import NotificationConfig
 from worker import telemetry
 from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.runner import MAX_CACHED_WORKFLOWS
@@ -278,6 +280,7 @@ class WorkerConfig:
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS
     # Worker Versioning (README, "Worker versioning"): None runs unversioned.
     deployment: WorkerDeploymentVersion | None = None
+    notifications: NotificationConfig = field(default_factory=NotificationConfig)
 
     @classmethod
     def from_args(
@@ -302,7 +305,19 @@ class WorkerConfig:
             parsed,
             max_cached,
             _deployment(args, env),
+            _notifications(args, env),
         )
+
+
+def _notifications(args: argparse.Namespace, env: Mapping[str, str]) -> NotificationConfig:
+    path = getattr(args, "notifications", None) or _env(env, "ROLLBACK_NOTIFICATIONS")
+    try:
+        return NotificationConfig.load(path)
+    except OSError as exc:
+        raise ConfigError(f"--notifications: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()
+        raise ConfigError(f"--notifications: {path}: {' '.join(first[:3])}") from None
 
 
 def _deployment(args: argparse.Namespace, env: Mapping[str, str]) -> WorkerDeploymentVersion | None:
@@ -345,6 +360,12 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
         "--max-cached-workflows",
         help="workflows kept in memory between tasks (about 110 KiB each; a waiting window needs"
         f" none) (ROLLBACK_MAX_CACHED_WORKFLOWS, default {MAX_CACHED_WORKFLOWS})",
+    )
+    group.add_argument(
+        "--notifications",
+        metavar="FILE",
+        help="notification receivers, YAML (ROLLBACK_NOTIFICATIONS; README, 'Notifications and"
+        " alerts'; default none)",
     )
 
 

@@ -26,6 +26,7 @@ from temporalio.common import MetricMeter
 from urllib3.util.retry import Retry
 
 from activities.kubernetes import Actuation, KubernetesActivities
+from activities.notify import NotificationConfig
 
 kube_config: Any = _kube_config  # the config loaders are untyped
 
@@ -121,5 +122,9 @@ def api_client(
     return KubeApiClient(configuration, metric_meter or MetricMeter.noop, read_timeout)
 
 
-def activities_for(client: ApiClient, actuation: Actuation) -> KubernetesActivities:
-    return KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client), actuation)
+def activities_for(
+    client: ApiClient, actuation: Actuation, notifications: NotificationConfig | None = None
+) -> KubernetesActivities:
+    return KubernetesActivities(
+        CoreV1Api(client), CustomObjectsApi(client), actuation, notifications=notifications
+    )

@@ -142,7 +142,9 @@ async def serve(
         health.ready("intake", service.ready)
     try:
         if worker is not None:
-            activities = activities_for(worker.kube.client(runtime), worker.actuation)
+            activities = activities_for(
+                worker.kube.client(runtime), worker.actuation, worker.notifications
+            )
             queue = worker.temporal.task_queue
             running = build_worker(
                 temporal, queue, activities, worker.max_cached_workflows, worker.deployment

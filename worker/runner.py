@@ -18,6 +18,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from workflows.notify import NotifyWorkflow
 from workflows.rollback import RollbackWorkflow
 
 
@@ -60,7 +61,7 @@ def build_worker(
     activities: object,
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
     deployment: WorkerDeploymentVersion | None = None,
-    workflows: Sequence[type] = (RollbackWorkflow,),
+    workflows: Sequence[type] = (RollbackWorkflow, NotifyWorkflow),
     **options: Any,
 ) -> Worker:
     """The worker; with ``deployment``, a version of a Worker Deployment whose workflows are

@@ -128,6 +128,7 @@ class EventReason(StrEnum):
     ATTEMPT_ABORTED = "RollbackAttemptAborted"
     POLICY_INVALID = "RollbackPolicyInvalid"
     CONTROL_REJECTED = "RollbackControlRejected"  # a control annotation that changed nothing
+    NOTIFICATION_FAILED = "RollbackNotificationFailed"  # a receiver never took a notification
     OBJECT_SKIPPED = "RollbackObjectSkipped"
 
 

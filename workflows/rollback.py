@@ -23,7 +23,13 @@ from typing import Any, TypeVar
 from pydantic import Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    RetryState,
+    WorkflowAlreadyStartedError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_api import (
@@ -74,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         initial_state,
         news_after_start,
     )
+    from workflows.notify import Notification, NotifyWorkflow, severity_of
     from workflows.state import CamelModel
     from workflows.wake import Sighting, Trigger
 
@@ -86,6 +93,7 @@ MAX_HISTORY_EVENTS = 10_000
 # Patch: a window is sampled at its end only (and when it opens if the baseline is unknown).
 # Runs recorded before it replay sampling every interval (``RollbackState.mid_window_samples``).
 FINAL_SAMPLE_ONLY = "final-sample-only"
+NOTIFICATIONS = "notifications"  # patch: transitions that matter start a NotifyWorkflow child
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -405,11 +413,12 @@ class RollbackWorkflow:
         self._state = decision.state
         if decision.note:
             workflow.logger.info("%s: %s", self.state.owner, decision.note)
-        if before is None or (before.mode, before.turn, before.transitions) != (
+        transitioned = before is None or (before.mode, before.turn, before.transitions) != (
             self.state.mode,
             self.state.turn,
             self.state.transitions,
-        ):
+        )
+        if transitioned:
             workflow.upsert_search_attributes(search_attributes(self.state))
             self._count_transition()
         follow: Observation | None = None
@@ -451,7 +460,43 @@ class RollbackWorkflow:
                         ),
                         initial_versioning_behavior=NEW_ATTEMPT,
                     )
+        if transitioned:
+            await self._notify(decision)
         return follow
+
+    async def _notify(self, decision: Decision) -> None:
+        """A transition that matters starts a ``NotifyWorkflow`` child (``workflows.notify``),
+        abandoned when this run closes: the rollback waits for its start only."""
+        state = self.state
+        if severity_of(state.mode) is None or not workflow.patched(NOTIFICATIONS):
+            return  # runs recorded before notifications replay without them
+        info = workflow.info()
+        notification = Notification.of(
+            owner=state.owner,
+            mode=state.mode,
+            turn=state.turn,
+            fingerprint=state.fingerprint,
+            reason=state.failure_reason,
+            message=next(
+                (e.message for e in decision.effects if isinstance(e, Record)),
+                state.failure_message or "",
+            ),
+            policy=state.policy.ref if state.policy else None,
+            time=state.last_transition_time or workflow.now(),
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+        )
+        if notification is None:
+            return
+        with suppress(WorkflowAlreadyStartedError):  # this transition is being notified already
+            await workflow.start_child_workflow(
+                NotifyWorkflow.run,
+                notification,
+                id=f"notify/{notification.key}",
+                task_queue=info.task_queue,
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=f"Notify {state.owner}: {state.mode} (turn {state.turn})",
+            )
 
     def _count_transition(self) -> None:
         """Metrics (the SDK skips them during replay): transitions, rollbacks, ended runs."""

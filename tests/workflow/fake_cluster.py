@@ -36,6 +36,14 @@ from workflows.activity_api import (
 )
 from workflows.contract import FailureReason, RollbackTarget
 from workflows.fingerprint import Recommendation, Resources
+from workflows.notify import (
+    ROUTE_NOTIFICATION,
+    SEND_NOTIFICATION,
+    Notification,
+    RouteResult,
+    SendInput,
+    SendResult,
+)
 from workflows.quantities import parse_quantity
 from workflows.state import OwnerState, ResourceSnapshot
 
@@ -94,6 +102,7 @@ class FakeCluster:
     def __init__(self) -> None:
         self.owners: dict[str, FakeOwner] = {}
         self.calls: dict[str, int] = {}
+        self.notified: list[Notification] = []  # what one receiver, "fake", was sent
 
     def _owner(self, key: object) -> FakeOwner | None:
         owner = self.owners.get(str(key))
@@ -194,6 +203,15 @@ class FakeCluster:
             pods_resized=len(owner.pods),
             message=f"{len(owner.pods)} pods resized to {input.target}",
         )
+
+    @activity.defn(name=ROUTE_NOTIFICATION)
+    async def route_notification(self, input: Notification) -> RouteResult:
+        return RouteResult(receivers=["fake"])
+
+    @activity.defn(name=SEND_NOTIFICATION)
+    async def send_notification(self, input: SendInput) -> SendResult:
+        self.notified.append(input.notification)
+        return SendResult(receiver=input.receiver, delivered=True)
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
     async def reapply_recommendation(self, input: ReapplyInput) -> ActuationResult:

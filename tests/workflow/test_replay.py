@@ -30,7 +30,10 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 
 SCENARIOS = {"success", "oom-two-turns", "cancel-reopen", "supersede-key-change", "continue-as-new"}
-CURRENT_ONLY = {"observe-only"}  # paths added since the final-sample-only patch
+CURRENT_ONLY = {
+    "observe-only",
+    "notified-oom-two-turns",
+}  # paths added since the final-sample-only patch
 
 
 def test_histories_are_recorded() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -28,6 +28,7 @@ from tests.workflow.helpers import (
 )
 from worker.temporal import observe
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
+from workflows.notify import Severity
 from workflows.rollback import CancelSignal, ReopenSignal, RollbackInput, RollbackWorkflow
 from workflows.state import OwnerState, ResourceSnapshot
 from workflows.wake import Trigger
@@ -64,6 +65,13 @@ async def client(
 ) -> AsyncIterator[Client]:
     async with running_worker(temporal_env.client, task_queue, cluster):
         yield temporal_env.client
+
+
+async def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition never held"
+        await asyncio.sleep(0.05)
 
 
 def span(state: OwnerState, from_mode: Mode, to_mode: Mode, turn: int) -> timedelta:
@@ -139,7 +147,19 @@ async def test_oom_two_turns_then_failed_permanent(
     )  # lastSuccessful restored
     message = next(m for r, m, _ in owner.events.values() if r == EventReason.ROLLING_BACK_STARTED)
     assert "5/5 pods OOMKilled (app)" in message and OOM.fingerprint in message
-    assert await check_replay(client, ref.workflow_id, "oom-two-turns") == 2
+    # One notification per transition that matters, each with its own idempotency key.
+    await wait_until(lambda: len(cluster.notified) == 3)
+    notified = [(n.transition, n.turn, n.severity) for n in cluster.notified]
+    assert sorted(notified) == sorted(
+        [
+            (Mode.ROLLING_BACK, 1, Severity.WARNING),
+            (Mode.ROLLING_BACK, 2, Severity.WARNING),
+            (Mode.FAILED_PERMANENT, 2, Severity.CRITICAL),
+        ]
+    )
+    assert len({n.key for n in cluster.notified}) == 3
+    assert all(n.reason is FailureReason.OOM_KILLED for n in cluster.notified)
+    assert await check_replay(client, ref.workflow_id, "notified-oom-two-turns") == 2
 
 
 async def test_observe_only_decides_the_same_and_writes_no_rollback(

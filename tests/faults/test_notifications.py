@@ -1,0 +1,176 @@
+"""Notifications under faults, end to end: the real worker (a child process, SIGKILLed mid-send),
+the real intake, the real Temporal dev server, the simulated cluster, and local HTTP receivers
+that fail in each way a real one does. One OOM rollback story notifies two transitions
+(``rollingBack``, then ``failedPermanent``) to every receiver."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+from sim.scenario import Apply, Scenario, Step, World, free_port
+from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
+from workflows.contract import EventReason
+from workflows.notify import IDEMPOTENCY_HEADER
+
+NS = "shop"
+
+
+class Receivers:
+    """One aiohttp server, a path per kind of receiver; what each stored, and every request."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.requests: dict[str, int] = defaultdict(int)
+        self.keys_seen: dict[str, set[str]] = defaultdict(set)
+        self.hang_started = asyncio.Event()
+        self.port = free_port()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        kind = request.match_info["kind"]
+        key = request.headers.get(IDEMPOTENCY_HEADER, "")
+        body = await request.json()
+        self.requests[kind] += 1
+        first = key not in self.keys_seen[kind]
+        self.keys_seen[kind].add(key)
+        honours = kind != "plain" and not kind.endswith("-plain")
+        if kind == "flaky" and first:
+            return web.Response(status=500)  # not stored: the retry must store it
+        if kind == "reject":
+            return web.Response(status=400)  # refused for good: reported, not retried
+        if kind == "hang" and first:
+            self.hang_started.set()
+            await asyncio.sleep(30)  # the worker is killed meanwhile, or the client gives up
+            return web.Response(status=504)
+        stored = self.stored[kind]
+        if not honours or all(m["header"] != key for m in stored):
+            stored.append(body | {"header": key})
+        if kind.startswith("slow") and first:
+            await asyncio.sleep(3)  # stored, but the answer comes after the client's timeout
+        return web.Response(status=200)
+
+    def url(self, kind: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{kind}"
+
+
+@pytest.fixture
+async def receivers() -> Any:
+    found = Receivers()
+    app = web.Application()
+    app.router.add_post("/{kind}", found.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", found.port).start()
+    yield found
+    await runner.cleanup()
+
+
+def config(receivers: Receivers, path: Path) -> Path:
+    def webhook(kind: str, timeout: float = 1.0) -> dict[str, Any]:
+        return {"name": kind, "url": receivers.url(kind), "timeoutSeconds": timeout}
+
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "uiUrl": "http://localhost:8233",
+                "receivers": [
+                    webhook("honour"),
+                    webhook("plain"),
+                    webhook("flaky"),
+                    webhook("slow"),
+                    webhook("slow-plain"),
+                    webhook("reject"),
+                    webhook("hang", timeout=10.0),
+                    {"name": "chat", "type": "slack", "url": receivers.url("slack")},
+                    # Filtered out: only failures of another namespace, only critical ones here.
+                    {"name": "elsewhere", "url": receivers.url("plain"), "namespaces": ["prod-*"]},
+                    {"name": "pager", "url": receivers.url("pager"), "minSeverity": "critical"},
+                ],
+            }
+        )
+    )
+    return path
+
+
+async def test_each_transition_reaches_each_receiver_once(
+    receivers: Receivers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = Scenario.model_validate(
+        {
+            "name": "notifications",
+            "workloads": [deployment(NS)],
+            "policies": [rollback_policy(NS)],
+        }
+    )
+    with tempfile.TemporaryDirectory(prefix="rollback-notify-") as tmp:
+        monkeypatch.setenv("ROLLBACK_NOTIFICATIONS", str(config(receivers, Path(tmp) / "n.yaml")))
+        world = World(scenario, lambda line: None, Path(tmp))
+        try:
+            await world.start()
+            await world.run_step(
+                Step(apply=Apply(workload=f"{NS}/Deployment/api", requests=OOMS, limits=OOMS))
+            )
+            # The worker dies in the middle of a send; the attempt is retried on its successor.
+            await asyncio.wait_for(receivers.hang_started.wait(), 60)
+            await asyncio.sleep(0.5)
+            assert world.worker is not None
+            world.worker.kill()
+            await asyncio.sleep(1)
+            world.worker.start()
+            # The rollback never waited on a receiver: it ended while one still held a send.
+            await until(lambda: state(world, NS).get("mode") == "failedPermanent", 60)
+            assert receivers.stored["hang"] == []
+
+            expected = {
+                "honour": 2,  # one per transition
+                "plain": 2,  # no send to it timed out: no duplicate
+                "flaky": 2,  # 500 first, stored on the retry
+                "slow": 2,  # stored, timed out, retried: the key keeps it at one
+                "slow-plain": 4,  # the same without the key: the one duplicate allowed
+                "hang": 2,  # killed mid-send, retried by the next worker
+                "slack": 2,
+                "pager": 1,  # critical only: failedPermanent
+            }
+            await until(lambda: {k: len(receivers.stored[k]) for k in expected} == expected, 90)
+            await asyncio.sleep(2)  # nothing more arrives
+            assert {k: len(receivers.stored[k]) for k in expected} == expected
+            assert receivers.stored["reject"] == []
+
+            messages = receivers.stored["honour"]
+            assert [m["transition"] for m in messages] == ["rollingBack", "failedPermanent"]
+            for m in messages:
+                assert m["header"] == m["key"]
+                assert m["owner"] == {"namespace": NS, "kind": "Deployment", "name": "api"}
+                assert m["policy"] == {"kind": "RollbackPolicy", "namespace": NS, "name": "policy"}
+                assert (m["reason"], m["turn"]) == ("oomKilled", 1)
+                assert m["workflowUrl"].startswith(
+                    "http://localhost:8233/namespaces/default/workflows/rollback%2Fshop%2FDeployment%2Fapi/"
+                )
+            assert "OOMKilled" in messages[0]["message"]
+            assert messages[0]["severity"] == "warning" and messages[1]["severity"] == "critical"
+            assert {m["key"] for m in receivers.stored["slow-plain"]} == {
+                m["key"] for m in messages
+            }
+            slack = receivers.stored["slack"][0]["text"]
+            assert slack.startswith(":warning: *shop/Deployment/api* rollingBack (oomKilled)")
+
+            # A receiver that refuses for good is reported on the owner, once per transition.
+            def failures() -> list[dict[str, Any]]:
+                return [
+                    e
+                    for e in world.api.store.items("Event", NS)
+                    if e.get("reason") == EventReason.NOTIFICATION_FAILED
+                ]
+
+            reported = await until(lambda: len(failures()) == 2 and failures())
+            assert all("to reject failed: HTTP 400, not retried" in e["message"] for e in reported)
+            assert receivers.requests["reject"] == 2
+        finally:
+            await world.stop()
