@@ -50,6 +50,7 @@ from activities.lookup import WORKLOAD_KINDS
 from sim.apiserver import ApiError, KubeEmulator, Request
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer
+from worker import telemetry
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.kube import DEFAULT_READ_TIMEOUT
 from worker.process import IntakeService
@@ -269,6 +270,7 @@ class WorkerProcess:
         actuation: str,
         log_path: Path,
         kube_timeout: float = DEFAULT_READ_TIMEOUT,
+        metrics_address: str | None = None,
     ) -> None:
         self.command = [
             sys.executable,
@@ -284,7 +286,7 @@ class WorkerProcess:
             actuation,
             "--kube-timeout",
             str(kube_timeout),
-        ]
+        ] + (["--metrics-address", metrics_address] if metrics_address else [])
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -324,9 +326,11 @@ class World:
         ui: bool = False,
         task_queue: str | None = None,
         kube_timeout: float = DEFAULT_READ_TIMEOUT,
+        metrics: tuple[str, str] | None = None,
     ) -> None:
         self.scenario = scenario
         self.kube_timeout = kube_timeout
+        self.metrics = metrics  # Prometheus endpoints (worker, intake), host:port
         self.workdir = workdir
         self.recorder = Recorder(on_line)
         self.api = KubeEmulator()
@@ -376,15 +380,18 @@ class World:
             self.scenario.actuation,
             self.workdir / "worker.log",
             self.kube_timeout,
+            self.metrics[0] if self.metrics else None,
         )
         self.worker.start()
         temporal = TemporalConfig.at(self.temporal.address, self.task_queue)
         kube = KubeConfig(url=self.api.url, timeout=self.kube_timeout)
+        runtime = telemetry.runtime(self.metrics[1] if self.metrics else None)
         self.intake = IntakeService(
-            await temporal.connect(),
-            kube.client(),
+            await temporal.connect(runtime),
+            kube.client(runtime),
             IntakeConfig(temporal, kube, identity="simulation"),
             lease_duration=3.0,
+            meter=telemetry.meter(runtime),
         ).start()
 
     async def stop(self) -> None:

@@ -122,7 +122,7 @@ class Intake:
         self.owners = WorkloadCache(
             core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
         )
-        self.status = StatusWriter(custom, self.owners.views)
+        self.status = StatusWriter(custom, self.owners.views, meter=meter)
         self.index = PolicyIndex()
         self.stats: Counter[str] = Counter()
         self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on

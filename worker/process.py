@@ -20,7 +20,7 @@ from temporalio.common import MetricMeter
 from temporalio.service import RPCError
 
 from worker import telemetry
-from worker.config import IntakeConfig, WorkerConfig
+from worker.config import IntakeConfig, WorkerConfig, package_version
 from worker.health import Health
 from worker.intake import Intake
 from worker.kube import activities_for
@@ -69,11 +69,13 @@ class IntakeService:
             LEASE_NAME,
             config.identity,
             on_started=self._started,
-            on_stopped=self.intake.stop,
+            on_stopped=self._stopped,
             lease_duration=lease_duration,
             renew_deadline=lease_duration * 2 / 3,
             retry_period=max(0.5, lease_duration / 7.5),
         )
+        self._leading = meter.create_gauge("rollback_intake_leader", "1 while this intake leads")
+        self._leading.set(0)
 
     def live(self) -> str | None:
         if not self.elector.alive():
@@ -90,8 +92,13 @@ class IntakeService:
         return "; ".join(self.intake.problems(0)) or None
 
     def _started(self) -> None:
+        self._leading.set(1)
         # Start in its own thread: syncing policies must not delay the Lease renewals.
         threading.Thread(target=self.intake.start, name="intake-start", daemon=True).start()
+
+    def _stopped(self) -> None:
+        self._leading.set(0)
+        self.intake.stop()
 
     def start(self) -> IntakeService:
         self.elector.start()
@@ -125,6 +132,10 @@ async def serve(
     chosen = worker or intake
     assert chosen is not None, "nothing to serve"
     runtime = chosen.kube.runtime()
+    build_info = telemetry.meter(runtime).create_gauge("rollback_build_info", "1, by version")
+    for component, config in (("worker", worker), ("intake", intake)):
+        if config is not None:
+            build_info.set(1, {"version": package_version(), "component": component})
     temporal = await _until_stopped(chosen.temporal.connect_patiently(runtime), stop)
     if temporal is None:
         return  # stopped while waiting for Temporal

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from temporalio.common import MetricMeter
 
 from activities.lookup import read_state
 from activities.writes import MERGE_PATCH, transient
 from workflows.activity_api import OwnerRef
-from workflows.contract import API_GROUP, API_VERSION, ROLLBACK_STATE_ANNOTATION, Obj
+from workflows.contract import API_GROUP, API_VERSION, ROLLBACK_STATE_ANNOTATION, Mode, Obj
 from workflows.policy import AnyPolicy
 from workflows.policy_status import (
     PolicyStatus,
@@ -58,8 +60,17 @@ class StatusWriter:
         custom: CustomObjectsApi,
         owners: Callable[[], Iterable[tuple[OwnerRef, Obj]]],
         period: float = STATUS_PERIOD,
+        meter: MetricMeter = MetricMeter.noop,
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
+        self._owners_gauge = meter.create_gauge(
+            "rollback_owner_workloads", "owners by the policy and mode of their stored state"
+        )
+        self._since_gauge = meter.create_gauge_float(
+            "rollback_mode_since_timestamp_seconds",
+            "transition time of the owner longest in each mode (0: none in it)",
+        )
+        self._exported: set[tuple[str, str]] = set()
         self.writes = 0  # status PATCHes sent
         self.passes = 0  # recomputations
         self._policies: dict[str, Known] = {}
@@ -135,7 +146,9 @@ class StatusWriter:
         for k in known:
             if k.policy is not None:
                 index.upsert(k.policy)
-        counts = tally(index, self._workloads())
+        workloads = self._workloads()
+        counts = tally(index, workloads)
+        self._export(workloads)
         written = 0
         for k in known:
             key = str(k.ref)
@@ -148,6 +161,29 @@ class StatusWriter:
             if status != k.stored and self._write(k, status):
                 written += 1
         return written
+
+    def _export(self, workloads: list[Workload]) -> None:
+        """``rollback_owner_workloads{policy,mode}`` (bounded by policies x modes: no owner is
+        ever a label) and ``rollback_mode_since_timestamp_seconds{mode}``, the transition time
+        of the owner longest in each mode (alerts: stuck in rollingBack)."""
+        counts: Counter[tuple[str, str]] = Counter()
+        oldest: dict[str, float] = {}
+        for w in workloads:
+            if w.state is None:
+                continue
+            mode = w.state.mode.value
+            counts[(str(w.state.policy or "none"), mode)] += 1
+            since = w.state.last_transition_time.timestamp()
+            oldest[mode] = min(since, oldest.get(mode, since))
+        for policy, mode in self._exported - set(counts):  # gone since the last pass
+            self._owners_gauge.set(0, {"policy": policy, "mode": mode})
+        for (policy, mode), count in counts.items():
+            self._owners_gauge.set(count, {"policy": policy, "mode": mode})
+        for mode in {m.value for m in Mode} - set(oldest):
+            self._since_gauge.set(0, {"mode": mode})  # 0: no owner in this mode
+        for mode, since in oldest.items():
+            self._since_gauge.set(since, {"mode": mode})
+        self._exported = set(counts)
 
     def _workloads(self) -> list[Workload]:
         found, seen = [], set()

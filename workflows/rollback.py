@@ -93,6 +93,8 @@ MAX_HISTORY_EVENTS = 10_000
 # Patch: a window is sampled at its end only (and when it opens if the baseline is unknown).
 # Runs recorded before it replay sampling every interval (``RollbackState.mid_window_samples``).
 FINAL_SAMPLE_ONLY = "final-sample-only"
+# The modes a window's verdict leads to (timed by the rollback_time_to_verdict histogram).
+VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_PERMANENT})
 NOTIFICATIONS = "notifications"  # patch: transitions that matter start a NotifyWorkflow child
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
@@ -512,6 +514,11 @@ class RollbackWorkflow:
             meter.create_counter("rollback_attempts", "runs ended by outcome").add(
                 1, {"outcome": state.mode.value}
             )
+        opened = state.window_started_at
+        if opened is not None and state.mode in VERDICTS:
+            meter.create_histogram_timedelta(
+                "rollback_time_to_verdict", "from a window opening to its verdict", "duration"
+            ).record(workflow.now() - opened, {"verdict": state.mode.value})
 
     async def _record(self, effect: Record) -> None:
         state = self.state

@@ -3,6 +3,7 @@ schemas offline (kubernetes-validate); the workloads keep the security settings 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,42 @@ def test_renders_and_validates(directory: Path) -> None:
     objects = render(directory)
     assert objects
     for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus Operator's kinds: checked below and with promtool
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_monitoring_scrapes_both_processes_and_ships_the_dashboard() -> None:
+    objects = render(DEPLOY / "overlays" / "monitoring")
+    (monitor,) = _by_kind(objects, "ServiceMonitor")
+    (service,) = [
+        s for s in _by_kind(objects, "Service") if s["metadata"]["name"] == "rollback-metrics"
+    ]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    selected = [
+        d["metadata"]["name"]
+        for d in _by_kind(objects, "Deployment")
+        if service["spec"]["selector"].items()
+        <= d["spec"]["template"]["metadata"]["labels"].items()
+        and any(
+            p["name"] == "metrics"
+            for c in d["spec"]["template"]["spec"]["containers"]
+            for p in c.get("ports", [])
+        )
+    ]
+    assert sorted(selected) == ["rollback-intake", "rollback-worker"]
+    (rule,) = _by_kind(objects, "PrometheusRule")
+    assert rule["spec"]["groups"][0]["rules"]
+    dashboard = next(
+        c for c in _by_kind(objects, "ConfigMap") if "dashboard.json" in c.get("data", {})
+    )
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["dashboard.json"])["panels"]
+    # Not in the default install: the Operator's kinds need its CRDs.
+    assert not _by_kind(render(DEPLOY / "overlays" / "annotations"), "ServiceMonitor")
 
 
 def _by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -123,7 +159,9 @@ def test_the_worker_memory_limit_fits_its_cache() -> None:
     workflow (worker.runner, from bench/RESULTS.md): a full cache fits with headroom, and the
     limit is not so loose that it hides a leak."""
     objects = render(DEPLOY / "base")
-    (config,) = _by_kind(objects, "ConfigMap")
+    (config,) = [
+        c for c in _by_kind(objects, "ConfigMap") if c["metadata"]["name"] == "rightsizing-rollback"
+    ]
     cached = int(config["data"]["ROLLBACK_MAX_CACHED_WORKFLOWS"])
     assert cached == MAX_CACHED_WORKFLOWS
     (worker,) = (

@@ -1,0 +1,195 @@
+"""The alert rules of ``deploy/components/monitoring`` under the real ``promtool`` (Debian's
+``prometheus`` package): ``check rules``, and ``test rules`` with a case where each alert fires
+and one where it does not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+RULE = ROOT / "deploy" / "components" / "monitoring" / "prometheusrule.yaml"
+QUEUE = 'task_queue="rightsizing-rollback"'
+
+
+def groups() -> list[dict[str, Any]]:
+    groups: list[dict[str, Any]] = yaml.safe_load(RULE.read_text())["spec"]["groups"]
+    return groups
+
+
+def alerts() -> list[str]:
+    return [r["alert"] for g in groups() for r in g["rules"] if "alert" in r]
+
+
+def promtool() -> str:
+    found = shutil.which("promtool")
+    assert found, "promtool not installed: apt-get install prometheus (.ci/run does)"
+    return found
+
+
+@pytest.fixture
+def rules_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups()}))
+    return path
+
+
+def test_promtool_checks_the_rules(rules_file: Path) -> None:
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(alerts())} rules found" in out.stdout
+
+
+def case(
+    series: dict[str, str], at: str, alert: str, firing: list[dict[str, str]], summary: str = ""
+) -> dict[str, Any]:
+    """A promtool test: ``firing`` lists the labels each expected alert has (empty: quiet)."""
+    rule = next(r for g in groups() for r in g["rules"] if r.get("alert") == alert)
+    annotations = {"summary": summary, "description": rule["annotations"]["description"]}
+    return {
+        "interval": "1m",
+        "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "alert_rule_test": [
+            {
+                "eval_time": at,
+                "alertname": alert,
+                "exp_alerts": [
+                    {"exp_labels": labels, "exp_annotations": annotations} for labels in firing
+                ],
+            }
+        ],
+    }
+
+
+FAILED = 'rollback_owner_workloads{mode="failedPermanent",policy="RollbackPolicy/shop/p"}'
+MONITORING = 'rollback_owner_workloads{mode="monitoring",policy="RollbackPolicy/shop/p"}'
+SINCE = 'rollback_mode_since_timestamp_seconds{mode="rollingBack"}'
+LEADER = 'rollback_intake_leader{{pod="{}"}}'
+POLLERS = f'temporal_num_pollers{{poller_type="workflow_task",{QUEUE}}}'
+REQUESTS = 'rollback_kube_requests{{code="{}"}}'
+NOTIFIED = 'rollback_notifications{{outcome="{}",receiver="oncall"}}'
+
+
+# Each alert: a case where it fires (with the labels it fires with) and one where it does not.
+CASES = {
+    "RollbackWorkloadsFailedPermanent": [
+        case(
+            {FAILED: "0 1 1"},
+            "2m",
+            "RollbackWorkloadsFailedPermanent",
+            [{"severity": "warning", "policy": "RollbackPolicy/shop/p"}],
+            "1 workload(s) under RollbackPolicy/shop/p failed permanently",
+        ),
+        case({MONITORING: "3 3 3", FAILED: "1 0 0"}, "2m", "RollbackWorkloadsFailedPermanent", []),
+    ],
+    "RollbackRateHigh": [
+        case(
+            {"rollback_rollbacks": "0+1x60"},
+            "50m",
+            "RollbackRateHigh",
+            [{"severity": "warning"}],
+            "60 rollbacks per hour across the cluster",
+        ),
+        case({"rollback_rollbacks": "0+0.1x60"}, "50m", "RollbackRateHigh", []),  # 6 per hour
+    ],
+    "RollbackStuckRollingBack": [
+        # In rollingBack since t=1s (the gauge holds that transition's time): at 20m, stuck.
+        case(
+            {SINCE: "1x30"},
+            "20m",
+            "RollbackStuckRollingBack",
+            [{"severity": "warning"}],
+            "A workload has been rollingBack for more than 15 minutes",
+        ),
+        case({SINCE: "0x30"}, "20m", "RollbackStuckRollingBack", []),  # 0: none rolling back
+    ],
+    "RollbackNoIntakeLeader": [
+        case(
+            {LEADER.format("a"): "0x10", LEADER.format("b"): "0x10"},
+            "5m",
+            "RollbackNoIntakeLeader",
+            [{"severity": "critical"}],
+            "No rollback intake holds the lease",
+        ),
+        case(
+            {LEADER.format("a"): "1x10", LEADER.format("b"): "0x10"},
+            "5m",
+            "RollbackNoIntakeLeader",
+            [],
+        ),
+    ],
+    "RollbackNoWorkerPolling": [
+        case(
+            {"up": "1x10"},  # no poller series at all
+            "8m",
+            "RollbackNoWorkerPolling",
+            [{"severity": "critical"}],
+            "No rollback worker polls the task queue",
+        ),
+        case({POLLERS: "2x10"}, "8m", "RollbackNoWorkerPolling", []),
+    ],
+    "RollbackKubeApiErrors": [
+        case(
+            {REQUESTS.format("200"): "0+10x30", REQUESTS.format("503"): "0+2x30"},
+            "25m",
+            "RollbackKubeApiErrors",
+            [{"severity": "warning"}],
+            "16.67% of Kubernetes API requests fail",
+        ),
+        case(
+            {REQUESTS.format("200"): "0+100x30", REQUESTS.format("503"): "0+1x30"},  # 1%
+            "25m",
+            "RollbackKubeApiErrors",
+            [],
+        ),
+    ],
+    "RollbackNotificationsFailing": [
+        # A series that appears with its first failure: counted from zero.
+        case(
+            {NOTIFIED.format("failed"): "_x5 1x10"},
+            "8m",
+            "RollbackNotificationsFailing",
+            [{"severity": "warning", "receiver": "oncall"}],
+            "Notifications to oncall are not delivered",
+        ),
+        case(
+            {NOTIFIED.format("failed"): "1x60", NOTIFIED.format("sent"): "0+1x60"},
+            "50m",  # the last failure was over 30 minutes ago
+            "RollbackNotificationsFailing",
+            [],
+        ),
+    ],
+}
+
+
+def test_every_alert_has_firing_and_quiet_cases() -> None:
+    assert set(CASES) == set(alerts())
+    for name, cases in CASES.items():
+        fired = [bool(c["alert_rule_test"][0]["exp_alerts"]) for c in cases]
+        assert sorted(fired) == [False, True], name
+
+
+def test_promtool_unit_tests_of_every_alert(rules_file: Path, tmp_path: Path) -> None:
+    tests = tmp_path / "tests.yaml"
+    tests.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(rules_file)],
+                "evaluation_interval": "1m",
+                "tests": [c for cases in CASES.values() for c in cases],
+            }
+        )
+    )
+    out = subprocess.run(
+        [promtool(), "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout
