@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint lock
+.PHONY: setup run test lint lock tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,7 +22,14 @@ lint: setup
 	$(VENV)/bin/mypy workflows activities worker cli sim
 	$(VENV)/bin/lint-imports
 
-test: lint
+# The real tools the tests check against, from Debian: prometheus and promtool (alert rules).
+tools:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+		if [ "$$(id -u)" != 0 ]; then echo "install Debian's prometheus package (apt-get install prometheus)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	fi
+
+test: lint tools
 	$(PY) -m pytest
 
 # The production image's dependencies, pinned with hashes (Dockerfile: pip --require-hashes).

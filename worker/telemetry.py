@@ -2,14 +2,10 @@
 
 Metrics: one Prometheus endpoint (``--metrics-address``, ``ROLLBACK_METRICS_ADDRESS``, default
 off on a laptop, ``0.0.0.0:9464`` in the manifests) served by the Temporal SDK's runtime, so the
-SDK's own metrics (workflow and activity task latencies, polls, failures) and ours share it:
-
-    rollback_transitions{mode}            transitions recorded by workflows
-    rollback_attempts{outcome}            runs ended, by final mode
-    rollback_rollbacks{reason}            rollbacks started, by failure reason
-    rollback_workloads{mode}              workloads by the mode of their newest run (intake)
-    rollback_sample_latency (ms)          one cohort sample (GET owner when needed + LIST pods)
-    rollback_kube_requests{method,code}   Kubernetes API calls, with their status code
+SDK's own metrics (workflow and activity task latencies, polls, failures) and ours share it;
+README, "Metrics and logs", lists ours with their labels (build info, transitions, attempts,
+rollbacks, time to verdict, sample latency, notifications, Kubernetes requests, owners by policy
+and mode, the oldest transition per mode, intake leadership, workflows by mode, bad objects).
 
 Logs: ``--log-format json`` (``ROLLBACK_LOG_FORMAT``) writes one JSON object per line with the
 owner, fingerprint and workflow ID whenever the line is about one.
