@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from sim.devserver import DevServer, DevServerError
-from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
+from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario, write_kubeconfig
 from worker.config import IntakeConfig, WorkerConfig
 from worker.process import serve, stop_on_signals
 
@@ -93,7 +93,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         try:
             await world.start()
-            _banner(world.temporal, f"simulated cluster at {world.api.url} playing {DEMO.name}")
+            kubeconfig = write_kubeconfig(data_dir.resolve() / "kubeconfig", world.api.url)
+            _banner(
+                world.temporal,
+                f"simulated cluster at {world.api.url} playing {DEMO.name}",
+                f"kubectl: export KUBECONFIG={kubeconfig}   (then: kubectl get deploy,rbp -A)",
+            )
             await play(world)
             await stop.wait()
         finally:
@@ -132,12 +137,13 @@ def rollbackctl() -> str:
     return os.path.relpath(mine) if mine.is_relative_to(Path.cwd()) else str(mine)
 
 
-def _banner(server: DevServer, cluster: str) -> None:
+def _banner(server: DevServer, cluster: str, *more: str) -> None:
     ui = f"http://127.0.0.1:{server.ui_port}" if server.ui_port else "(headless)"
     ctl = rollbackctl()
+    extra = "".join(f"{line}\n" for line in more)
     print(
         f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
-        f"Look with: {ctl} get   |   {ctl} describe NAMESPACE/KIND/NAME\n"
+        f"Look with: {ctl} get   |   {ctl} describe NAMESPACE/KIND/NAME\n{extra}"
         'In the UI: filter with RollbackMode = "failedPermanent". Ctrl-C stops.\n',
         flush=True,
     )

@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from activities.kubetime import kube_now
+from sim import discovery
 from sim.patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from sim.selectors import matches, parse_field_selector, parse_label_selector
 from workflows.contract import Obj
@@ -78,12 +79,12 @@ RESOURCE_TYPES = [
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
         super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+        self.code, self.reason, self.message, self.details = code, reason, message, details
 
     def body(self) -> Obj:
-        return {
+        body: Obj = {
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -92,6 +93,11 @@ class ApiError(Exception):
             "reason": self.reason,
             "code": self.code,
         }
+        return body | ({"details": self.details} if self.details else {})
+
+
+Admission = Callable[[Obj], None]
+"""Checks a write's resulting object before it is stored; raises ``ApiError`` to refuse it."""
 
 
 @dataclass
@@ -199,7 +205,7 @@ class Store:
         for listener in self.listeners:
             listener(kind, rtype, obj)
 
-    def create(self, obj: Obj, namespace: str | None = None) -> Obj:
+    def create(self, obj: Obj, namespace: str | None = None, admit: Admission | None = None) -> Obj:
         rtype = self.rtype(obj.get("kind", ""))
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
@@ -211,6 +217,8 @@ class Store:
                 raise ApiError(422, "Invalid", "metadata.name: Required value")
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         obj["apiVersion"] = rtype.api_version
+        if admit is not None:
+            admit(obj)
         with self._lock:
             pool = self._objects[rtype].setdefault(ns, {})
             if meta["name"] in pool:
@@ -232,6 +240,7 @@ class Store:
         name: str,
         new: Obj,
         subresource: str | None = None,
+        admit: Admission | None = None,
     ) -> Obj:
         with self._lock:
             current = (
@@ -248,6 +257,8 @@ class Store:
                     " been modified; please apply your changes to the latest version and try again",
                 )
             updated = self._admit(rtype, current, copy.deepcopy(new), subresource)
+            if admit is not None and subresource is None:
+                admit(updated)
             if updated == current:
                 return copy.deepcopy(current)  # no-op writes do not bump the version
             if updated.get("spec") != current.get("spec"):
@@ -293,6 +304,7 @@ class Store:
         body: Any,
         content_type: str,
         subresource: str | None = None,
+        admit: Admission | None = None,
     ) -> Obj:
         with self._lock:
             current = self.get(rtype, namespace, name)
@@ -321,7 +333,7 @@ class Store:
             )
             if not wanted:
                 patched.setdefault("metadata", {}).pop("resourceVersion", None)
-            return self.replace(rtype, namespace, name, patched, subresource)
+            return self.replace(rtype, namespace, name, patched, subresource, admit)
 
     def delete(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
         with self._lock:
@@ -604,12 +616,42 @@ class KubeEmulator:
                 return web.json_response(
                     {"major": "1", "minor": "34", "gitVersion": "v1.34.0-emulator"}
                 )
+            found = self._discovery(http.path.rstrip("/"))
+            if found is not None:
+                return web.json_response(found)
             response = await self._dispatch(http, request)
         except ApiError as err:
             request.status = err.code
             return web.json_response(err.body(), status=err.code)
         request.status = response.status
         return response
+
+    def _discovery(self, path: str) -> Obj | None:
+        """``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``, ``/openapi/v3`` and its
+        documents (``sim.discovery``)."""
+        if path == "/api":
+            return discovery.api_versions()
+        if path == "/apis":
+            return discovery.api_groups(RESOURCE_TYPES)
+        if path == "/openapi/v3":
+            return discovery.openapi_root(RESOURCE_TYPES)
+        m = _OPENAPI.match(path)
+        if m is not None:
+            group, version = m["group"] or "", m["core"] or m["v"]
+            document = discovery.openapi_document(RESOURCE_TYPES, group, version)
+            if document is None:
+                raise ApiError(404, "NotFound", f"no OpenAPI document for {path}")
+            return document
+        m = _DISCOVERY.match(path)
+        if m is None:
+            return None
+        group, version = m["group"] or "", m["core"] or m["v"]
+        found = discovery.resource_list(RESOURCE_TYPES, group, version)
+        if found is None:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource {path}"
+            )
+        return found
 
     async def _dispatch(self, http: web.Request, request: Request) -> web.StreamResponse:
         parts = _resource_parts(http.path)
@@ -646,13 +688,13 @@ class KubeEmulator:
         if http.method == "POST":
             if isinstance(body, dict) and not body.get("kind"):
                 body["kind"] = rtype.kind
-            return web.json_response(store.create(body, namespace), status=201)
+            return web.json_response(store.create(body, namespace, _validate), status=201)
         assert name is not None
         if http.method == "PUT":
-            return web.json_response(store.replace(rtype, namespace, name, body, sub))
+            return web.json_response(store.replace(rtype, namespace, name, body, sub, _validate))
         if http.method == "PATCH":
             return web.json_response(
-                store.patch(rtype, namespace, name, body, request.content_type, sub)
+                store.patch(rtype, namespace, name, body, request.content_type, sub, _validate)
             )
         raise ApiError(405, "MethodNotAllowed", f"{http.method} is not supported")
 
@@ -709,6 +751,18 @@ class KubeEmulator:
         finally:
             self.store.unwatch(watcher)
         return response
+
+
+_DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")
+_OPENAPI = re.compile(r"^/openapi/v3/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")
+
+
+def _validate(obj: Obj) -> None:
+    """What the API server's schema validation refuses, refused here too (HTTP writes only:
+    a test may still store any object directly)."""
+    invalid = discovery.invalid_policy(obj)
+    if invalid is not None:
+        raise ApiError(422, "Invalid", invalid["message"], invalid["details"])
 
 
 def _line(event: Obj) -> bytes:

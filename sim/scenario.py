@@ -190,6 +190,22 @@ def free_port() -> int:
         return port
 
 
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig for the simulated cluster (plain HTTP, no credentials), for kubectl."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "simulated", "cluster": {"server": url}}],
+        "users": [{"name": "simulated", "user": {}}],
+        "contexts": [
+            {"name": "simulated", "context": {"cluster": "simulated", "user": "simulated"}}
+        ],
+        "current-context": "simulated",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 class Recorder:
     """The timeline, read off the cluster: state annotation changes and Events."""
 

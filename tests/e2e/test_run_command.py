@@ -14,6 +14,7 @@ from pathlib import Path
 from sim.apiserver import KubeEmulator
 from sim.scenario import free_port
 from tests.activity.builders import NS, owner, pod, policy
+from tests.deploy.kustomize import kubectl
 from workflows.contract import ROLLBACK_STATE_ANNOTATION
 from workflows.fingerprint import Recommendation
 
@@ -160,6 +161,19 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
             lines.append(line)
             if "-> rollingBack" in line or time.monotonic() > deadline:
                 break
+        # The banner's kubectl line works as printed: the real kubectl sees the demo's workload.
+        kubeconfig = tmp_path.resolve() / "kubeconfig"
+        assert f"kubectl: export KUBECONFIG={kubeconfig}" in "".join(lines)
+        seen = subprocess.run(
+            [kubectl(), "get", "deploy", "-A", "-o", "name"],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert seen.returncode == 0, seen.stderr
+        assert "deployment.apps/" in seen.stdout
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=60)

@@ -1,0 +1,201 @@
+"""What kubectl asks an API server before anything else, answered for the emulator's types.
+
+- Discovery: ``/api`` (APIVersions), ``/apis`` (APIGroupList), ``/api/v1`` and
+  ``/apis/<group>/<version>`` (APIResourceList: names, kinds, verbs, short names, categories,
+  subresources), so ``kubectl api-resources``, ``get``, ``describe``, ``apply`` and ``delete``
+  resolve ``rbp``, ``deploy`` or ``events`` as on a real cluster. The aggregated form
+  (``apidiscovery.k8s.io/v2``) is not served: kubectl falls back to these.
+- OpenAPI v3 (``/openapi/v3`` and one document per group version): each kind's PATCH operation
+  with the ``fieldValidation`` parameter, which is how kubectl learns that the server validates
+  fields itself (``kubectl apply`` then sends ``fieldValidation=Strict`` instead of validating
+  client-side). Schemas of the kinds are not served (``kubectl explain`` is not supported).
+- Validation of the policy kinds on every write, by the same models the engine uses (they accept
+  and reject what the CRD schema does: ``tests/unit/test_crd_schema.py``), answered as a real API
+  server answers: 422 ``Invalid`` with one cause per field path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from workflows.contract import Obj
+from workflows.policy import POLICY_KINDS
+
+VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+SHORT_NAMES = {
+    "pods": ["po"],
+    "events": ["ev"],
+    "namespaces": ["ns"],
+    "nodes": ["no"],
+    "configmaps": ["cm"],
+    "deployments": ["deploy"],
+    "replicasets": ["rs"],
+    "statefulsets": ["sts"],
+    "daemonsets": ["ds"],
+    "cronjobs": ["cj"],
+    "rollouts": ["ro"],
+    "rollbackpolicies": ["rbp"],
+    "clusterrollbackpolicies": ["crbp"],
+}
+CATEGORIES = {"rollbackpolicies": ["rightsizing"], "clusterrollbackpolicies": ["rightsizing"]}
+
+
+def api_versions() -> Obj:
+    return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+
+
+def api_groups(types: list[Any]) -> Obj:
+    groups: dict[str, list[str]] = {}
+    for t in types:
+        if t.group:
+            versions = groups.setdefault(t.group, [])
+            if t.version not in versions:
+                versions.append(t.version)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {
+                "name": name,
+                "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
+                "preferredVersion": {
+                    "groupVersion": f"{name}/{versions[0]}",
+                    "version": versions[0],
+                },
+            }
+            for name, versions in groups.items()
+        ],
+    }
+
+
+def resource_list(types: list[Any], group: str, version: str) -> Obj | None:
+    """The APIResourceList of one group version (None: not served)."""
+    served = [t for t in types if t.group == group and t.version == version]
+    if not served:
+        return None
+    resources: list[Obj] = []
+    for t in served:
+        resources.append(
+            {
+                "name": t.plural,
+                "singularName": t.kind.lower(),
+                "namespaced": t.namespaced,
+                "kind": t.kind,
+                "verbs": VERBS,
+                "shortNames": SHORT_NAMES.get(t.plural, []),
+                "categories": CATEGORIES.get(t.plural, []),
+            }
+        )
+        if t.status_subresource:
+            resources.append(
+                {
+                    "name": f"{t.plural}/status",
+                    "singularName": "",
+                    "namespaced": t.namespaced,
+                    "kind": t.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        if t.plural == "pods":
+            resources.append(
+                {
+                    "name": "pods/resize",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Pod",
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+def _prefix(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_root(types: list[Any]) -> Obj:
+    versions = {(t.group, t.version) for t in types}
+    return {
+        "paths": {
+            _prefix(g, v): {"serverRelativeURL": f"/openapi/v3/{_prefix(g, v)}?hash=emulator"}
+            for g, v in sorted(versions)
+        }
+    }
+
+
+def openapi_document(types: list[Any], group: str, version: str) -> Obj | None:
+    served = [t for t in types if t.group == group and t.version == version]
+    if not served:
+        return None
+    paths: Obj = {}
+    for t in served:
+        scope = "namespaces/{namespace}/" if t.namespaced else ""
+        paths[f"/{_prefix(group, version)}/{scope}{t.plural}/{{name}}"] = {
+            "patch": {
+                "x-kubernetes-group-version-kind": {
+                    "group": group,
+                    "version": version,
+                    "kind": t.kind,
+                },
+                "x-kubernetes-action": "patch",
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                    {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (emulator)", "version": "v1.34.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
+
+
+def invalid_policy(obj: Obj) -> Obj | None:
+    """The 422 Status a real API server with our CRD returns for ``obj``, or None when valid."""
+    model = POLICY_KINDS.get(str(obj.get("kind")))
+    if model is None:
+        return None
+    try:
+        model.model_validate(obj)
+    except ValidationError as exc:
+        causes = []
+        for error in exc.errors():
+            field = ".".join(str(p) for p in error["loc"] if not str(p).startswith("function-"))
+            value = error.get("input")
+            shown = value if isinstance(value, str | int | float | bool) else "object"
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": f"Invalid value: {json.dumps(shown)}: {error['msg']}",
+                    "field": field,
+                }
+            )
+        name = (obj.get("metadata") or {}).get("name", "")
+        summary = "; ".join(f"{c['field']}: {c['message']}" for c in causes)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": f'{obj["kind"]}.rightsizing.kubex.ai "{name}" is invalid: {summary}',
+            "reason": "Invalid",
+            "details": {
+                "name": name,
+                "group": "rightsizing.kubex.ai",
+                "kind": obj["kind"],
+                "causes": causes,
+            },
+            "code": 422,
+        }
+    return None

