@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from cli.crds import CRDS
 from sim.devserver import DevServer, DevServerError
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario, write_kubeconfig
 from worker.config import IntakeConfig, WorkerConfig
@@ -93,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         try:
             await world.start()
+            for crd in CRDS.values():  # as installed on a cluster: kubectl reads their columns
+                world.api.store.create(crd)
             kubeconfig = write_kubeconfig(data_dir.resolve() / "kubeconfig", world.api.url)
             _banner(
                 world.temporal,

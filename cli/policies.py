@@ -8,7 +8,6 @@ whose current attempt runs under the policy (from Temporal's visibility, one que
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from cli.crds import PRINTER_COLUMNS
 from cli.ops import OpsError, Row, columns
 from workflows.contract import API_GROUP, API_VERSION, Obj
+from workflows.jsonpath import age, jsonpath
 from workflows.policy_status import PolicyStatus
 
 KINDS = {"RollbackPolicy": "rollbackpolicies", "ClusterRollbackPolicy": "clusterrollbackpolicies"}
@@ -31,9 +31,6 @@ ALIASES = {
     "clusterrollbackpolicies": "ClusterRollbackPolicy",
 }
 SHOWN = [c for c in PRINTER_COLUMNS if not c.get("priority")]
-_FILTER = re.compile(
-    r'^(?P<list>[.\w]+)\[\?\(@\.(?P<key>\w+)=="(?P<value>[^"]*)"\)\](?P<rest>[.\w]*)$'
-)
 
 
 @dataclass
@@ -52,34 +49,6 @@ class PolicyRow:
             "spec": self.doc.get("spec", {}),
             "status": self.doc.get("status", {}),
         }
-
-
-def jsonpath(doc: Any, path: str) -> Any:
-    """The two shapes of JSONPath our printer columns use: ``.a.b`` and
-    ``.list[?(@.key=="value")].field``."""
-    m = _FILTER.match(path)
-    if m is not None:
-        items = jsonpath(doc, m["list"]) or []
-        found = next(
-            (i for i in items if isinstance(i, dict) and i.get(m["key"]) == m["value"]), None
-        )
-        return jsonpath(found, m["rest"]) if found is not None and m["rest"] else found
-    for part in (p for p in path.split(".") if p):
-        if not isinstance(doc, dict):
-            return None
-        doc = doc.get(part)
-    return doc
-
-
-def age(created: str | None, now: datetime) -> str:
-    """kubectl's short age: 45s, 12m, 5h, 3d."""
-    if not created:
-        return "<unknown>"
-    seconds = int((now - datetime.fromisoformat(created.replace("Z", "+00:00"))).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
 
 
 def _cell(doc: Obj, column: dict[str, Any], now: datetime) -> str:

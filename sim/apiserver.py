@@ -67,6 +67,13 @@ RESOURCE_TYPES = [
     ResourceType("argoproj.io", "v1alpha1", "analysisruns", "AnalysisRun"),
     ResourceType("kubeai.org", "v1", "models", "Model"),
     ResourceType("core.strimzi.io", "v1beta2", "strimzipodsets", "StrimziPodSet"),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        namespaced=False,
+    ),
     ResourceType("rightsizing.kubex.ai", "v1alpha1", "rollbackpolicies", "RollbackPolicy"),
     ResourceType(
         "rightsizing.kubex.ai",
@@ -217,6 +224,7 @@ class Store:
                 raise ApiError(422, "Invalid", "metadata.name: Required value")
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         obj["apiVersion"] = rtype.api_version
+        discovery.default_policy(obj)
         if admit is not None:
             admit(obj)
         with self._lock:
@@ -257,8 +265,10 @@ class Store:
                     " been modified; please apply your changes to the latest version and try again",
                 )
             updated = self._admit(rtype, current, copy.deepcopy(new), subresource)
-            if admit is not None and subresource is None:
-                admit(updated)
+            if subresource is None:
+                discovery.default_policy(updated)
+                if admit is not None:
+                    admit(updated)
             if updated == current:
                 return copy.deepcopy(current)  # no-op writes do not bump the version
             if updated.get("spec") != current.get("spec"):
@@ -662,12 +672,15 @@ class KubeEmulator:
         plural, namespace, name, sub, group = parts
         rtype = self.store.rtype(plural, group)
         store = self.store
+        as_table = discovery.wants_table(http.headers.get("Accept", ""))
         if request.verb == "watch":
-            return await self._watch(http, rtype, namespace, name)
+            return await self._watch(http, rtype, namespace, name, as_table)
         if request.verb == "list":
             items, rv = store.list_objects(
                 rtype, namespace, http.query.get("labelSelector"), http.query.get("fieldSelector")
             )
+            if as_table:
+                return web.json_response(self._table(rtype, items, str(rv)))
             body = {
                 "kind": f"{rtype.kind}List",
                 "apiVersion": rtype.api_version,
@@ -677,7 +690,12 @@ class KubeEmulator:
             return web.json_response(body)
         if http.method == "GET":
             assert name is not None
-            return web.json_response(store.get(rtype, namespace, name))
+            found = store.get(rtype, namespace, name)
+            if as_table:
+                return web.json_response(
+                    self._table(rtype, [found], found["metadata"]["resourceVersion"])
+                )
+            return web.json_response(found)
         if http.method == "DELETE":
             assert name is not None
             return web.json_response(store.delete(rtype, namespace, name))
@@ -698,8 +716,18 @@ class KubeEmulator:
             )
         raise ApiError(405, "MethodNotAllowed", f"{http.method} is not supported")
 
+    def _table(self, rtype: ResourceType, objects: list[Obj], resource_version: str) -> Obj:
+        crds = list(self.store.items("CustomResourceDefinition"))
+        columns = discovery.printer_columns(crds, rtype.group, rtype.version, rtype.plural)
+        return discovery.table(objects, columns, resource_version)
+
     async def _watch(
-        self, http: web.Request, rtype: ResourceType, namespace: str | None, name: str | None
+        self,
+        http: web.Request,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str | None,
+        as_table: bool = False,
     ) -> web.StreamResponse:
         labels = parse_label_selector(http.query.get("labelSelector"))
         fields = parse_field_selector(http.query.get("fieldSelector"))
@@ -723,9 +751,15 @@ class KubeEmulator:
         except ApiError as err:  # 410 Gone travels as an ERROR event inside a 200 stream
             await response.write(_line({"type": "ERROR", "object": err.body()}))
             return response
+
+        def shown(obj: Obj) -> Obj:
+            if not as_table:
+                return obj
+            return self._table(rtype, [obj], obj["metadata"].get("resourceVersion", ""))
+
         try:
             for old in backlog:
-                await response.write(_line({"type": old.type, "object": old.obj}))
+                await response.write(_line({"type": old.type, "object": shown(old.obj)}))
             deadline = loop.time() + timeout
             while True:
                 remaining = deadline - loop.time()
@@ -745,7 +779,7 @@ class KubeEmulator:
                     continue
                 if event is None:  # dropped
                     break
-                await response.write(_line({"type": event.type, "object": event.obj}))
+                await response.write(_line({"type": event.type, "object": shown(event.obj)}))
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:

@@ -9,6 +9,12 @@
   with the ``fieldValidation`` parameter, which is how kubectl learns that the server validates
   fields itself (``kubectl apply`` then sends ``fieldValidation=Strict`` instead of validating
   client-side). Schemas of the kinds are not served (``kubectl explain`` is not supported).
+- Table output (``Accept: application/json;as=Table;g=meta.k8s.io;v=v1``), for lists, single
+  objects and watch events: Name, then a custom resource's printer columns from its stored
+  CustomResourceDefinition (``kubectl apply -f deploy/crds``), else Age, so ``kubectl get rbp``
+  shows READY, ACTIVE, FAILED as on a cluster and ``-o wide`` adds the priority columns.
+- The CRD schema's defaults on every stored policy (``weight: 0``, ``enableMonitoringReopen:
+  true``, ``scope.workloadTypes``), as an API server fills them in.
 - Validation of the policy kinds on every write, by the same models the engine uses (they accept
   and reject what the CRD schema does: ``tests/unit/test_crd_schema.py``), answered as a real API
   server answers: 422 ``Invalid`` with one cause per field path.
@@ -17,11 +23,13 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from workflows.contract import Obj
+from workflows.contract import DEFAULT_WORKLOAD_TYPES, Obj
+from workflows.jsonpath import age, jsonpath
 from workflows.policy import POLICY_KINDS
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -161,6 +169,18 @@ def openapi_document(types: list[Any], group: str, version: str) -> Obj | None:
     }
 
 
+def default_policy(obj: Obj) -> None:
+    """Fill in what the policy CRDs default (``cli.crds``), in place; other kinds untouched."""
+    spec = obj.get("spec")
+    if obj.get("kind") not in POLICY_KINDS or not isinstance(spec, dict):
+        return
+    spec.setdefault("weight", 0)
+    spec.setdefault("enableMonitoringReopen", True)
+    scope = spec.setdefault("scope", {})
+    if isinstance(scope, dict):
+        scope.setdefault("workloadTypes", [k.value for k in DEFAULT_WORKLOAD_TYPES])
+
+
 def invalid_policy(obj: Obj) -> Obj | None:
     """The 422 Status a real API server with our CRD returns for ``obj``, or None when valid."""
     model = POLICY_KINDS.get(str(obj.get("kind")))
@@ -199,3 +219,58 @@ def invalid_policy(obj: Obj) -> Obj | None:
             "code": 422,
         }
     return None
+
+
+_NAME = {"name": "Name", "type": "string", "format": "name", "priority": 0}
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp", "priority": 0}
+
+
+def wants_table(accept: str) -> bool:
+    return "as=Table" in accept
+
+
+def printer_columns(crds: list[Obj], group: str, version: str, plural: str) -> list[Obj]:
+    """A custom resource's printer columns from its CRD (else Age alone, as for any kind)."""
+    for crd in crds:
+        spec = crd.get("spec") or {}
+        if spec.get("group") != group or (spec.get("names") or {}).get("plural") != plural:
+            continue
+        for v in spec.get("versions") or []:
+            if v.get("name") == version and v.get("additionalPrinterColumns"):
+                return list(v["additionalPrinterColumns"])
+    return [_AGE]
+
+
+def table(objects: list[Obj], columns: list[Obj], resource_version: str) -> Obj:
+    now = datetime.now(UTC)
+
+    def cell(obj: Obj, column: Obj) -> Any:
+        value = jsonpath(obj, column["jsonPath"])
+        return age(value, now) if column["type"] == "date" else value
+
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": [
+            {
+                "name": c["name"],
+                "type": c["type"],
+                "format": c.get("format", ""),
+                "description": c.get("description", ""),
+                "priority": c.get("priority", 0),
+            }
+            for c in [_NAME, *columns]
+        ],
+        "rows": [
+            {
+                "cells": [o["metadata"]["name"], *(cell(o, c) for c in columns)],
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o["metadata"],
+                },
+            }
+            for o in objects
+        ],
+    }

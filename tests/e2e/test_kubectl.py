@@ -15,7 +15,7 @@ import yaml
 
 from sim.apiserver import KubeEmulator
 from sim.scenario import write_kubeconfig
-from tests.conftest import EXAMPLES, policy_doc
+from tests.conftest import EXAMPLES, ROOT, policy_doc
 from tests.deploy.kustomize import kubectl
 
 
@@ -98,6 +98,56 @@ def test_apply_of_an_invalid_policy_is_refused_with_the_field(
     )
     api, _ = cluster
     assert not list(api.store.items("RollbackPolicy", "team"))  # nothing stored
+
+
+def test_get_prints_the_crd_printer_columns_and_watches_a_change(
+    cluster: tuple[KubeEmulator, Path],
+) -> None:
+    crds = run(cluster, "apply", "-k", str(ROOT / "deploy" / "crds"))
+    assert crds.returncode == 0, crds.stderr
+    assert run(cluster, "apply", "-f", str(EXAMPLES / "production-rollback.yaml")).returncode == 0
+    api, _ = cluster
+    rbp = api.store.rtype("RollbackPolicy")
+    ready = {"type": "Ready", "status": "True", "reason": "Valid", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}  # fmt: skip
+    status = {"activeTrackedWorkloads": 0, "failedWorkloads": 2, "conditions": [ready]}
+    api.store.patch(rbp, "production", "production-rollback", {"status": status},
+                    "application/merge-patch+json", "status")  # fmt: skip
+    out = run(cluster, "get", "rbp", "-n", "production")
+    assert out.returncode == 0, out.stderr
+    header, row = out.stdout.splitlines()
+    assert header.split() == ["NAME", "READY", "ACTIVE", "FAILED", "WEIGHT", "AGE"]
+    assert row.split()[:5] == ["production-rollback", "True", "0", "2", "100"]
+    wide = run(cluster, "get", "rbp", "-n", "production", "-o", "wide").stdout.splitlines()[0]
+    assert wide.split() == [
+        "NAME", "READY", "ACTIVE", "FAILED", "WEIGHT", "TARGET", "MONITORING", "THRESHOLD", "AGE"
+    ]  # fmt: skip
+    # -w: the list, then each change as it happens.
+    _, config = cluster
+    watching = subprocess.Popen(
+        [kubectl(), f"--kubeconfig={config}", "get", "rbp", "-n", "production", "-w",
+         "--request-timeout=20s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert watching.stdout is not None
+        assert watching.stdout.readline().split()[0] == "NAME"
+        assert watching.stdout.readline().split()[:3] == ["production-rollback", "True", "0"]
+        api.store.patch(rbp, "production", "production-rollback",
+                        {"status": {"activeTrackedWorkloads": 1}},
+                        "application/merge-patch+json", "status")  # fmt: skip
+        assert watching.stdout.readline().split()[:3] == ["production-rollback", "True", "1"]
+    finally:
+        watching.kill()
+        watching.wait()
+    run(cluster, "delete", "rbp", "production-rollback", "-n", "production")
+    # The CRD's defaults are filled in, as by an API server: no weight given reads as 0.
+    unweighted = yaml.safe_dump(policy_doc("RollbackPolicy", "plain"))
+    assert run(cluster, "apply", "-f", "-", stdin=unweighted).returncode == 0
+    header, row = run(cluster, "get", "rbp", "plain", "-n", "team").stdout.splitlines()
+    at = header.index("WEIGHT")  # columns without a status are blank, so read by position
+    assert row.startswith("plain") and row[at:].split()[0] == "0"
+    run(cluster, "delete", "rbp", "plain", "-n", "team")
 
 
 def test_events_by_field_selector_and_describe(cluster: tuple[KubeEmulator, Path]) -> None:
