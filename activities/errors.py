@@ -76,3 +76,8 @@ def classified() -> Iterator[None]:
         if converted is exc:
             raise  # transient: as it was (``raise exc from exc`` would make a cause cycle)
         raise converted from exc
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An error as one line for a message or an Event: its first line, else its type."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:limit]

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
+from activities.errors import first_line
 from cli import crds, ops, policies
 from cli.explain import cmd_policy_explain, cmd_policy_validate
 from cli.ops import OpsError
@@ -99,13 +100,9 @@ def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
     except OpsError:
         raise
     except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
-        raise OpsError(f"cannot reach Kubernetes: {_first_line(exc)}") from None
+        raise OpsError(f"cannot reach Kubernetes: {first_line(exc)}") from None
     kind = policies.ALIASES.get(args.resource)
     return [r for r in rows if kind is None or r.kind == kind]
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -193,7 +190,7 @@ def _live_cohort(args: argparse.Namespace, state: RollbackState) -> CohortSample
     try:
         return ops.live_cohort(kube.client(), state)
     except Exception as exc:  # unreachable, forbidden, ...: describe still shows the workflow
-        return f"unreadable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        return f"unreadable: {first_line(exc)}"
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

@@ -242,9 +242,10 @@ def describe_text(
     ]
     if state.failure_reason:
         lines.append(f"Failure:      {state.failure_reason}: {state.failure_message or ''}")
-    if state.window_ends_at:
+    # Deadlines of the mode the workload is in only: none after a cancel or a verdict.
+    if state.mode is Mode.MONITORING and state.window_ends_at:
         lines.append(f"Window ends:  {state.window_ends_at.isoformat()}")
-    if state.backoff_ends_at:
+    if state.mode is Mode.BACKING_OFF and state.backoff_ends_at:
         lines.append(f"Backoff ends: {state.backoff_ends_at.isoformat()}")
     if state.baseline is not None:
         lines.append(f"Baseline:     {state.baseline} pods, {state.required} required")

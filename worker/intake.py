@@ -43,6 +43,7 @@ from temporalio.client import Client
 from temporalio.common import MetricMeter
 
 from activities.cohort import actual_resources
+from activities.errors import first_line
 from activities.kubetime import parse_kube_time
 from activities.lookup import read_state
 from activities.owners import OWNER_KINDS
@@ -237,14 +238,14 @@ class Intake:
             else:
                 self.status.policy_seen(obj, policy)
                 return
-        self.status.policy_seen(obj, None, _first_line(invalid))
+        self.status.policy_seen(obj, None, first_line(invalid))
         log.warning("ignoring invalid %s %s: %s", obj.get("kind"), meta.get("name"), invalid)
         self.stats["invalid_policies"] += 1
         self._warn(
             obj,
             f"{meta.get('uid')}/{meta.get('generation')}/invalid",
             EventReason.POLICY_INVALID,
-            f"policy ignored, it matches no workload until fixed: {_first_line(invalid)}",
+            f"policy ignored, it matches no workload until fixed: {first_line(invalid)}",
         )
 
     def _on_namespace(self, kind: str, obj: Obj, initial: bool) -> None:
@@ -506,7 +507,7 @@ class Intake:
             obj,
             f"{meta.get('uid')}/{meta.get('resourceVersion')}/unhandled",
             EventReason.OBJECT_SKIPPED,
-            f"the rollback intake could not handle this object and skipped it: {_first_line(exc)}",
+            f"the rollback intake could not handle this object and skipped it: {first_line(exc)}",
         )
 
     def _warn(self, obj: Obj, identity: str, reason: EventReason, message: str) -> None:
@@ -538,7 +539,3 @@ def _pod_key(pod: Obj) -> Obj:
     """All the pods informer keeps of a pod: enough to report its deletion after a relist."""
     meta = pod["metadata"]
     return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]

@@ -129,6 +129,10 @@ class RollbackState(CamelModel):
     sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
     # Runs recorded before the final-sample-only shape sampled every interval; their replay must.
     mid_window_samples: bool = False
+    # What failed and what the rollback restores, kept apart so that each later mode states its
+    # own outcome ("restoring X" while rolling back, "rolled back to X" once the turn is over).
+    problem: str | None = None
+    restore: str | None = None
 
     @property
     def required(self) -> int | None:
@@ -634,11 +638,15 @@ def _evaluate(
             [Record(EventReason.MONITORING_SUCCEEDED, message, clear_rollback_recommendation=True)],
         )
     reason = dominant_reason(sample.unhealthy) or FailureReason.ADOPTION_THRESHOLD_NOT_MET
-    what = sample.message or tally
+    problem = (
+        f"{sample.message} on recommendation {state.fingerprint} ({tally})"
+        if sample.message
+        else f"{tally} on recommendation {state.fingerprint}"
+    )
     if policy.rollback_target is RollbackTarget.LAST_SUCCESSFUL and state.last_successful is None:
         message = (
-            f"{what} on recommendation {state.fingerprint}; rollbackTarget lastSuccessful but no"
-            " successful state was ever recorded for this workload: failed permanently"
+            f"{problem}; rollbackTarget lastSuccessful but no successful state was ever recorded"
+            " for this workload: failed permanently"
         )
         failed = _transition(
             state,
@@ -667,9 +675,15 @@ def _evaluate(
         if policy.observe_only
         else f"restoring {restore}"
     )
-    message = f"{what} on recommendation {state.fingerprint} ({tally}); {action}"
+    message = f"{problem}; {action}"
     rolling = _transition(
-        state, now, Mode.ROLLING_BACK, failure_reason=reason, failure_message=message
+        state,
+        now,
+        Mode.ROLLING_BACK,
+        failure_reason=reason,
+        failure_message=message,
+        problem=problem,
+        restore=restore,
     )
     return Decision(
         rolling,
@@ -714,13 +728,21 @@ def _rolled_back(state: RollbackState, obs: RolledBack) -> Decision:
         obs.now,
         Mode.BACKING_OFF,
         failure_reason=state.failure_reason,
-        failure_message=state.failure_message,
+        failure_message=_rolled_back_message(state, state.policy),
         backoff_ends_at=obs.now + wait,
         window_ends_at=None,
     )
     done = "Would have rolled back" if state.policy.observe_only else "Rolled back"
     message = f"{done} ({obs.result.message or 'applied'}); backing off {format_duration(wait)}"
     return Decision(backing_off, [Record(None, message)])
+
+
+def _rolled_back_message(state: RollbackState, policy: PolicySettings) -> str | None:
+    """A turn's failure once its rollback is done: what failed, and what was restored."""
+    if state.problem is None:  # a run from before the problem was kept apart
+        return state.failure_message
+    done = "would have rolled back to" if policy.observe_only else "rolled back to"
+    return f"{state.problem}; {done} {state.restore}"
 
 
 def _reapplied(state: RollbackState, obs: Reapplied) -> Decision:
@@ -762,7 +784,7 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
             obs.now,
             Mode.FAILED_PERMANENT,
             failure_reason=state.failure_reason,
-            failure_message=state.failure_message,
+            failure_message=_rolled_back_message(state, policy),
             **common,
         )
         return Decision(
@@ -785,7 +807,7 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
         obs.now,
         Mode.BACKED_OFF,
         failure_reason=state.failure_reason,
-        failure_message=state.failure_message,
+        failure_message=_rolled_back_message(state, policy),
         **common,
     )
     return Decision(

@@ -227,7 +227,7 @@ async def test_observe_only_reports_the_rollback_it_would_make_and_changes_nothi
         "rollingBack",
         "backingOff",
     ]
-    assert "would roll back to manifest" in backing_off["failureMessage"]
+    assert "would have rolled back to manifest" in backing_off["failureMessage"]
     assert backing_off["failureReason"] == "oomKilled"
     (event,) = await until(lambda: events(world, "watch", EventReason.ROLLING_BACK_STARTED))
     assert "would roll back to manifest" in event["message"]

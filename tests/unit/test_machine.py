@@ -252,6 +252,28 @@ def test_observe_only_decides_and_reports_the_same_but_acts_not() -> None:
     assert isinstance(reapply, Reapply) and reapply.observe_only
 
 
+def test_messages_say_each_clause_once_and_match_the_mode() -> None:
+    quiet = end_window(monitoring(), sample(1))  # nobody unhealthy: the tally is the problem
+    record = quiet.effects[0]
+    assert isinstance(record, Record)
+    assert record.message.count("pods adopted and healthy") == 1
+    assert quiet.state.failure_message == record.message
+    assert "restoring lastSuccessful (app: requests memory=1Gi)" in record.message
+    # Once the rollback is done the state says so, and no later mode says "restoring".
+    backing_off = decide(quiet.state, RolledBack(T0, ActuationResult(pods_resized=5)))
+    over = decide(
+        backing_off.state,
+        BackoffOver(T0 + timedelta(hours=1), ResolvePolicyResult(policy=policy(max_attempts=1))),
+    )
+    for state in (backing_off.state, over.state):
+        assert state.failure_message is not None
+        assert "restoring" not in state.failure_message
+        assert state.failure_message.endswith(
+            "; rolled back to lastSuccessful (app: requests memory=1Gi)"
+        )
+    assert over.state.mode is Mode.FAILED_PERMANENT
+
+
 def test_threshold_not_met_without_unhealthy_pods() -> None:
     decision = end_window(monitoring(), sample(1))
     assert decision.state.failure_reason is FailureReason.ADOPTION_THRESHOLD_NOT_MET
