@@ -89,6 +89,15 @@ def port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def die_with_parent(command: list[str]) -> list[str]:
+    """``command`` run so that the kernel SIGKILLs it when this process dies, however it dies
+    (SIGKILL included): util-linux's ``setpriv --pdeathsig`` where present (Linux), so the
+    children of ``rollbackctl run`` and of the scenarios (the dev server, the worker) are never
+    left orphaned. Elsewhere ``command`` unchanged."""
+    setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
+
+
 class DevServer:
     """A dev server child process; ``with DevServer(...) as server:`` stops it on exit."""
 
@@ -111,17 +120,21 @@ class DevServer:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> DevServer:
+        """Start the server; it dies with this process, even on SIGKILL (``die_with_parent``)."""
         if port_in_use(self.port):
             raise DevServerError(
                 f"port {self.port} is already in use (another Temporal server?): stop it, or pass"
                 " --port to use another"
             )
         if self.log_path is None:
-            self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(die_with_parent(self.command), stdin=subprocess.DEVNULL)
         else:
             with self.log_path.open("ab") as out:
                 self.process = subprocess.Popen(
-                    self.command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                    die_with_parent(self.command),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
         wait_until_serving(self.port, process=self.process)
         return self

@@ -49,7 +49,7 @@ from pydantic.alias_generators import to_camel
 from activities.lookup import WORKLOAD_KINDS
 from sim.apiserver import ApiError, KubeEmulator, Request
 from sim.cluster import Behaviour, SimulatedCluster
-from sim.devserver import DevServer
+from sim.devserver import DevServer, die_with_parent
 from worker import telemetry
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.kube import DEFAULT_READ_TIMEOUT
@@ -309,7 +309,7 @@ class WorkerProcess:
     def start(self) -> None:
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
-                self.command,
+                die_with_parent(self.command),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

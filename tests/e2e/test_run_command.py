@@ -180,3 +180,41 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
     text = "".join(lines)
     assert f"Web UI http://127.0.0.1:{port + 1000}" in text
     assert "simulated cluster" in text and "-> rollingBack turn 1 (oomKilled)" in text
+
+
+def _children(pid: int) -> set[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(c) for c in (task / "children").read_text().split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_sigkill_of_run_leaves_no_orphans(tmp_path: Path) -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "run", "--data-dir", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1"}.items() if k != "KUBECONFIG"},
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if "is running" in line:
+            break
+    children = _children(process.pid)
+    assert len(children) >= 2  # the Temporal dev server and the worker
+    process.kill()  # SIGKILL: no handler runs, nothing is stopped gracefully
+    process.wait()
+    assert _wait(lambda: not any(_alive(c) for c in children), 20), [
+        Path(f"/proc/{c}/cmdline").read_text() for c in children if _alive(c)
+    ]
