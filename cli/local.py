@@ -20,6 +20,7 @@ import yaml
 from cli.crds import CRDS
 from sim.devserver import DevServer, DevServerError
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario, write_kubeconfig
+from worker import telemetry
 from worker.config import IntakeConfig, WorkerConfig
 from worker.process import serve, stop_on_signals
 
@@ -84,6 +85,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def simulated() -> None:
         stop = stop_on_signals()
+        telemetry.console_quiet(data_dir / "rollback.log")  # the timeline is what you watch
         world = World(
             Scenario.load(DEMO),
             _print_line,

@@ -17,11 +17,13 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -68,7 +70,21 @@ def configure_logging(fmt: str | None = None, level: int = logging.INFO) -> None
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def console_quiet(log_file: Path) -> None:
+    """For a person watching a timeline (``rollbackctl run`` on the simulated cluster): the
+    console gets warnings and errors only, and every line goes to ``log_file`` as well."""
+    root = logging.getLogger()
+    for handler in root.handlers:
+        handler.setLevel(logging.WARNING)
+    to_file = logging.FileHandler(log_file)
+    formatter = root.handlers[0].formatter if root.handlers else None
+    to_file.setFormatter(
+        formatter or logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root.addHandler(to_file)

@@ -137,6 +137,7 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
 
 def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
     port = free_port()
+    stderr = (tmp_path / "stderr").open("w")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -149,7 +150,7 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
             str(port),
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         text=True,
         env={k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1"}.items() if k != "KUBECONFIG"},
     )
@@ -180,6 +181,10 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
     text = "".join(lines)
     assert f"Web UI http://127.0.0.1:{port + 1000}" in text
     assert "simulated cluster" in text and "-> rollingBack turn 1 (oomKilled)" in text
+    # The console shows the timeline only; the engine's log lines go to a file.
+    stderr.close()
+    assert " INFO " not in (tmp_path / "stderr").read_text()
+    assert " INFO worker.intake: intake started" in (tmp_path / "rollback.log").read_text()
 
 
 def _children(pid: int) -> set[int]:
