@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from cli.crds import CRDS
-from sim.devserver import DevServer, DevServerError
+from sim.devserver import DevServer, DevServerError, ensure_port_free
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario, write_kubeconfig
 from worker import telemetry
 from worker.config import IntakeConfig, WorkerConfig
@@ -86,6 +86,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     async def simulated() -> None:
         stop = stop_on_signals()
         telemetry.console_quiet(data_dir / "rollback.log")  # the timeline is what you watch
+        kept = _fresh_history(data_dir, args.port)
+        if kept is not None:
+            _print_line(f"A fresh demo: the last run's Temporal history is kept in {kept}")
         world = World(
             Scenario.load(DEMO),
             _print_line,
@@ -140,6 +143,20 @@ def rollbackctl() -> str:
     if found is not None and Path(found).resolve() == mine.resolve():
         return "rollbackctl"
     return os.path.relpath(mine) if mine.is_relative_to(Path.cwd()) else str(mine)
+
+
+def _fresh_history(data_dir: Path, port: int) -> Path | None:
+    """The simulated cluster lives as long as one run, so its Temporal history does too: a
+    restart does not pile the demo's runs on the last ones. The last history is kept beside
+    (``temporal.previous``); the one before it is dropped."""
+    current = data_dir / "temporal"
+    if not current.exists():
+        return None
+    ensure_port_free(port)  # not the history of a server that is still running
+    previous = data_dir / "temporal.previous"
+    shutil.rmtree(previous, ignore_errors=True)
+    current.rename(previous)
+    return previous
 
 
 def _banner(server: DevServer, cluster: str, *more: str) -> None:

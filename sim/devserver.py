@@ -89,6 +89,14 @@ def port_in_use(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def ensure_port_free(port: int) -> None:
+    if port_in_use(port):
+        raise DevServerError(
+            f"port {port} is already in use (another Temporal server?): stop it, or pass"
+            " --port to use another"
+        )
+
+
 def die_with_parent(command: list[str]) -> list[str]:
     """``command`` run so that the kernel SIGKILLs it when this process dies, however it dies
     (SIGKILL included): util-linux's ``setpriv --pdeathsig`` where present (Linux), so the
@@ -121,11 +129,7 @@ class DevServer:
 
     def start(self) -> DevServer:
         """Start the server; it dies with this process, even on SIGKILL (``die_with_parent``)."""
-        if port_in_use(self.port):
-            raise DevServerError(
-                f"port {self.port} is already in use (another Temporal server?): stop it, or pass"
-                " --port to use another"
-            )
+        ensure_port_free(self.port)
         if self.log_path is None:
             self.process = subprocess.Popen(die_with_parent(self.command), stdin=subprocess.DEVNULL)
         else:

@@ -223,3 +223,34 @@ def test_sigkill_of_run_leaves_no_orphans(tmp_path: Path) -> None:
     assert _wait(lambda: not any(_alive(c) for c in children), 20), [
         Path(f"/proc/{c}/cmdline").read_text() for c in children if _alive(c)
     ]
+
+
+def test_a_restart_starts_a_fresh_demo(tmp_path: Path) -> None:
+    """The simulated cluster does not outlive a run, so neither does its Temporal history: the
+    second start does not pile the demo on the first one's runs, and keeps that history aside."""
+    port = free_port()
+    command = [sys.executable, "-m", "cli.main", "run", "--data-dir", str(tmp_path)]
+    env = {k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1"}.items() if k != "KUBECONFIG"}
+    for start in (1, 2):
+        process = subprocess.Popen(
+            [*command, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        assert process.stdout is not None
+        seen = []
+        for line in process.stdout:
+            seen.append(line)
+            if "is running" in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+        fresh = [line for line in seen if "A fresh demo" in line]
+        if start == 1:
+            assert not fresh
+        else:
+            assert fresh and str(tmp_path / "temporal.previous") in fresh[0]
+            assert (tmp_path / "temporal.previous" / "temporal.sqlite").exists()
+            assert (tmp_path / "temporal" / "temporal.sqlite").exists()
