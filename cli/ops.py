@@ -178,8 +178,10 @@ async def tracked(client: Client, policy: str) -> list[Row]:
     return sorted(rows, key=lambda r: (r.namespace, r.workload))
 
 
-def table(rows: list[Row]) -> str:
-    header = ("NAMESPACE", "WORKLOAD", "MODE", "TURN", "POLICY", "FINGERPRINT", "STATUS")
+def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:
+    """The workloads as ``get`` prints them; ``wide`` adds when the run started and its ID."""
+    names: tuple[str, ...] = ("NAMESPACE", "WORKLOAD", "MODE", "TURN", "POLICY", "FINGERPRINT")
+    names += ("STATUS", "STARTED", "WORKFLOW ID") if wide else ("STATUS",)
     body = [
         (
             r.namespace,
@@ -189,10 +191,12 @@ def table(rows: list[Row]) -> str:
             r.policy,
             r.fingerprint,
             r.status,
+            *((r.started.strftime("%Y-%m-%dT%H:%M:%SZ"), r.workflow_id) if wide else ()),
         )
         for r in rows
     ]
-    return columns(header, body)
+    text = columns(names, body)
+    return text if header else "\n".join(text.splitlines()[1:])
 
 
 def columns(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:

@@ -74,17 +74,20 @@ def list_policies(kube: ApiClient, namespace: str | None = None) -> list[PolicyR
             raise OpsError(f"listing {plural}: {exc.status} {exc.reason}") from None
         for doc in listed.get("items", []):
             meta = doc["metadata"]
-            values = {c["name"]: _cell(doc, c, now) for c in SHOWN}
+            values = {c["name"]: _cell(doc, c, now) for c in PRINTER_COLUMNS}
             rows.append(PolicyRow(kind, meta.get("namespace"), meta["name"], values, doc))
     return sorted(rows, key=lambda r: (r.kind != "RollbackPolicy", r.namespace or "", r.name))
 
 
-def table(rows: list[PolicyRow]) -> str:
-    header = ("KIND", "NAMESPACE", "NAME", *(c["name"].upper() for c in SHOWN))
+def table(rows: list[PolicyRow], wide: bool = False, header: bool = True) -> str:
+    """The policies with the CRDs' printer columns (``wide``: the priority ones too)."""
+    shown = PRINTER_COLUMNS if wide else SHOWN
+    names = ("KIND", "NAMESPACE", "NAME", *(c["name"].upper() for c in shown))
     body = [
-        (r.kind, r.namespace or "", r.name, *(r.values[c["name"]] for c in SHOWN)) for r in rows
+        (r.kind, r.namespace or "", r.name, *(r.values[c["name"]] for c in shown)) for r in rows
     ]
-    return columns(header, body)
+    text = columns(names, body)
+    return text if header else "\n".join(text.splitlines()[1:])
 
 
 def find(rows: list[PolicyRow], kind: str, namespace: str | None, name: str) -> PolicyRow:

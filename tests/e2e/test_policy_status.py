@@ -303,6 +303,9 @@ async def test_rollbackctl_shows_policies_as_kubectl_would(
         "AGE",
     ]
     rows = {line.split()[1]: line.split() for line in lines}
+    assert await rollbackctl("get", "policies", "-o", "wide", *kube) == 0
+    wide = capsys.readouterr().out.splitlines()[0].split()
+    assert wide[-4:] == ["TARGET", "MONITORING", "THRESHOLD", "AGE"]
     assert rows["oom"][3:7] == ["True", "0", "1", "0"]
     assert rows["ctl"][3:7] == ["True", "1", "0", "0"]
     assert len(rows) == 5

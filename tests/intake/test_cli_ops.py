@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue as queue_module
+import signal
+import subprocess
+import sys
+import threading
 import uuid
 
 import pytest
+import yaml
 from temporalio.testing import WorkflowEnvironment
 
 from cli.main import main
@@ -53,11 +59,33 @@ async def test_get_describe_cancel_reopen(
         # No cluster given: the live cohort is not read, and describe says how to ask for it.
         assert "Cohort now:   not read (no cluster given" in out
 
+        code, out = await cli(capsys, temporal_env, queue, "get", "-A", "-o", "wide")
+        assert code == 0 and "WORKFLOW ID" in out.splitlines()[0] and ref.workflow_id in out
+        code, out = await cli(capsys, temporal_env, queue, "get", "-o", "yaml")
+        assert yaml.safe_load(out)[0]["workload"] == ref.workload
+
+        # get -w: the table, then a line for each change, until Ctrl-C.
+        address = temporal_env.client.service_client.config.target_host
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "get", "-w", "--address", address,
+             "--task-queue", queue],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        lines: queue_module.Queue[str] = queue_module.Queue()
+        assert watcher.stdout is not None
+        threading.Thread(target=lambda: [lines.put(x) for x in watcher.stdout], daemon=True).start()
+        assert lines.get(timeout=30).split()[:3] == ["NAMESPACE", "WORKLOAD", "MODE"]
+        assert "monitoring" in lines.get(timeout=30)
+
         code, out = await cli(
             capsys, temporal_env, queue, "cancel", str(ref), "--reason", "maintenance"
         )
         assert code == 0
         assert (await handle.result()).mode is Mode.CANCELLED
+        changed = await asyncio.to_thread(lines.get, timeout=30)
+        assert ref.workload in changed and "cancelled" in changed and "Completed" in changed
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 0
 
         code, out = await cli(capsys, temporal_env, queue, "get", "--mode", "cancelled")
         assert code == 0 and ref.workload in out and "cancelled" in out
