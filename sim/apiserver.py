@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from aiohttp import web
 
 from activities.kubetime import kube_now
@@ -699,6 +700,8 @@ class KubeEmulator:
         if http.method == "DELETE":
             assert name is not None
             return web.json_response(store.delete(rtype, namespace, name))
+        if request.content_type.startswith(APPLY_PATCH):
+            return web.json_response(await self._server_side_apply(http, rtype, namespace, name))
         try:
             body = await http.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -715,6 +718,27 @@ class KubeEmulator:
                 store.patch(rtype, namespace, name, body, request.content_type, sub, _validate)
             )
         raise ApiError(405, "MethodNotAllowed", f"{http.method} is not supported")
+
+    async def _server_side_apply(
+        self, http: web.Request, rtype: ResourceType, namespace: str | None, name: str | None
+    ) -> Obj:
+        """``kubectl apply --server-side``: create the object, or merge the applied configuration
+        into it. Approximated: no managedFields, so a field dropped from the configuration is
+        kept rather than removed, and there are no conflicts between managers."""
+        try:
+            body = yaml.safe_load(await http.text())
+        except yaml.YAMLError as exc:
+            raise ApiError(400, "BadRequest", f"invalid apply body: {exc}") from exc
+        if not isinstance(body, dict) or name is None:
+            raise ApiError(400, "BadRequest", "an apply patch is one object, sent to its name")
+        try:
+            self.store.get(rtype, namespace, name)
+        except ApiError as err:
+            if err.code != 404:
+                raise
+            return self.store.create(body, namespace, _validate)
+        merge = "application/merge-patch+json"
+        return self.store.patch(rtype, namespace, name, body, merge, None, _validate)
 
     def _table(self, rtype: ResourceType, objects: list[Obj], resource_version: str) -> Obj:
         crds = list(self.store.items("CustomResourceDefinition"))
@@ -787,6 +811,7 @@ class KubeEmulator:
         return response
 
 
+APPLY_PATCH = "application/apply-patch"
 _DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")
 _OPENAPI = re.compile(r"^/openapi/v3/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")
 

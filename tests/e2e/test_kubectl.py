@@ -84,6 +84,24 @@ def test_apply_a_valid_policy_and_get_it_back(cluster: tuple[KubeEmulator, Path]
     assert deleted.returncode == 0, deleted.stderr
 
 
+def test_server_side_apply_creates_then_updates(cluster: tuple[KubeEmulator, Path]) -> None:
+    doc = policy_doc("ClusterRollbackPolicy", "everywhere", weight=5)
+    first = run(cluster, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(doc))
+    assert first.returncode == 0, first.stderr
+    assert (
+        "clusterrollbackpolicy.rightsizing.kubex.ai/everywhere serverside-applied" in first.stdout
+    )
+    doc["spec"]["weight"] = 7
+    again = run(cluster, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(doc))
+    assert again.returncode == 0, again.stderr
+    got = run(cluster, "get", "crbp", "everywhere", "-o", "jsonpath={.spec.weight}")
+    assert got.stdout == "7"
+    doc["spec"]["adoptionThresholdPercent"] = 0
+    bad = run(cluster, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(doc))
+    assert bad.returncode != 0 and "spec.adoptionThresholdPercent" in bad.stderr
+    assert run(cluster, "delete", "crbp", "everywhere").returncode == 0
+
+
 def test_apply_of_an_invalid_policy_is_refused_with_the_field(
     cluster: tuple[KubeEmulator, Path],
 ) -> None:
