@@ -649,7 +649,8 @@ class KubeEmulator:
         m = _OPENAPI.match(path)
         if m is not None:
             group, version = m["group"] or "", m["core"] or m["v"]
-            document = discovery.openapi_document(RESOURCE_TYPES, group, version)
+            crds = list(self.store.items("CustomResourceDefinition"))
+            document = discovery.openapi_document(RESOURCE_TYPES, group, version, crds)
             if document is None:
                 raise ApiError(404, "NotFound", f"no OpenAPI document for {path}")
             return document

@@ -8,7 +8,8 @@
 - OpenAPI v3 (``/openapi/v3`` and one document per group version): each kind's PATCH operation
   with the ``fieldValidation`` parameter, which is how kubectl learns that the server validates
   fields itself (``kubectl apply`` then sends ``fieldValidation=Strict`` instead of validating
-  client-side). Schemas of the kinds are not served (``kubectl explain`` is not supported).
+  client-side), and the schema of each custom resource from its stored CRD (``kubectl explain
+  rbp.spec.backoff``). The built-in kinds' schemas are not served.
 - Table output (``Accept: application/json;as=Table;g=meta.k8s.io;v=v1``), for lists, single
   objects and watch events: Name, then a custom resource's printer columns from its stored
   CustomResourceDefinition (``kubectl apply -f deploy/crds``), else Age, so ``kubectl get rbp``
@@ -139,10 +140,24 @@ def openapi_root(types: list[Any]) -> Obj:
     }
 
 
-def openapi_document(types: list[Any], group: str, version: str) -> Obj | None:
+def openapi_document(
+    types: list[Any], group: str, version: str, crds: list[Obj] | None = None
+) -> Obj | None:
     served = [t for t in types if t.group == group and t.version == version]
     if not served:
         return None
+    schemas: Obj = {}
+    for crd in crds or []:  # a custom resource's schema, from its stored CRD (kubectl explain)
+        spec = crd.get("spec") or {}
+        if spec.get("group") != group:
+            continue
+        for v in spec.get("versions") or []:
+            schema = (v.get("schema") or {}).get("openAPIV3Schema")
+            if v.get("name") == version and schema:
+                kind = (spec.get("names") or {}).get("kind")
+                name = ".".join([*reversed(group.split(".")), version, str(kind)])
+                gvk = {"group": group, "version": version, "kind": kind}
+                schemas[name] = schema | {"x-kubernetes-group-version-kind": [gvk]}
     paths: Obj = {}
     for t in served:
         scope = "namespaces/{namespace}/" if t.namespaced else ""
@@ -165,7 +180,7 @@ def openapi_document(types: list[Any], group: str, version: str) -> Obj | None:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes (emulator)", "version": "v1.34.0"},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": schemas},
     }
 
 

@@ -123,6 +123,9 @@ def test_get_prints_the_crd_printer_columns_and_watches_a_change(
 ) -> None:
     crds = run(cluster, "apply", "-k", str(ROOT / "deploy" / "crds"))
     assert crds.returncode == 0, crds.stderr
+    explained = run(cluster, "explain", "rbp.spec.backoff")  # the CRD's schema, through OpenAPI v3
+    assert explained.returncode == 0, explained.stderr
+    assert "Base duration of a rollback turn" in explained.stdout
     assert run(cluster, "apply", "-f", str(EXAMPLES / "production-rollback.yaml")).returncode == 0
     api, _ = cluster
     rbp = api.store.rtype("RollbackPolicy")
