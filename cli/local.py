@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from cli.crds import CRDS
 from sim.devserver import DevServer, DevServerError, ensure_port_free
@@ -49,9 +50,20 @@ def cmd_dev_server(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         scenario = Scenario.load(args.scenario)
+    except ValidationError as exc:  # one line per problem, with its path
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error["loc"])
+            print(f"{args.scenario}: {where}: {error['msg']}", file=sys.stderr)
+        return 1
     except (OSError, ValueError, yaml.YAMLError) as exc:
         print(f"{args.scenario}: {exc}", file=sys.stderr)
         return 1
+    if getattr(args, "validate", False):
+        print(
+            f"{args.scenario}: valid scenario {scenario.name}: {len(scenario.workloads)}"
+            f" workload(s), {len(scenario.steps)} step(s), {len(scenario.expect)} expectation(s)"
+        )
+        return 0
     quiet = args.output == "json"
     report = asyncio.run(
         run_scenario(
@@ -65,8 +77,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     else:
         verdict = "PASSED" if report.passed else "FAILED"
         print(f"\n{scenario.name}: {verdict} in {report.duration:.1f}s")
-        for problem in report.problems:
-            print(f"  {problem}")
+        for line in report.explain():
+            print(f"  {line}")
     return 0 if report.passed else 1
 
 

@@ -420,6 +420,11 @@ def _add_local(sub: Any) -> None:
     simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
     simulate.add_argument("scenario", metavar="SCENARIO.yaml")
     simulate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    simulate.add_argument(
+        "--validate",
+        action="store_true",
+        help="check the scenario against its schema (sim/scenario.schema.json) without running it",
+    )
     simulate.set_defaults(handler=_local("cmd_simulate"))
 
     completion = sub.add_parser(

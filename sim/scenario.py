@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,26 +41,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from kubernetes.client import CoreV1Api, CustomObjectsApi
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 from pydantic.alias_generators import to_camel
 
-from activities.lookup import WORKLOAD_KINDS
+from activities.lookup import WORKLOAD_KINDS, OwnerLookup
 from sim.apiserver import ApiError, KubeEmulator, Request
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
+from sim.expect import Expectation, Facts, check
 from worker import telemetry
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.kube import DEFAULT_READ_TIMEOUT
 from worker.process import IntakeService
+from workflows.activity_api import OwnerRef
 from workflows.contract import (
     RECOMMENDATION_SUFFIX_LIMITS,
     RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
     TASK_QUEUE,
     Obj,
+    WorkloadKind,
 )
 from workflows.durations import parse_duration
 from workflows.fingerprint import is_recommendation_key
@@ -67,6 +72,23 @@ from workflows.fingerprint import is_recommendation_key
 log = logging.getLogger(__name__)
 
 SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+# Seconds as a number or a Go duration ("1.5s", "2m"); the JSON Schema says both.
+Seconds = Annotated[
+    float,
+    WithJsonSchema(
+        {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": "^[0-9.hms]+$"}]}
+    ),
+]
+SCHEMA = Path(__file__).parent / "scenario.schema.json"
+
+
+def scenario_schema() -> Obj:
+    """The scenario format as JSON Schema, generated from the models (``SCHEMA`` is this, as
+    committed; editors validate scenarios with it, ``rollbackctl simulate --validate`` too)."""
+    schema = Scenario.model_json_schema(by_alias=True)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 def _seconds(value: Any) -> float:
@@ -107,7 +129,7 @@ class Apply(Model):
 
 
 class Step(Model):
-    at: float = 0.0
+    at: Seconds = 0.0
     apply: Apply | None = None
     delete_pod: Obj | None = None
     scale: Obj | None = None
@@ -122,20 +144,11 @@ class Step(Model):
         return _seconds(value)
 
 
-class Expectation(Model):
-    mode: str | None = None  # None: no rollback state at all (retained)
-    turn: int | None = None
-    failure_reason: str | None = None
-    modes: list[str] | None = None  # the transitions, in order, exactly
-    memory: dict[str, str] | None = None  # container -> memory request every pod ends with
-    policy: str | None = None  # the name of the policy recorded in the state
-
-
 class Scenario(Model):
     name: str
     description: str = ""
-    timeout: float = 60.0
-    settle: float = 1.0
+    timeout: Seconds = 60.0
+    settle: Seconds = 1.0
     actuation: str = "annotations"
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec(name="node-1")])
     workloads: list[WorkloadSpec] = Field(default_factory=list)
@@ -162,10 +175,35 @@ class Report:
     problems: list[str] = field(default_factory=list)
     duration: float = 0.0
     requests: list[Request] = field(default_factory=list)  # the API server's journal, in order
+    logs: str | None = None  # where the worker's and the dev server's logs are kept on failure
 
     @property
     def passed(self) -> bool:
         return not self.problems
+
+    def explain(self) -> list[str]:
+        """What a person reads first when it failed: the first failed expectation, the rest,
+        that owner's timeline, and where the full logs are."""
+        if self.passed:
+            return []
+        first, *rest = self.problems
+        owner = first.split(": ", 1)[0]
+        lines = [f"First failed: {first}", *(f"  also: {p}" for p in rest)]
+        timeline = sorted(
+            [e for e in self.transitions + self.events if e["owner"] == owner],
+            key=lambda e: e["t"],
+        )
+        if timeline:
+            lines.append(f"Timeline of {owner}:")
+        for e in timeline:
+            if "reason" in e:
+                lines.append(f"  {e['t']:7.2f}s  event {e['reason']}: {e['message']}")
+            else:
+                turn = f" turn {e['turn']}" if e["turn"] is not None else ""
+                lines.append(f"  {e['t']:7.2f}s  -> {e['mode'] or 'state cleared'}{turn}")
+        if self.logs:
+            lines.append(f"Full logs: {self.logs}")
+        return lines
 
     def as_json(self) -> Obj:
         return {
@@ -176,7 +214,37 @@ class Report:
             "transitions": self.transitions,
             "events": self.events,
             "final": self.final,
+            "logs": self.logs,
         }
+
+
+def owned_pods(store: Any, lookup: OwnerLookup, ref: str) -> list[Obj]:
+    """The pods of ``ref`` (``namespace/Kind/name``) as the engine finds them: up their
+    ownerReferences (through a ReplicaSet or Job), never by name."""
+    namespace, kind, name = ref.split("/")
+    wanted = OwnerRef(namespace=namespace, kind=WorkloadKind(kind), name=name)
+    return [p for p in store.items("Pod", namespace) if lookup.owner_of(p) == wanted]
+
+
+def _resources(pod: Obj) -> Obj:
+    """container -> the resources it runs with (as reported, else as specified)."""
+    reported = {
+        cs["name"]: cs.get("resources")
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    }
+    return {
+        c["name"]: reported.get(c["name"]) or c.get("resources") or {}
+        for c in pod["spec"]["containers"]
+    }
+
+
+def _pod_status(pod: Obj) -> Obj:
+    status = pod.get("status") or {}
+    return {
+        "phase": status.get("phase"),
+        "conditions": {c["type"]: c.get("status") for c in status.get("conditions") or []},
+        "restarts": sum(cs.get("restartCount", 0) for cs in status.get("containerStatuses") or []),
+    }
 
 
 def owner_key(kind: str, namespace: str, name: str) -> str:
@@ -361,6 +429,8 @@ class World:
 
     async def start(self) -> None:
         self.api.start()
+        client = KubeConfig(url=self.api.url).client()
+        self.lookup = OwnerLookup(CoreV1Api(client), CustomObjectsApi(client))
         store = self.api.store
         store.listeners.append(self.recorder)
         for node in self.scenario.nodes:
@@ -452,8 +522,7 @@ class World:
         if step.delete_pod is not None:
             kind, ns, name = self._owner(step.delete_pod["workload"])
             pods = sorted(
-                (p for p in store.items("Pod", ns) if p["metadata"]["name"].startswith(name)),
-                key=lambda p: p["metadata"]["name"],
+                self.owned_pods(step.delete_pod["workload"]), key=lambda p: p["metadata"]["name"]
             )
             for pod in pods[: int(step.delete_pod.get("count", 1))]:
                 with contextlib.suppress(ApiError):
@@ -521,62 +590,44 @@ class World:
     def problems(self) -> list[str]:
         found = []
         for ref, want in self.scenario.expect.items():
-            state = self.state_of(ref)
-            mode = state["mode"] if state else None
-            if mode != want.mode:
-                found.append(f"{ref}: mode {mode}, expected {want.mode}")
-                continue
-            if state and want.turn is not None and state["turn"] != want.turn:
-                found.append(f"{ref}: turn {state['turn']}, expected {want.turn}")
-            if (
-                state
-                and want.failure_reason is not None
-                and state.get("failureReason") != want.failure_reason
-            ):
-                have = state.get("failureReason")
-                found.append(f"{ref}: failureReason {have}, expected {want.failure_reason}")
-            if (
-                state
-                and want.policy is not None
-                and (state.get("policy") or {}).get("name") != want.policy
-            ):
-                found.append(f"{ref}: policy {state.get('policy')}, expected {want.policy}")
-            if want.modes is not None:
-                modes = [t["mode"] for t in self.recorder.transitions if t["owner"] == ref]
-                if modes != want.modes:
-                    found.append(f"{ref}: transitions {modes}, expected {want.modes}")
-            if want.memory is not None:
-                for pod, containers in self.pods_of(ref).items():
-                    for container, memory in want.memory.items():
-                        have = containers.get(container, {}).get("requests", {}).get("memory")
-                        if have != memory:
-                            found.append(
-                                f"{ref}: pod {pod} {container} memory {have}, expected {memory}"
-                            )
+            found += check(ref, want, self.facts(ref))
         return found
 
+    def facts(self, ref: str) -> Facts:
+        kind, ns, name = self._owner(ref)
+        try:
+            owner = self.api.store.get(self.api.store.rtype(kind), ns, name)
+            annotations = owner["metadata"].get("annotations") or {}
+        except ApiError:
+            annotations = {}
+        return Facts(
+            state=self.state_of(ref),
+            modes=[t["mode"] for t in self.recorder.transitions if t["owner"] == ref],
+            annotations=annotations,
+            events=[e for e in self.recorder.events if e["owner"] == ref],
+            pods={pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)},
+        )
+
+    def owned_pods(self, ref: str) -> list[Obj]:
+        return owned_pods(self.api.store, self.lookup, ref)
+
     def pods_of(self, ref: str) -> dict[str, Obj]:
-        _, ns, name = self._owner(ref)
-        out: dict[str, Obj] = {}
-        for pod in self.api.store.items("Pod", ns):
-            labels = pod["metadata"].get("labels") or {}
-            if not (pod["metadata"]["name"].startswith(f"{name}-") or labels.get("model") == name):
-                continue
-            reported = {
-                cs["name"]: cs.get("resources")
-                for cs in (pod.get("status") or {}).get("containerStatuses") or []
-            }
-            out[pod["metadata"]["name"]] = {
-                c["name"]: reported.get(c["name"]) or c.get("resources") or {}
-                for c in pod["spec"]["containers"]
-            }
-        return out
+        return {pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)}
 
     def final(self) -> dict[str, Obj]:
+        """Per owner: its state, annotations, each pod's resources, and each pod's phase,
+        conditions and restarts."""
         refs = set(self.scenario.expect) | {t["owner"] for t in self.recorder.transitions}
-        return {
-            ref: {"state": self.state_of(ref), "pods": self.pods_of(ref)} for ref in sorted(refs)
-        }
+        out: dict[str, Obj] = {}
+        for ref in sorted(refs):
+            facts = self.facts(ref)
+            out[ref] = {
+                "state": facts.state,
+                "annotations": facts.annotations,
+                "pods": facts.pods,
+                "podStatus": {p["metadata"]["name"]: _pod_status(p) for p in self.owned_pods(ref)},
+            }
+        return out
 
 
 async def play(world: World) -> None:
@@ -612,10 +663,10 @@ async def run_scenario(
                     held_since = None
                 await asyncio.sleep(0.2)
             report.problems = world.problems()
-            if report.problems:
-                report.problems.append(
-                    f"worker log: {(Path(tmp) / 'worker.log').read_text()[-3000:]}"
-                )
+            if report.problems:  # the logs outlive the run's temporary directory
+                report.logs = tempfile.mkdtemp(prefix=f"rollback-{scenario.name}-logs-")
+                for log_file in Path(tmp).glob("*.log"):
+                    shutil.copy(log_file, report.logs)
         finally:
             report.duration = time.monotonic() - world.recorder.start
             report.transitions, report.events = world.recorder.transitions, world.recorder.events

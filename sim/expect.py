@@ -1,0 +1,172 @@
+"""The scenario expectation language: what a story must end with, per owner.
+
+Checked by ``check`` against facts the scenario runner reads off the cluster (``Facts``), so the
+language is tested without a cluster (``tests/unit/test_expect.py``)::
+
+    expect:
+      shop/Deployment/api:
+        mode: failedPermanent                 # null: no rollback state at all
+        turn: 2
+        failureReason: [oomKilled, crashLoopBackOff]   # one value, or alternatives
+        modes: [monitoring, rollingBack, backingOff, failedPermanent]  # null: state cleared
+        policy: {kind: RollbackPolicy, namespace: shop, name: p}       # or just the name
+        fingerprint: 1f0f06687fee0df3
+        lastSuccessful: {app: {requests: {memory: 768Mi}}}
+        annotations: {absent: [rollbackpolicy.rightsizing.kubex.ai/desired-resource-requests]}
+        events: [{reason: RollbackRollingBackStarted, count: 2, message: OOMKilled}]
+        pods: [{container: app, requests: {memory: 768Mi}, count: 3}]  # count: how many pods
+        memory: {app: 768Mi}                  # shorthand: every pod's memory request
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from workflows.contract import Obj
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class PolicyExpect(Model):
+    kind: str | None = None
+    namespace: str | None = None
+    name: str
+
+
+class EventExpect(Model):
+    reason: str
+    count: int | None = Field(default=None, ge=0)  # exactly; None: at least one
+    message: str | None = None  # a substring of every counted Event's message
+
+
+class AnnotationsExpect(Model):
+    present: list[str] = Field(default_factory=list)
+    absent: list[str] = Field(default_factory=list)
+
+
+class PodsExpect(Model):
+    """Pods whose container ``container`` runs with these resources (as reported)."""
+
+    container: str
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+    count: int | None = Field(default=None, ge=0)  # exactly this many; None: every pod
+
+
+class Expectation(Model):
+    mode: str | None = None  # None: no rollback state at all (retained, or cleared)
+    turn: int | None = None
+    failure_reason: str | list[str] | None = None
+    modes: list[str | None] | None = None  # the transitions, in order, exactly
+    memory: dict[str, str] | None = None  # container -> memory request every pod ends with
+    policy: str | PolicyExpect | None = None
+    fingerprint: str | None = None
+    last_successful: dict[str, Any] | None = None  # container -> {requests, limits}
+    annotations: AnnotationsExpect | None = None
+    events: list[EventExpect] = Field(default_factory=list)
+    pods: list[PodsExpect] = Field(default_factory=list)
+
+
+@dataclass
+class Facts:
+    """What the cluster shows of one owner at the end of a story."""
+
+    state: Obj | None
+    modes: list[str | None]  # every transition recorded, None where the state was cleared
+    annotations: dict[str, str] = field(default_factory=dict)
+    events: list[Obj] = field(default_factory=list)  # {reason, message}
+    pods: dict[str, Obj] = field(default_factory=dict)  # pod -> container -> resources
+
+
+def check(ref: str, want: Expectation, facts: Facts) -> list[str]:
+    """Every way ``facts`` miss ``want``, one line each (empty: met)."""
+    state = facts.state or {}
+    mode = state.get("mode") if facts.state else None
+    if mode != want.mode:
+        return [f"{ref}: mode {mode}, expected {want.mode}"]
+    found: list[str] = []
+
+    def differs(name: str, have: Any, expected: Any) -> None:
+        if expected is not None and have != expected:
+            found.append(f"{ref}: {name} {have}, expected {expected}")
+
+    differs("turn", state.get("turn"), want.turn)
+    if want.failure_reason is not None:
+        allowed = (
+            [want.failure_reason] if isinstance(want.failure_reason, str) else want.failure_reason
+        )
+        if state.get("failureReason") not in allowed:
+            found.append(
+                f"{ref}: failureReason {state.get('failureReason')}, expected one of {allowed}"
+            )
+    differs("transitions", facts.modes, want.modes)
+    differs("fingerprint", state.get("activeRecommendationFingerprint"), want.fingerprint)
+    if want.policy is not None:
+        expected = (
+            want.policy if isinstance(want.policy, PolicyExpect) else PolicyExpect(name=want.policy)
+        )
+        have = state.get("policy") or {}
+        for key in ("kind", "namespace", "name"):
+            if getattr(expected, key) is not None and have.get(key) != getattr(expected, key):
+                found.append(
+                    f"{ref}: policy {have}, expected {expected.model_dump(exclude_none=True)}"
+                )
+                break
+    if want.last_successful is not None:
+        have_ls = (state.get("lastSuccessfulState") or {}).get("containers")
+        differs("lastSuccessfulState", have_ls, want.last_successful)
+    if want.annotations is not None:
+        for key in want.annotations.present:
+            if key not in facts.annotations:
+                found.append(f"{ref}: annotation {key} absent, expected present")
+        for key in want.annotations.absent:
+            if key in facts.annotations:
+                found.append(f"{ref}: annotation {key} present, expected absent")
+    for event in want.events:
+        matching = [e for e in facts.events if e.get("reason") == event.reason]
+        count = len(matching)
+        if (event.count is None and count == 0) or (
+            event.count is not None and count != event.count
+        ):
+            wanted = "at least 1" if event.count is None else str(event.count)
+            found.append(f"{ref}: {count} {event.reason} Event(s), expected {wanted}")
+        elif event.message is not None:
+            for e in matching:
+                if event.message not in (e.get("message") or ""):
+                    found.append(
+                        f"{ref}: {event.reason} Event {e.get('message')!r} lacks {event.message!r}"
+                    )
+    for pods in want.pods:
+        fitting = [
+            name
+            for name, containers in facts.pods.items()
+            if _fits(containers.get(pods.container) or {}, pods)
+        ]
+        expected_count = len(facts.pods) if pods.count is None else pods.count
+        if len(fitting) != expected_count or (pods.count is None and not facts.pods):
+            what = {k: v for k, v in (("requests", pods.requests), ("limits", pods.limits)) if v}
+            found.append(
+                f"{ref}: {len(fitting)} of {len(facts.pods)} pods run {pods.container} with {what},"
+                f" expected {'all' if pods.count is None else pods.count}"
+            )
+    if want.memory is not None:
+        for pod, containers in facts.pods.items():
+            for container, memory in want.memory.items():
+                have = (containers.get(container) or {}).get("requests", {}).get("memory")
+                if have != memory:
+                    found.append(f"{ref}: pod {pod} {container} memory {have}, expected {memory}")
+    return found
+
+
+def _fits(resources: Obj, want: PodsExpect) -> bool:
+    for kind, values in (("requests", want.requests), ("limits", want.limits)):
+        have = resources.get(kind) or {}
+        if any(have.get(name) != value for name, value in values.items()):
+            return False
+    return True
