@@ -12,7 +12,7 @@
   rbp.spec.backoff``). The built-in kinds' schemas are not served.
 - Table output (``Accept: application/json;as=Table;g=meta.k8s.io;v=v1``), for lists, single
   objects and watch events: Name, then a custom resource's printer columns from its stored
-  CustomResourceDefinition (``kubectl apply -f deploy/crds``), else Age, so ``kubectl get rbp``
+  CustomResourceDefinition (``kubectl apply -k deploy/crds``), else Age, so ``kubectl get rbp``
   shows READY, ACTIVE, FAILED as on a cluster and ``-o wide`` adds the priority columns.
 - The CRD schema's defaults on every stored policy (``weight: 0``, ``enableMonitoringReopen:
   true``, ``scope.workloadTypes``), as an API server fills them in.

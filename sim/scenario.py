@@ -23,6 +23,9 @@ A scenario is YAML::
     expect:
       shop/Deployment/api: {mode: failedPermanent, turn: 2, failureReason: oomKilled,
                             modes: [monitoring, rollingBack, backingOff, backedOff, ...]}
+
+``expect`` is the language of ``sim.expect`` (Events, annotations, pods, alternatives, ...); the
+whole format is published as JSON Schema (``SCHEMA``, ``scenario_schema``).
 """
 
 from __future__ import annotations
