@@ -16,6 +16,8 @@ language is tested without a cluster (``tests/unit/test_expect.py``)::
         events: [{reason: RollbackRollingBackStarted, count: 2, message: OOMKilled}]
         pods: [{container: app, requests: {memory: 768Mi}, count: 3}]  # count: how many pods
         memory: {app: 768Mi}                  # shorthand: every pod's memory request
+        timing: [{from: backingOff, to: backedOff, turn: 1, lasts: 1, tolerance: 1}]  # seconds
+        stillFor: 3                           # no transition in the last 3 s
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ class PodsExpect(Model):
     count: int | None = Field(default=None, ge=0)  # exactly this many; None: every pod
 
 
+class TimingExpect(Model):
+    """How long the owner stayed in ``from`` (of ``turn``) before ``to``: ``lasts`` ±
+    ``tolerance`` seconds, e.g. the backoff of turn 2 lasts 4 s ± 1 s."""
+
+    from_: str = Field(alias="from")
+    to: str | None = None  # None: whatever transition came next
+    turn: int | None = None
+    lasts: float = Field(ge=0)
+    tolerance: float = Field(default=1.0, ge=0)
+
+
 class Expectation(Model):
     mode: str | None = None  # None: no rollback state at all (retained, or cleared)
     turn: int | None = None
@@ -71,6 +84,10 @@ class Expectation(Model):
     annotations: AnnotationsExpect | None = None
     events: list[EventExpect] = Field(default_factory=list)
     pods: list[PodsExpect] = Field(default_factory=list)
+    timing: list[TimingExpect] = Field(default_factory=list)
+    # No transition in the last this many seconds: the story holds still that long before it
+    # can pass ("nothing further happens"), whatever the scenario's settle.
+    still_for: float | None = Field(default=None, ge=0)
 
 
 @dataclass
@@ -82,6 +99,8 @@ class Facts:
     annotations: dict[str, str] = field(default_factory=dict)
     events: list[Obj] = field(default_factory=list)  # {reason, message}
     pods: dict[str, Obj] = field(default_factory=dict)  # pod -> container -> resources
+    transitions: list[Obj] = field(default_factory=list)  # {t, mode, turn}, t in seconds
+    now: float = 0.0  # seconds since the story started
 
 
 def check(ref: str, want: Expectation, facts: Facts) -> list[str]:
@@ -128,32 +147,15 @@ def check(ref: str, want: Expectation, facts: Facts) -> list[str]:
         for key in want.annotations.absent:
             if key in facts.annotations:
                 found.append(f"{ref}: annotation {key} present, expected absent")
-    for event in want.events:
-        matching = [e for e in facts.events if e.get("reason") == event.reason]
-        count = len(matching)
-        if (event.count is None and count == 0) or (
-            event.count is not None and count != event.count
-        ):
-            wanted = "at least 1" if event.count is None else str(event.count)
-            found.append(f"{ref}: {count} {event.reason} Event(s), expected {wanted}")
-        elif event.message is not None:
-            for e in matching:
-                if event.message not in (e.get("message") or ""):
-                    found.append(
-                        f"{ref}: {event.reason} Event {e.get('message')!r} lacks {event.message!r}"
-                    )
-    for pods in want.pods:
-        fitting = [
-            name
-            for name, containers in facts.pods.items()
-            if _fits(containers.get(pods.container) or {}, pods)
-        ]
-        expected_count = len(facts.pods) if pods.count is None else pods.count
-        if len(fitting) != expected_count or (pods.count is None and not facts.pods):
-            what = {k: v for k, v in (("requests", pods.requests), ("limits", pods.limits)) if v}
+    found += _events(ref, want, facts) + _pods(ref, want, facts)
+    for timing in want.timing:
+        found += _timing(ref, timing, facts.transitions)
+    if want.still_for is not None:
+        last = max((t["t"] for t in facts.transitions), default=0.0)
+        if facts.now - last < want.still_for:
             found.append(
-                f"{ref}: {len(fitting)} of {len(facts.pods)} pods run {pods.container} with {what},"
-                f" expected {'all' if pods.count is None else pods.count}"
+                f"{ref}: a transition {facts.now - last:.1f}s ago, expected none for"
+                f" {want.still_for:g}s"
             )
     if want.memory is not None:
         for pod, containers in facts.pods.items():
@@ -170,3 +172,56 @@ def _fits(resources: Obj, want: PodsExpect) -> bool:
         if any(have.get(name) != value for name, value in values.items()):
             return False
     return True
+
+
+def _events(ref: str, want: Expectation, facts: Facts) -> list[str]:
+    found: list[str] = []
+    for event in want.events:
+        matching = [e for e in facts.events if e.get("reason") == event.reason]
+        count = len(matching)
+        if (event.count is None and count == 0) or (
+            event.count is not None and count != event.count
+        ):
+            wanted = "at least 1" if event.count is None else str(event.count)
+            found.append(f"{ref}: {count} {event.reason} Event(s), expected {wanted}")
+        elif event.message is not None:
+            for e in matching:
+                if event.message not in (e.get("message") or ""):
+                    found.append(
+                        f"{ref}: {event.reason} Event {e.get('message')!r} lacks {event.message!r}"
+                    )
+    return found
+
+
+def _pods(ref: str, want: Expectation, facts: Facts) -> list[str]:
+    found: list[str] = []
+    for pods in want.pods:
+        fitting = [
+            name
+            for name, containers in facts.pods.items()
+            if _fits(containers.get(pods.container) or {}, pods)
+        ]
+        expected_count = len(facts.pods) if pods.count is None else pods.count
+        if len(fitting) != expected_count or (pods.count is None and not facts.pods):
+            what = {k: v for k, v in (("requests", pods.requests), ("limits", pods.limits)) if v}
+            found.append(
+                f"{ref}: {len(fitting)} of {len(facts.pods)} pods run {pods.container} with {what},"
+                f" expected {'all' if pods.count is None else pods.count}"
+            )
+    return found
+
+
+def _timing(ref: str, want: TimingExpect, transitions: list[Obj]) -> list[str]:
+    span = f"{want.from_}{f' (turn {want.turn})' if want.turn else ''} -> {want.to or 'next'}"
+    for i, entry in enumerate(transitions):
+        if entry["mode"] != want.from_ or (want.turn is not None and entry["turn"] != want.turn):
+            continue
+        later = [t for t in transitions[i + 1 :] if want.to is None or t["mode"] == want.to]
+        if not later:
+            break
+        lasted = later[0]["t"] - entry["t"]
+        if abs(lasted - want.lasts) > want.tolerance:
+            expected = f"{want.lasts:g}s ± {want.tolerance:g}s"
+            return [f"{ref}: {span} lasted {lasted:.2f}s, expected {expected}"]
+        return []
+    return [f"{ref}: no {span} in the timeline"]

@@ -44,11 +44,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 import yaml
 from kubernetes.client import CoreV1Api, CustomObjectsApi
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from activities.lookup import WORKLOAD_KINDS, OwnerLookup
@@ -131,8 +138,24 @@ class Apply(Model):
     digest: str | None = None  # multi-policy hashed key h<digest>
 
 
+class When(Model):
+    """A step's trigger: the owner reaching ``mode`` (of ``turn``, when given)."""
+
+    owner: str
+    mode: str
+    turn: int | None = None
+
+
 class Step(Model):
+    """One action. It runs ``at`` seconds after the cluster is ready; or, with ``when``, once
+    the owner reaches a mode, or, with ``after``, once the named step has run; ``delay`` more
+    seconds after either."""
+
     at: Seconds = 0.0
+    name: str | None = None
+    when: When | None = None
+    after: str | None = None  # the name of another step
+    delay: Seconds = 0.0
     apply: Apply | None = None
     delete_pod: Obj | None = None
     scale: Obj | None = None
@@ -141,7 +164,7 @@ class Step(Model):
     kill_worker: Obj | None = None
     restart_temporal: Obj | None = None
 
-    @field_validator("at", mode="before")
+    @field_validator("at", "delay", mode="before")
     @classmethod
     def _at(cls, value: Any) -> float:
         return _seconds(value)
@@ -158,6 +181,18 @@ class Scenario(Model):
     policies: list[Obj] = Field(default_factory=list)
     steps: list[Step] = Field(default_factory=list)
     expect: dict[str, Expectation] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _triggers(self) -> Self:
+        names = [s.name for s in self.steps if s.name]
+        if len(set(names)) != len(names):
+            raise ValueError("step names must be unique")
+        for step in self.steps:
+            if step.when is not None and step.after is not None:
+                raise ValueError("a step has one trigger: when or after")
+            if step.after is not None and step.after not in names:
+                raise ValueError(f"after {step.after!r}: no step has that name")
+        return self
 
     @field_validator("timeout", "settle", mode="before")
     @classmethod
@@ -482,6 +517,7 @@ class World:
             lease_duration=3.0,
             meter=telemetry.meter(runtime),
         ).start()
+        self.recorder.start = time.monotonic()  # time zero: the cluster and the engine are up
 
     async def stop(self) -> None:
         if self.intake is not None:
@@ -608,6 +644,8 @@ class World:
             modes=[t["mode"] for t in self.recorder.transitions if t["owner"] == ref],
             annotations=annotations,
             events=[e for e in self.recorder.events if e["owner"] == ref],
+            transitions=[t for t in self.recorder.transitions if t["owner"] == ref],
+            now=self.recorder.t(),
             pods={pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)},
         )
 
@@ -634,12 +672,34 @@ class World:
 
 
 async def play(world: World) -> None:
-    """Run the scenario's steps at their times (relative to the world's start)."""
-    for step in sorted(world.scenario.steps, key=lambda s: s.at):
-        delay = step.at - (time.monotonic() - world.recorder.start)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        await world.run_step(step)
+    """Run every step when its trigger holds (``Step``), one step at a time; returns when all
+    have run. A step whose trigger never holds is waited for until the caller gives up."""
+    done = {s.name: asyncio.Event() for s in world.scenario.steps if s.name}
+    one_at_a_time = asyncio.Lock()
+
+    def reached(when: When) -> bool:
+        return any(
+            t["owner"] == when.owner
+            and t["mode"] == when.mode
+            and (when.turn is None or t["turn"] == when.turn)
+            for t in world.recorder.transitions
+        )
+
+    async def run(step: Step) -> None:
+        if step.when is not None:
+            while not reached(step.when):
+                await asyncio.sleep(0.05)
+        elif step.after is not None:
+            await done[step.after].wait()
+        else:
+            await asyncio.sleep(max(0.0, step.at - (time.monotonic() - world.recorder.start)))
+        await asyncio.sleep(step.delay)
+        async with one_at_a_time:
+            await world.run_step(step)
+        if step.name:
+            done[step.name].set()
+
+    await asyncio.gather(*(run(step) for step in world.scenario.steps))
 
 
 async def run_scenario(

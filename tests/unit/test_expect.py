@@ -199,3 +199,55 @@ def test_a_failure_reads_first_problem_timeline_and_logs() -> None:
     ]
     assert len("\n".join(report.explain())) < 1000  # no wall of worker log
     assert Scenario.model_validate({"name": "x"}).expect == {}
+
+
+def test_timing_with_a_tolerance() -> None:
+    timeline = [
+        {"t": 1.0, "mode": "monitoring", "turn": 1},
+        {"t": 3.0, "mode": "rollingBack", "turn": 1},
+        {"t": 3.1, "mode": "backingOff", "turn": 1},
+        {"t": 4.2, "mode": "backedOff", "turn": 1},
+        {"t": 5.0, "mode": "monitoring", "turn": 2},
+        {"t": 7.0, "mode": "rollingBack", "turn": 2},
+        {"t": 7.1, "mode": "backingOff", "turn": 2},
+        {"t": 9.3, "mode": "failedPermanent", "turn": 2},
+    ]
+    found = facts(transitions=timeline)
+    turn_two = {
+        "from": "backingOff",
+        "to": "failedPermanent",
+        "turn": 2,
+        "lasts": 2,
+        "tolerance": 0.5,
+    }
+    assert problems({"mode": "failedPermanent", "timing": [turn_two]}, found) == []
+    too_long = {**turn_two, "lasts": 4}
+    assert problems({"mode": "failedPermanent", "timing": [too_long]}, found) == [
+        f"{REF}: backingOff (turn 2) -> failedPermanent lasted 2.20s, expected 4s ± 0.5s"
+    ]
+    turn_one = {"from": "backingOff", "turn": 1, "lasts": 1}  # to: whatever came next
+    assert problems({"mode": "failedPermanent", "timing": [turn_one]}, found) == []
+    assert problems({"mode": "failedPermanent", "timing": [{"from": "superseded", "lasts": 1}]})
+
+
+def test_still_for_means_no_recent_transition() -> None:
+    timeline = [{"t": 9.3, "mode": "failedPermanent", "turn": 2}]
+    assert (
+        problems({"mode": "failedPermanent", "stillFor": 2}, facts(transitions=timeline, now=12.0))
+        == []
+    )
+    assert problems(
+        {"mode": "failedPermanent", "stillFor": 5}, facts(transitions=timeline, now=12.0)
+    ) == [f"{REF}: a transition 2.7s ago, expected none for 5s"]
+
+
+def test_relative_steps_name_their_trigger() -> None:
+    step = {"when": {"owner": REF, "mode": "backingOff"}, "delay": "1s", "scale": {"workload": REF}}
+    scenario = Scenario.model_validate({"name": "x", "steps": [step]})
+    assert scenario.steps[0].when is not None and scenario.steps[0].delay == 1.0
+    with pytest.raises(ValueError, match="no step has that name"):
+        Scenario.model_validate({"name": "x", "steps": [{"after": "nope"}]})
+    with pytest.raises(ValueError, match="one trigger"):
+        Scenario.model_validate(
+            {"name": "x", "steps": [{"name": "a"}, {"after": "a", "when": step["when"]}]}
+        )
