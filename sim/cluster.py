@@ -3,9 +3,11 @@ rightsizing rollback happen.
 
 Every tick (default 100ms) it runs, in order:
 
-- **controllers**: Deployment and Rollout (through a ReplicaSet), StatefulSet, DaemonSet (a pod
-  per node), Job (``parallelism`` pods that run to completion), CronJob (one Job), KubeAI Model
-  (``model=<name>`` pods) create and recreate pods from their template, and delete extras;
+- **controllers**: Deployment and Rollout (through a ReplicaSet per template: a template change
+  rolls the pods over to a new one), StatefulSet, DaemonSet (a pod per node), Job
+  (``parallelism`` pods that run to completion), CronJob (one Job), KubeAI Model (``model=<name>``
+  pods) and StrimziPodSet (one pod per ``spec.pods`` entry) create and recreate pods from their
+  template, and delete extras;
 - **admission**: a new pod gets the owner's highest-precedence resources (the rollback
   recommendation, else the static/proactive recommendation, else the template) and the owner's
   recommendation annotations;
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import logging
 import threading
@@ -228,7 +231,18 @@ class SimulatedCluster:
         labels = dict(dig(template, "metadata", "labels") or {})
         match workload.kind:
             case "Deployment" | "Rollout":
-                rs_name = f"{name}-rs"
+                # One ReplicaSet per template, as the real controller names them: a template
+                # change (a rollout) replaces the old ReplicaSet's pods with the new one's.
+                digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode())
+                rs_name = f"{name}-{digest.hexdigest()[:8]}"
+                for old in self._owned("ReplicaSet", ns, owner["metadata"]["uid"]):
+                    if old["metadata"]["name"] != rs_name:
+                        for pod in self._owned("Pod", ns, old["metadata"]["uid"]):
+                            self._delete_pod(pod)
+                        with contextlib.suppress(ApiError):
+                            self.store.delete(
+                                self.store.rtype("ReplicaSet"), ns, old["metadata"]["name"]
+                            )
                 rs = self._get("ReplicaSet", ns, rs_name)
                 if rs is None:
                     rs = self.store.create(
@@ -279,6 +293,28 @@ class SimulatedCluster:
                 for node in nodes:
                     if node not in have:
                         self._create_pod(owner, owner, template, labels, f"{name}-{node}", node)
+            case "StrimziPodSet":  # one pod per entry of spec.pods, named by the entry
+                entries = spec.get("pods") or []
+                existing = {
+                    p["metadata"]["name"]: p
+                    for p in self._owned("Pod", ns, owner["metadata"]["uid"])
+                }
+                wanted = [e for e in entries if dig(e, "metadata", "name")]
+                for entry in wanted:
+                    if entry["metadata"]["name"] not in existing:
+                        self._create_pod(
+                            owner,
+                            owner,
+                            {
+                                "metadata": entry.get("metadata") or {},
+                                "spec": entry.get("spec") or {},
+                            },
+                            dict(dig(entry, "metadata", "labels") or {}),
+                            entry["metadata"]["name"],
+                        )
+                for pod_name, pod in existing.items():
+                    if pod_name not in {e["metadata"]["name"] for e in wanted}:
+                        self._delete_pod(pod)
             case "Job":
                 self._job(owner, template, labels)
             case "CronJob":

@@ -58,6 +58,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from activities.kubetime import kube_now
 from activities.lookup import WORKLOAD_KINDS, OwnerLookup
 from sim.apiserver import ApiError, KubeEmulator, Request
 from sim.cluster import Behaviour, SimulatedCluster
@@ -82,6 +83,7 @@ from workflows.fingerprint import is_recommendation_key
 log = logging.getLogger(__name__)
 
 SCENARIOS = Path(__file__).parent / "scenarios"
+MERGE = "application/merge-patch+json"
 
 
 # Seconds as a number or a Go duration ("1.5s", "2m"); the JSON Schema says both.
@@ -138,6 +140,24 @@ class Apply(Model):
     digest: str | None = None  # multi-policy hashed key h<digest>
 
 
+class Annotate(Model):
+    """Set (or, with null, remove) annotations and labels of any object."""
+
+    kind: str
+    namespace: str | None = None
+    name: str
+    annotations: dict[str, str | None] = Field(default_factory=dict)
+    labels: dict[str, str | None] = Field(default_factory=dict)
+
+
+class Rollout(Model):
+    """Change a workload's pod template (merged in; by default a restart annotation, as
+    ``kubectl rollout restart`` does), so its controller replaces the pods."""
+
+    workload: str
+    template: Obj = Field(default_factory=dict)
+
+
 class When(Model):
     """A step's trigger: the owner reaching ``mode`` (of ``turn``, when given)."""
 
@@ -163,6 +183,8 @@ class Step(Model):
     delete: Obj | None = None  # any object: {kind, namespace, name}
     kill_worker: Obj | None = None
     restart_temporal: Obj | None = None
+    annotate: Annotate | None = None
+    rollout: Rollout | None = None
 
     @field_validator("at", "delay", mode="before")
     @classmethod
@@ -534,6 +556,24 @@ class World:
         namespace, kind, name = ref.split("/")
         return kind, namespace, name
 
+    def _edit(self, step: Step) -> None:
+        """The ``annotate`` and ``rollout`` steps."""
+        store = self.api.store
+        if step.annotate is not None:
+            a = step.annotate
+            metadata = {"annotations": a.annotations, "labels": a.labels}
+            store.patch(store.rtype(a.kind), a.namespace, a.name, {"metadata": metadata}, MERGE)
+            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: {a.kind} {a.name} annotated")
+        if step.rollout is not None:
+            kind, ns, name = self._owner(step.rollout.workload)
+            template = step.rollout.template or {
+                "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": kube_now()}}
+            }
+            store.patch(store.rtype(kind), ns, name, {"spec": {"template": template}}, MERGE)
+            self.recorder.on_line(
+                f"{self.recorder.t():7.2f}s  {step.rollout.workload}  step: template rolled out"
+            )
+
     async def run_step(self, step: Step) -> None:
         store = self.api.store
         if step.apply is not None:
@@ -578,6 +618,7 @@ class World:
                 {"spec": {"replicas": int(step.scale["replicas"])}},
                 "application/merge-patch+json",
             )
+        self._edit(step)
         if step.apply_policy is not None:
             meta = step.apply_policy["metadata"]
             rtype = store.rtype(step.apply_policy["kind"])
