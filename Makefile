@@ -22,11 +22,12 @@ lint: setup
 	$(VENV)/bin/mypy workflows activities worker cli sim
 	$(VENV)/bin/lint-imports
 
-# The real tools the tests check against, from Debian: prometheus and promtool (alert rules).
+# The real tools the tests check against, from Debian: prometheus and promtool (alert rules),
+# chromium (the scenario report page).
 tools:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
-		if [ "$$(id -u)" != 0 ]; then echo "install Debian's prometheus package (apt-get install prometheus)"; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null || ! command -v chromium >/dev/null; then \
+		if [ "$$(id -u)" != 0 ]; then echo "install Debian's prometheus and chromium packages (apt-get install prometheus chromium)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus chromium >/dev/null; \
 	fi
 
 test: lint tools

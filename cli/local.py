@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from cli.crds import CRDS
 from sim.devserver import DevServer, DevServerError, ensure_port_free
+from sim.report import render as render_report
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario, write_kubeconfig
 from worker import telemetry
 from worker.config import IntakeConfig, WorkerConfig
@@ -64,7 +65,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f" workload(s), {len(scenario.steps)} step(s), {len(scenario.expect)} expectation(s)"
         )
         return 0
-    quiet = args.output == "json"
+    quiet = args.output in ("json", "html")
     report = asyncio.run(
         run_scenario(
             scenario,
@@ -72,7 +73,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             on_progress=None if quiet or not sys.stderr.isatty() else _progress,
         )
     )
-    if quiet:
+    if args.report:
+        Path(args.report).write_text(render_report(report, scenario), encoding="utf-8")
+    if args.output == "html":
+        print(render_report(report, scenario))
+    elif quiet:
         print(json.dumps(report.as_json(), indent=2))
     else:
         verdict = "PASSED" if report.passed else "FAILED"

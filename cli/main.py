@@ -419,7 +419,10 @@ def _add_local(sub: Any) -> None:
 
     simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
     simulate.add_argument("scenario", metavar="SCENARIO.yaml")
-    simulate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    simulate.add_argument("-o", "--output", choices=["text", "json", "html"], default="text")
+    simulate.add_argument(
+        "--report", metavar="FILE.html", help="also write the story as a self-contained page"
+    )
     simulate.add_argument(
         "--validate",
         action="store_true",
