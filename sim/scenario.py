@@ -79,6 +79,7 @@ from workflows.contract import (
 )
 from workflows.durations import parse_duration
 from workflows.fingerprint import is_recommendation_key
+from workflows.policy import POLICY_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,10 @@ class Step(Model):
     apply: Apply | None = None
     delete_pod: Obj | None = None
     scale: Obj | None = None
-    apply_policy: Obj | None = None
+    apply_policy: Obj | None = (
+        None  # a RollbackPolicy or ClusterRollbackPolicy, created or replaced
+    )
+    apply_object: Obj | None = None  # any other object, created or replaced
     delete: Obj | None = None  # any object: {kind, namespace, name}
     kill_worker: Obj | None = None
     restart_temporal: Obj | None = None
@@ -200,9 +204,21 @@ class Scenario(Model):
     actuation: str = "annotations"
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec(name="node-1")])
     workloads: list[WorkloadSpec] = Field(default_factory=list)
-    policies: list[Obj] = Field(default_factory=list)
+    policies: list[Obj] = Field(default_factory=list)  # RollbackPolicy, ClusterRollbackPolicy
+    objects: list[Obj] = Field(default_factory=list)  # anything else the story starts with
     steps: list[Step] = Field(default_factory=list)
     expect: dict[str, Expectation] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _policies_are_policies(self) -> Self:
+        policies = [*self.policies, *(s.apply_policy for s in self.steps if s.apply_policy)]
+        for obj in policies:
+            if obj.get("kind") not in POLICY_KINDS:
+                raise ValueError(
+                    f"policies and applyPolicy take RollbackPolicy or ClusterRollbackPolicy, not"
+                    f" {obj.get('kind')!r}: use objects or applyObject for anything else"
+                )
+        return self
 
     @model_validator(mode="after")
     def _triggers(self) -> Self:
@@ -510,6 +526,8 @@ class World:
         }
         for ns in sorted(namespaces | {"default"}):
             store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for obj in self.scenario.objects:
+            store.create(obj)
         for policy in self.scenario.policies:
             store.create(policy)
         for w in self.scenario.workloads:
@@ -619,19 +637,21 @@ class World:
                 "application/merge-patch+json",
             )
         self._edit(step)
-        if step.apply_policy is not None:
-            meta = step.apply_policy["metadata"]
-            rtype = store.rtype(step.apply_policy["kind"])
+        for obj in (step.apply_policy, step.apply_object):
+            if obj is None:
+                continue
+            meta = obj["metadata"]
+            rtype = store.rtype(obj["kind"])
             try:
                 current = store.get(rtype, meta.get("namespace"), meta["name"])
                 store.replace(
                     rtype,
                     meta.get("namespace"),
                     meta["name"],
-                    {**step.apply_policy, "metadata": current["metadata"]},
+                    {**obj, "metadata": current["metadata"]},
                 )
             except ApiError:
-                store.create(step.apply_policy)
+                store.create(obj)
         if step.delete is not None:
             d = step.delete
             store.delete(store.rtype(d["kind"]), d.get("namespace"), d["name"])

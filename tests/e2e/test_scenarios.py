@@ -73,6 +73,11 @@ def test_simulate_json_output() -> None:
     final = report["final"]["shop/Deployment/web"]
     assert final["state"]["mode"] == "monitoringSucceeded"
     assert {c["app"]["requests"]["memory"] for c in final["pods"].values()} == {"512Mi"}
+    # The owner's annotations and each pod's phase, conditions and restarts are reported too.
+    assert "rightsizing.kubex.ai/rollback-state" in final["annotations"]
+    statuses = list(final["podStatus"].values())
+    assert statuses and all(s["phase"] == "Running" and s["restarts"] == 0 for s in statuses)
+    assert all(s["conditions"].get("Ready") == "True" for s in statuses)
 
 
 def test_simulate_rejects_a_bad_scenario(tmp_path: object) -> None:

@@ -251,3 +251,19 @@ def test_relative_steps_name_their_trigger() -> None:
         Scenario.model_validate(
             {"name": "x", "steps": [{"name": "a"}, {"after": "a", "when": step["when"]}]}
         )
+
+
+def test_policies_take_policies_and_objects_take_the_rest() -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "namespace": "shop"},
+    }
+    with pytest.raises(ValueError, match="use objects or applyObject"):
+        Scenario.model_validate({"name": "x", "policies": [config]})
+    with pytest.raises(ValueError, match="use objects or applyObject"):
+        Scenario.model_validate({"name": "x", "steps": [{"applyPolicy": config}]})
+    fine = Scenario.model_validate(
+        {"name": "x", "objects": [config], "steps": [{"applyObject": config}]}
+    )
+    assert fine.objects == [config] and fine.steps[0].apply_object == config
