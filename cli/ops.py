@@ -27,7 +27,7 @@ from worker import temporal as control
 from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
 from workflows.contract import Mode, SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
-from workflows.rollback import WORKFLOW_NAME, RollbackWorkflow
+from workflows.rollback import WORKFLOW_NAME
 
 READ_BACK_SECONDS = 10.0
 
@@ -127,13 +127,11 @@ async def get(
 
 
 async def describe(client: Client, owner: OwnerRef) -> tuple[str, RollbackState | None]:
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
     try:
-        info = await handle.describe()
-        state = await handle.query(RollbackWorkflow.status)
+        status, state = await control.newest_run(client, owner)
     except RPCError as exc:
         raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
-    return (info.status.name.title() if info.status else "Unknown"), state
+    return (status.name.title() if status else "Unknown"), state
 
 
 async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:

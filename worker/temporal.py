@@ -74,17 +74,25 @@ class ControlRefusedError(Exception):
     """The workflow would do nothing with this control; the message says why."""
 
 
+async def newest_run(
+    client: Client, owner: OwnerRef
+) -> tuple[WorkflowExecutionStatus | None, RollbackState | None]:
+    """Status and state (the ``status`` query: a worker must be up) of the owner's newest run;
+    raises ``RPCError`` (NOT_FOUND: no run at all)."""
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    info = await handle.describe()
+    return info.status, await handle.query(RollbackWorkflow.status)
+
+
 async def state_of(client: Client, owner: OwnerRef) -> tuple[bool, RollbackState | None]:
     """(running, state) of the owner's newest run; ``ControlRefusedError`` when it has none."""
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
     try:
-        info = await handle.describe()
-        state = await handle.query(RollbackWorkflow.status)
+        status, state = await newest_run(client, owner)
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise ControlRefusedError(f"no rollback attempt recorded for {owner}") from None
         raise
-    return info.status is WorkflowExecutionStatus.RUNNING, state
+    return status is WorkflowExecutionStatus.RUNNING, state
 
 
 async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
