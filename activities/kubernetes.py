@@ -48,6 +48,7 @@ from workflows.activity_api import (
     ROLL_BACK,
     SAMPLE_COHORT,
     ActuationResult,
+    CohortQuery,
     CohortSample,
     LoadOwnerInput,
     LoadOwnerResult,
@@ -88,6 +89,34 @@ class Actuation(StrEnum):
 
 def _json(values: Resources) -> str | None:
     return json.dumps(values, sort_keys=True, separators=(",", ":")) if values else None
+
+
+def cohort_sample(
+    owner: OwnerRef,
+    pods: list[Obj],
+    input: SampleCohortInput,
+    desired: int | None,
+    query: CohortQuery,
+) -> CohortSample:
+    """The cohort judged (``activities.cohort``): counts and the reasons pods do not count."""
+    tally = Tally()
+    for pod in pods:
+        try:
+            tally.add(judge(pod, input.recommendation, input.window_started_at))
+        except MalformedRecommendationError as exc:
+            error = f"pod {pod['metadata']['name']}: malformed recommendation: {exc}"
+            log.warning("%s: %s", owner, error)
+            return CohortSample(pods=0, adopted=0, adopted_healthy=0, error=error, cohort=query)
+    return CohortSample(
+        desired=desired,
+        pods=tally.pods,
+        adopted=tally.adopted,
+        adopted_healthy=tally.adopted_healthy,
+        unhealthy=dict(tally.reasons),
+        message=tally.message(),
+        observed_at=datetime.now(UTC),
+        cohort=query,
+    )
 
 
 class KubernetesActivities:
@@ -157,24 +186,8 @@ class KubernetesActivities:
             if obj is None:
                 return CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
             query, desired = self.lookup.cohort_query(owner, obj), desired_replicas(owner.kind, obj)
-        tally = Tally()
-        for pod in self.lookup.pods(owner.namespace, query):
-            try:
-                tally.add(judge(pod, input.recommendation, input.window_started_at))
-            except MalformedRecommendationError as exc:
-                error = f"pod {pod['metadata']['name']}: malformed recommendation: {exc}"
-                log.warning("%s: %s", owner, error)
-                return CohortSample(pods=0, adopted=0, adopted_healthy=0, error=error, cohort=query)
-        return CohortSample(
-            desired=desired,
-            pods=tally.pods,
-            adopted=tally.adopted,
-            adopted_healthy=tally.adopted_healthy,
-            unhealthy=dict(tally.reasons),
-            message=tally.message(),
-            observed_at=datetime.now(UTC),
-            cohort=query,
-        )
+        pods = self.lookup.pods(owner.namespace, query)
+        return cohort_sample(owner, pods, input, desired, query)
 
     @activity.defn(name=RECORD_TRANSITION)
     def record_transition(self, input: RecordTransitionInput) -> RecordTransitionResult:

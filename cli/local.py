@@ -9,21 +9,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
+from cli import localrun
 from cli.crds import CRDS
+from sim.apiserver import ApiError
 from sim.devserver import DevServer, DevServerError, ensure_port_free
 from sim.report import render as render_report
-from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario, write_kubeconfig
+from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker import telemetry
-from worker.config import IntakeConfig, WorkerConfig
+from worker.config import ConfigError, IntakeConfig, TemporalConfig, WorkerConfig
 from worker.process import serve, stop_on_signals
 
 DEMO = SCENARIOS / "oom-rollback.yaml"
@@ -48,8 +55,21 @@ def cmd_dev_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def scenario_path(name: str) -> Path:
+    """A scenario file, or a shipped scenario by name (``success``, ``oom-rollback.yaml``)."""
+    path = Path(name)
+    if path.exists() or path.parent != Path("."):
+        return path
+    shipped = SCENARIOS / (name if name.endswith(".yaml") else f"{name}.yaml")
+    if shipped.exists():
+        return shipped
+    known = ", ".join(sorted(p.stem for p in SCENARIOS.glob("*.yaml")))
+    raise FileNotFoundError(f"no such file, nor a shipped scenario of that name ({known})")
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     try:
+        args.scenario = str(scenario_path(args.scenario))
         scenario = Scenario.load(args.scenario)
     except ValidationError as exc:  # one line per problem, with its path
         for error in exc.errors():
@@ -66,13 +86,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         )
         return 0
     quiet = args.output in ("json", "html")
-    report = asyncio.run(
-        run_scenario(
-            scenario,
-            on_line=(lambda _: None) if quiet else _print_line,
-            on_progress=None if quiet or not sys.stderr.isatty() else _progress,
+    with _engine_logs_to_file(scenario.name) as log_file:
+        report = asyncio.run(
+            run_scenario(
+                scenario,
+                on_line=(lambda _: None) if quiet else _print_line,
+                on_progress=None if quiet or not sys.stderr.isatty() else _progress,
+            )
         )
-    )
+    if report.passed:
+        log_file.unlink(missing_ok=True)
+    elif report.logs:
+        shutil.copy(log_file, Path(report.logs) / "rollbackctl.log")
     if args.report:
         Path(args.report).write_text(render_report(report, scenario), encoding="utf-8")
     if args.output == "html":
@@ -87,69 +112,204 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+@contextlib.contextmanager
+def _engine_logs_to_file(name: str) -> Iterator[Path]:
+    """The timeline is what a person reads: the engine's own lines go to a file, the console
+    keeps its warnings and errors (as ``rollbackctl run`` does)."""
+    with tempfile.NamedTemporaryFile(prefix=f"rollback-{name}-", suffix=".log", delete=False) as f:
+        path = Path(f.name)
+    telemetry.console_quiet(path)
+    yield path
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     print(f"Demo: {DEMO.name} — {Scenario.load(DEMO).description.strip()}\n")
-    args.scenario, args.output = str(DEMO), "text"
+    args.scenario, args.output, args.report, args.validate = str(DEMO), "text", None, False
     return cmd_simulate(args)
+
+
+# The Temporal connection flags: for a Temporal of yours (--address), not for the dev server
+# that run starts itself.
+CONNECTION_FLAGS = {
+    "address": "--address",
+    "namespace": "--temporal-namespace",
+    "profile": "--profile",
+    "api_key_file": "--api-key-file",
+    "api_key": "--api-key",
+    "tls": "--tls",
+    "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key",
+    "tls_ca": "--tls-ca",
+}
+
+
+def _refuse_unusable_flags(args: argparse.Namespace, simulated: bool) -> None:
+    """A flag the chosen mode cannot honour is refused, never dropped."""
+    given = [flag for attr, flag in CONNECTION_FLAGS.items() if getattr(args, attr, None)]
+    if simulated and given:
+        raise ConfigError(
+            f"{', '.join(given)}: run without a cluster starts its own Temporal dev server;"
+            " give --kubeconfig (or --kube-url) to run against a cluster and your Temporal"
+        )
+    if not simulated and not args.address and given:
+        raise ConfigError(
+            f"{', '.join(given)} need --address: without it run starts its own Temporal dev"
+            " server (default namespace, no TLS or API key)"
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The embedded default: Temporal dev server + worker + intake, against a cluster or the
-    simulated one (with the demo scenario playing)."""
+    simulated one (with the demo scenario playing). The simulated cluster replaces the cluster
+    only: the worker and intake are the same code, with the same flags, as against a real one."""
     data_dir = Path(args.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
     worker = WorkerConfig.from_args(args)
-
-    async def simulated() -> None:
-        stop = stop_on_signals()
-        telemetry.console_quiet(data_dir / "rollback.log")  # the timeline is what you watch
-        kept = _fresh_history(data_dir, args.port)
-        if kept is not None:
-            _print_line(f"A fresh demo: the last run's Temporal history is kept in {kept}")
-        world = World(
-            Scenario.load(DEMO),
-            _print_line,
-            data_dir,
-            temporal_port=args.port,
-            ui=True,
-            task_queue=worker.temporal.task_queue,
-        )
-        try:
-            await world.start()
-            for crd in CRDS.values():  # as installed on a cluster: kubectl reads their columns
-                world.api.store.create(crd)
-            kubeconfig = write_kubeconfig(data_dir.resolve() / "kubeconfig", world.api.url)
-            _banner(
-                world.temporal,
-                f"simulated cluster at {world.api.url} playing {DEMO.name}",
-                f"kubectl: export KUBECONFIG={kubeconfig}   (then: kubectl get deploy,rbp -A)",
-            )
-            await play(world)
-            await stop.wait()
-        finally:
-            await world.stop()
-
-    async def real() -> None:
-        stop = stop_on_signals()
-        server = None
-        if not args.address:
-            server = DevServer(data_dir / "temporal", args.port, log_path=data_dir / "temporal.log")
-            await asyncio.to_thread(server.start)
-            args.address = server.address
-        try:
-            if server is not None:
-                _banner(server, "cluster from your kubeconfig")
-            await serve(stop, WorkerConfig.from_args(args), IntakeConfig.from_args(args))
-        finally:
-            if server is not None:
-                await asyncio.to_thread(server.stop)
+    intake = IntakeConfig.from_args(args)
+    # A kubeconfig that run wrote for an earlier simulated cluster (an exported KUBECONFIG)
+    # names no real cluster: this run starts a fresh simulated one and rewrites that file.
+    simulated = worker.kube.simulated or (
+        not args.kube_url and localrun.names_simulated_cluster(worker.kube.kubeconfig)
+    )
+    _refuse_unusable_flags(args, simulated)
+    try:
+        held = localrun.claim(data_dir)
+    except localrun.RunInUseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
     try:
-        asyncio.run(simulated() if worker.kube.simulated else real())
+        run = _run_simulated if simulated else _run_on_cluster
+        asyncio.run(run(args, held, worker, intake))
     except DevServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        held.release()
     return 0
+
+
+async def _run_simulated(
+    args: argparse.Namespace,
+    held: localrun.Claim,
+    worker: WorkerConfig,
+    intake: IntakeConfig,
+) -> None:
+    """``run`` without a cluster: the simulated one, with the demo playing."""
+    data_dir = Path(args.data_dir)
+    stop = stop_on_signals()
+    telemetry.console_quiet(data_dir / "rollback.log")  # the timeline is what you watch
+    kept = _fresh_history(data_dir, args.port)
+    if kept is not None:
+        _print_line(f"A fresh demo: the last run's Temporal history is kept in {kept}")
+    queue = worker.temporal.task_queue
+    world = World(
+        Scenario.load(DEMO),
+        _print_line,
+        data_dir,
+        temporal_port=args.port,
+        ui=True,
+        task_queue=queue,
+        engine=False,
+    )
+    engine: asyncio.Task[None] | None = None
+    try:
+        await world.start()
+        store = world.api.store
+        for crd in CRDS.values():  # as installed on a cluster: kubectl reads their columns
+            store.create(crd)
+        with contextlib.suppress(ApiError):  # the Lease's namespace, unless it exists
+            store.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": intake.lease_namespace},
+                }
+            )
+        kubeconfig = localrun.write_kubeconfig(data_dir.resolve() / "kubeconfig", world.api.url)
+        temporal = TemporalConfig.at(world.temporal.address, queue)
+        kube = dataclasses.replace(worker.kube, kubeconfig=None, url=world.api.url)
+        ready = asyncio.Event()
+        engine = asyncio.create_task(
+            serve(
+                stop,
+                dataclasses.replace(worker, temporal=temporal, kube=kube),
+                dataclasses.replace(intake, temporal=temporal, kube=kube),
+                ready=ready,
+            )
+        )
+        await _first(ready.wait(), engine)
+        world.recorder.start = time.monotonic()  # time zero: the engine is up
+        held.publish(_published(data_dir, world.temporal, queue, str(kubeconfig)))
+        _banner(
+            world.temporal,
+            f"simulated cluster at {world.api.url} playing {DEMO.name}",
+            worker,
+            f"kubectl: export KUBECONFIG={kubeconfig}   (then: kubectl get deploy,rbp -A)",
+        )
+        await _first(play(world), engine)
+        await _first(stop.wait(), engine)
+    finally:
+        stop.set()
+        if engine is not None:
+            await engine
+        await world.stop()
+
+
+async def _run_on_cluster(
+    args: argparse.Namespace,
+    held: localrun.Claim,
+    worker: WorkerConfig,
+    intake: IntakeConfig,
+) -> None:
+    """``run`` against the cluster of a kubeconfig; its own dev server unless --address."""
+    data_dir = Path(args.data_dir)
+    stop = stop_on_signals()
+    server = None
+    temporal = worker.temporal
+    if not args.address:
+        server = DevServer(data_dir / "temporal", args.port, log_path=data_dir / "temporal.log")
+        await asyncio.to_thread(server.start)
+        temporal = TemporalConfig.at(server.address, temporal.task_queue)
+    try:
+        held.publish(_published(data_dir, server, temporal.task_queue, None, temporal.address))
+        if server is not None:
+            _banner(server, "cluster from your kubeconfig", worker)
+        await serve(
+            stop,
+            dataclasses.replace(worker, temporal=temporal),
+            dataclasses.replace(intake, temporal=temporal),
+        )
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+
+
+async def _first(work: Awaitable[object], engine: asyncio.Task[None]) -> None:
+    """``work``, unless the engine ends first (it failed: its error is raised here)."""
+    task = asyncio.ensure_future(work)
+    await asyncio.wait({task, engine}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        engine.result()  # raises what stopped the engine
+        raise RuntimeError("the worker and intake stopped")
+
+
+def _published(
+    data_dir: Path,
+    server: DevServer | None,
+    task_queue: str,
+    kubeconfig: str | None,
+    address: str | None = None,
+) -> localrun.LocalRun:
+    ui = f"http://127.0.0.1:{server.ui_port}" if server is not None and server.ui_port else None
+    return localrun.LocalRun(
+        pid=os.getpid(),
+        data_dir=str(data_dir.resolve()),
+        temporal=address or (server.address if server else ""),
+        task_queue=task_queue,
+        ui=ui,
+        kubeconfig=kubeconfig,
+    )
 
 
 def rollbackctl() -> str:
@@ -176,10 +336,19 @@ def _fresh_history(data_dir: Path, port: int) -> Path | None:
     return previous
 
 
-def _banner(server: DevServer, cluster: str, *more: str) -> None:
+def _banner(server: DevServer, cluster: str, worker: WorkerConfig, *more: str) -> None:
     ui = f"http://127.0.0.1:{server.ui_port}" if server.ui_port else "(headless)"
     ctl = rollbackctl()
-    extra = "".join(f"{line}\n" for line in more)
+    serving = []
+    if worker.kube.metrics_address:
+        serving.append(f"metrics: http://{worker.kube.metrics_address}/metrics")
+    if worker.kube.health_address:
+        serving.append(f"health: http://{worker.kube.health_address}/readyz")
+    receivers = len(worker.notifications.receivers)
+    if receivers:
+        serving.append(f"notifications: {receivers} receiver(s)")
+    lines = [*more, *(["Also serving " + ", ".join(serving)] if serving else [])]
+    extra = "".join(f"{line}\n" for line in lines)
     print(
         f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
         f"Look with: {ctl} get   |   {ctl} describe NAMESPACE/KIND/NAME\n{extra}"

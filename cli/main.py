@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -28,7 +30,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
 from activities.errors import first_line
-from cli import crds, ops, policies
+from cli import crds, localrun, ops, policies
 from cli.explain import cmd_policy_explain, cmd_policy_validate
 from cli.ops import OpsError
 from worker import telemetry, versioning
@@ -45,7 +47,7 @@ from worker.config import (
     add_worker_flags,
 )
 from worker.process import run
-from workflows.activity_api import CohortSample
+from workflows.contract import Mode
 from workflows.machine import RollbackState
 
 Handler = Callable[[argparse.Namespace], int]
@@ -70,16 +72,33 @@ def cmd_intake(args: argparse.Namespace) -> int:
     return 0
 
 
+def _temporal(args: argparse.Namespace) -> TemporalConfig:
+    """The Temporal to talk to: as configured, else the one of a ``rollbackctl run`` live in
+    this directory (``cli.localrun``), else the default address."""
+    config = TemporalConfig.from_args(args)
+    run = localrun.find()
+    if config.profile.address is not None or run is None:
+        return config
+    queue = config.task_queue if args.task_queue else run.task_queue
+    return dataclasses.replace(
+        config, profile=dataclasses.replace(config.profile, address=run.temporal), task_queue=queue
+    )
+
+
 def _ops(
     args: argparse.Namespace, action: Callable[[Client, TemporalConfig], Awaitable[int]]
 ) -> int:
-    config = TemporalConfig.from_args(args)
+    config = _temporal(args)
 
     async def main() -> int:
         try:
             client = await config.connect()
         except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
-            raise OpsError(f"cannot reach Temporal at {config.address}: {exc}") from None
+            raise OpsError(
+                f"cannot reach Temporal at {config.address} ({connect_problem(exc)}): is"
+                " `make run` (rollbackctl run) running here? Otherwise give --address or"
+                " TEMPORAL_ADDRESS"
+            ) from None
         return await action(client, config)
 
     try:
@@ -89,11 +108,47 @@ def _ops(
         return 1
 
 
-def _kube(args: argparse.Namespace) -> ApiClient:
+def connect_problem(exc: Exception) -> str:
+    """The SDK's connect error in a few words: its innermost message (``Connection refused``)
+    rather than the transport's nested debug text."""
+    text = str(exc)
+    found: list[str] = re.findall(r'message: "([^"]+)"', text)
+    if found:
+        return found[-1].lower()
+    return first_line(exc).removeprefix("Failed client connect: ")[:160]
+
+
+def _cluster(args: argparse.Namespace) -> KubeConfig | None:
+    """The cluster as configured, else the simulated one of a ``rollbackctl run`` live in this
+    directory, else None."""
     kube = KubeConfig.from_args(args)
-    if kube.simulated:
-        raise OpsError("policies live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url")
+    if not kube.simulated:
+        return kube
+    run = localrun.find()
+    if run is None or run.kubeconfig is None:
+        return None
+    return dataclasses.replace(kube, kubeconfig=run.kubeconfig)
+
+
+def _kube(args: argparse.Namespace) -> ApiClient:
+    kube = _cluster(args)
+    if kube is None:
+        raise OpsError(
+            "policies live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
+            " (or run this where `make run` is running)"
+        )
     return kube.client()
+
+
+def _unreachable(kube: KubeConfig | None, exc: Exception) -> str:
+    """Why the cluster could not be read, with a hint when it is a simulated one that died."""
+    hint = ""
+    if kube is not None and localrun.names_simulated_cluster(kube.kubeconfig):
+        hint = (
+            "; this kubeconfig names the simulated cluster of a rollbackctl run: is it"
+            " still running?"
+        )
+    return f"{first_line(exc)}{hint}"
 
 
 def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
@@ -102,7 +157,7 @@ def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
     except OpsError:
         raise
     except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
-        raise OpsError(f"cannot reach Kubernetes: {first_line(exc)}") from None
+        raise OpsError(f"cannot reach Kubernetes: {_unreachable(_cluster(args), exc)}") from None
     kind = policies.ALIASES.get(args.resource)
     return [r for r in rows if kind is None or r.kind == kind]
 
@@ -189,8 +244,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         if args.output == "json":
             body = state.model_dump(mode="json", by_alias=True) if state else None
             doc: dict[str, Any] = {"workflowId": owner.workflow_id, "status": status, "state": body}
-            if isinstance(cohort, CohortSample):
-                doc["cohort"] = cohort.model_dump(mode="json", by_alias=True)
+            if isinstance(cohort, ops.LiveCohort):
+                doc["cohort"] = cohort.as_json()
             print(json.dumps(doc, indent=2))
         else:
             print(ops.describe_text(owner, status, state, cohort))
@@ -232,14 +287,14 @@ def _describe_policy(args: argparse.Namespace) -> int:
     return _ops(args, action)
 
 
-def _live_cohort(args: argparse.Namespace, state: RollbackState) -> CohortSample | str:
-    kube = KubeConfig.from_args(args)
-    if kube.simulated:
+def _live_cohort(args: argparse.Namespace, state: RollbackState) -> ops.LiveCohort | str:
+    kube = _cluster(args)
+    if kube is None:
         return "not read (no cluster given: --kubeconfig, $KUBECONFIG or --kube-url)"
     try:
         return ops.live_cohort(kube.client(), state)
     except Exception as exc:  # unreachable, forbidden, ...: describe still shows the workflow
-        return f"unreadable: {first_line(exc)}"
+        return f"unreadable: {_unreachable(kube, exc)}"
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -346,7 +401,11 @@ def _add_operations(sub: Any) -> None:
     listing.add_argument(
         "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
     )
-    listing.add_argument("--mode", help="only this mode, e.g. failedPermanent")
+    listing.add_argument(
+        "--mode",
+        choices=[m.value for m in Mode if m is not Mode.CLEARED],
+        help="only this mode, e.g. failedPermanent",
+    )
     listing.add_argument(
         "-o", "--output", choices=["table", "wide", "json", "yaml"], default="table"
     )

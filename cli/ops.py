@@ -13,6 +13,7 @@ the same code as the final sample).
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,12 +23,15 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError
 
-from activities.kubernetes import KubernetesActivities
+from activities.cohort import actual_resources
+from activities.kubernetes import KubernetesActivities, cohort_sample
+from activities.owners import desired_replicas
 from worker import temporal as control
 from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
 from workflows.contract import Mode, SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME
+from workflows.state import ResourceSnapshot
 
 READ_BACK_SECONDS = 10.0
 
@@ -206,16 +210,58 @@ def columns(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     )
 
 
-def live_cohort(kube: ApiClient, state: RollbackState) -> CohortSample:
-    """The cohort as it is now, judged as the final sample will judge it (health since the
-    window opened)."""
-    since = state.window_started_at or state.last_transition_time
+@dataclass
+class LiveCohort:
+    """The cohort as it is now. While a window is open it is judged as the verdict will judge
+    it (health since the window opened); after that, health since the last transition, so a
+    pod that OOMKilled before the rollback does not count as OOMKilled now."""
+
+    sample: CohortSample
+    since: datetime
+    for_verdict: bool
+    running: dict[str, int]  # resources as running -> how many pods
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **self.sample.model_dump(mode="json", by_alias=True),
+            "healthSince": self.since.isoformat(),
+            "judgedAsVerdict": self.for_verdict,
+            "running": self.running,
+        }
+
+    def text(self, state: RollbackState) -> str:
+        if self.for_verdict:
+            return f"{_tally(self.sample, state)} (judged as the verdict will judge it)"
+        sample = self.sample
+        if not sample.exists:
+            return "the workload no longer exists"
+        on = "; ".join(f"{n} on {res or 'no resources set'}" for res, n in self.running.items())
+        problems = sample.message or "all healthy"
+        return (
+            f"{sample.pods} pods ({on}); {problems} since {self.since.isoformat()};"
+            f" {sample.adopted} running recommendation {state.fingerprint}"
+        )
+
+
+def live_cohort(kube: ApiClient, state: RollbackState) -> LiveCohort:
+    """One owner GET and one pod LIST, judged by the same code as the final sample."""
+    window_open = state.mode is Mode.MONITORING and state.window_started_at is not None
+    since = state.window_started_at if window_open else state.last_transition_time
     assert since is not None
-    reads = KubernetesActivities(CoreV1Api(kube), CustomObjectsApi(kube))
+    lookup = KubernetesActivities(CoreV1Api(kube), CustomObjectsApi(kube)).lookup
+    owner = state.owner
+    obj = lookup.get(owner)
+    if obj is None:
+        gone = CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
+        return LiveCohort(gone, since, window_open, {})
+    query = lookup.cohort_query(owner, obj)
+    pods = lookup.pods(owner.namespace, query)
     request = SampleCohortInput(
-        owner=state.owner, recommendation=state.recommendation, window_started_at=since
+        owner=owner, recommendation=state.recommendation, window_started_at=since
     )
-    return reads.sample_cohort(request)
+    sample = cohort_sample(owner, pods, request, desired_replicas(owner.kind, obj), query)
+    running = Counter(ResourceSnapshot.of(*actual_resources(p)).describe() for p in pods)
+    return LiveCohort(sample, since, window_open, dict(running.most_common()))
 
 
 def _tally(sample: CohortSample, state: RollbackState) -> str:
@@ -230,7 +276,7 @@ def describe_text(
     owner: OwnerRef,
     status: str,
     state: RollbackState | None,
-    cohort: CohortSample | str | None = None,
+    cohort: LiveCohort | str | None = None,
 ) -> str:
     """``cohort``: the live cohort, or why it could not be read (None: not asked for)."""
     if state is None:
@@ -251,10 +297,14 @@ def describe_text(
         lines.append(f"Backoff ends: {state.backoff_ends_at.isoformat()}")
     if state.baseline is not None:
         lines.append(f"Baseline:     {state.baseline} pods, {state.required} required")
-    if state.last_sample is not None:
-        lines.append(f"Last sample:  {_tally(state.last_sample, state)}")
-    if isinstance(cohort, CohortSample):
-        lines.append(f"Cohort now:   {_tally(cohort, state)}")
+    sample = state.last_sample
+    if sample is not None:  # what was true when it was taken: the verdict, once there is one
+        verdict = state.mode is not Mode.MONITORING
+        at = f" (at {sample.observed_at.isoformat()})" if sample.observed_at else ""
+        label = "At verdict:  " if verdict else "Last sample: "
+        lines.append(f"{label} {_tally(sample, state)}{at}")
+    if isinstance(cohort, LiveCohort):
+        lines.append(f"Cohort now:   {cohort.text(state)}")
     elif cohort is not None:
         lines.append(f"Cohort now:   {cohort}")
     lines.append("History:")

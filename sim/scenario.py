@@ -334,22 +334,6 @@ def free_port() -> int:
         return port
 
 
-def write_kubeconfig(path: Path, url: str) -> Path:
-    """A kubeconfig for the simulated cluster (plain HTTP, no credentials), for kubectl."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "simulated", "cluster": {"server": url}}],
-        "users": [{"name": "simulated", "user": {}}],
-        "contexts": [
-            {"name": "simulated", "context": {"cluster": "simulated", "user": "simulated"}}
-        ],
-        "current-context": "simulated",
-    }
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
 class Recorder:
     """The timeline, read off the cluster: state annotation changes and Events."""
 
@@ -487,8 +471,10 @@ class World:
         task_queue: str | None = None,
         kube_timeout: float = DEFAULT_READ_TIMEOUT,
         metrics: tuple[str, str] | None = None,
+        engine: bool = True,
     ) -> None:
         self.scenario = scenario
+        self.engine = engine  # False: the caller runs the worker and intake (rollbackctl run)
         self.kube_timeout = kube_timeout
         self.metrics = metrics  # Prometheus endpoints (worker, intake), host:port
         self.workdir = workdir
@@ -537,6 +523,12 @@ class World:
             self.sim.add(w.manifest, behaviour, w.pod_template)
         self.sim.start()
         await asyncio.to_thread(self.temporal.start)
+        if self.engine:
+            await self._start_engine()
+        self.recorder.start = time.monotonic()  # time zero: the cluster and the engine are up
+
+    async def _start_engine(self) -> None:
+        """The worker as a child process (a step may SIGKILL it) and the intake in-process."""
         self.worker = WorkerProcess(
             self.temporal.address,
             self.task_queue,
@@ -557,7 +549,6 @@ class World:
             lease_duration=3.0,
             meter=telemetry.meter(runtime),
         ).start()
-        self.recorder.start = time.monotonic()  # time zero: the cluster and the engine are up
 
     async def stop(self) -> None:
         if self.intake is not None:

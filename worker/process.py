@@ -28,6 +28,7 @@ from worker.leader import LeaderElector
 from worker.runner import build_worker
 from worker.versioning import adopt_if_first
 from workflows.contract import Mode, SearchAttribute
+from workflows.rollback import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
 LEASE_NAME = "rightsizing-rollback-intake"
@@ -113,7 +114,10 @@ async def report_workloads(temporal: Client, meter: MetricMeter, every: float = 
     gauge = meter.create_gauge("rollback_workloads", "running rollback workflows by mode")
     while True:
         for mode in (m for m in Mode if not m.terminal):
-            query = f'{SearchAttribute.MODE} = "{mode.value}" AND ExecutionStatus = "Running"'
+            query = (
+                f'WorkflowType = "{WORKFLOW_NAME}" AND {SearchAttribute.MODE} = "{mode.value}"'
+                ' AND ExecutionStatus = "Running"'
+            )
             try:
                 count = (await temporal.count_workflows(query)).count
             except RPCError as exc:
@@ -127,8 +131,10 @@ async def serve(
     stop: asyncio.Event,
     worker: WorkerConfig | None = None,
     intake: IntakeConfig | None = None,
+    ready: asyncio.Event | None = None,
 ) -> None:
-    """Run the worker, the intake, or both (``rollbackctl run``) until ``stop`` is set."""
+    """Run the worker, the intake, or both (``rollbackctl run``) until ``stop`` is set;
+    ``ready`` is set once the worker polls and the intake (when leading) has synced."""
     chosen = worker or intake
     assert chosen is not None, "nothing to serve"
     runtime = chosen.kube.runtime()
@@ -171,15 +177,28 @@ async def serve(
                     background.append(
                         asyncio.create_task(adopt_if_first(temporal, worker.deployment))
                     )
-                await stop.wait()
+                await _serving(stop, service, ready)
         else:
-            await stop.wait()
+            await _serving(stop, service, ready)
     finally:
         for task in background:
             task.cancel()
         if service is not None:
             await asyncio.to_thread(service.stop)
         health.stop()
+
+
+async def _serving(
+    stop: asyncio.Event, service: IntakeService | None, ready: asyncio.Event | None
+) -> None:
+    """Until ``stop``; sets ``ready`` once the intake, if any, has started."""
+    if ready is not None:
+        if service is not None:
+            started = service.intake.started
+            while not stop.is_set() and not await asyncio.to_thread(started.wait, 0.5):
+                pass
+        ready.set()
+    await stop.wait()
 
 
 async def _until_stopped(work: Coroutine[Any, Any, Client], stop: asyncio.Event) -> Client | None:

@@ -478,6 +478,7 @@ _HOW = {
     Wake.NEXT_TURN: "Re-monitoring",
     Wake.REOPEN: "Reopened monitoring of",
     Wake.RESUME: "Resumed monitoring of",
+    Wake.RETRY: "Retrying (after failedPermanent)",
 }
 
 
@@ -509,7 +510,7 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     state = state.model_copy(update=carried)
     sighting = Sighting(state.fingerprint, obs.trigger, obs.observed_pod_created_at)
     verdict = wake(LastAttempt.stored(stored), sighting, policy.enable_monitoring_reopen)
-    turn = 1 if stored is None or verdict.wake is Wake.NEW else stored.turn
+    turn = 1 if stored is None or verdict.wake in (Wake.NEW, Wake.RETRY) else stored.turn
     if not verdict.wakes:
         assert stored is not None
         kept = {
@@ -534,10 +535,12 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
         message += (
             f" (the previous rollback state was unreadable and was replaced: {loaded.state_error})"
         )
-    return Decision(
-        started,
-        [Record(EventReason.MONITORING_STARTED, message, warning=bool(loaded.state_error))],
-    )
+    effects: list[Effect] = [
+        Record(EventReason.MONITORING_STARTED, message, warning=bool(loaded.state_error))
+    ]
+    if verdict.wake is Wake.RETRY:  # the pods were rolled back: the recommendation goes again
+        effects.append(Reapply(started.recommendation, observe_only=policy.observe_only))
+    return Decision(started, effects)
 
 
 def _observed(state: RollbackState, obs: Observed) -> Decision:
@@ -669,7 +672,7 @@ def _evaluate(
     resources = (
         state.last_successful if policy.rollback_target is RollbackTarget.LAST_SUCCESSFUL else None
     )
-    restore = f"{policy.rollback_target}" + (f" ({_describe(resources)})" if resources else "")
+    restore = f"{policy.rollback_target}" + (f" ({resources.describe()})" if resources else "")
     action = (
         f"observe-only policy: would roll back to {restore}; nothing written"
         if policy.observe_only
@@ -692,19 +695,6 @@ def _evaluate(
             RollBack(policy.rollback_target, resources, observe_only=policy.observe_only),
         ],
     )
-
-
-def _describe(snapshot: ResourceSnapshot) -> str:
-    """``app: requests memory=768Mi, limits memory=768Mi``, for messages."""
-    parts = []
-    for name, c in snapshot.containers.items():
-        kinds = [
-            f"{kind} " + ",".join(f"{k}={v}" for k, v in sorted(values.items()))
-            for kind, values in (("requests", c.requests), ("limits", c.limits))
-            if values
-        ]
-        parts.append(f"{name}: {'; '.join(kinds)}")
-    return ", ".join(parts)
 
 
 def _merge(previous: ResourceSnapshot | None, rec: Recommendation) -> ResourceSnapshot:

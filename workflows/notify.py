@@ -113,6 +113,16 @@ class Notification(CamelModel):
         )
 
 
+    def workflow_id_for_child(self) -> str:
+        """``notify/shop/Deployment/api/failedPermanent/turn-2/c8aafc0932a7``: the owner and
+        the transition, readable in the UI; the key's head keeps two transitions apart."""
+        owner = self.owner
+        return (
+            f"notify/{owner.namespace}/{owner.kind}/{owner.name}/{self.transition}"
+            f"/turn-{self.turn}/{self.key[:12]}"
+        )
+
+
 class RouteResult(CamelModel):
     receivers: list[str]
 

@@ -22,7 +22,13 @@ from typing import Any, TypeVar
 
 from pydantic import Field
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+)
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -96,6 +102,9 @@ FINAL_SAMPLE_ONLY = "final-sample-only"
 # The modes a window's verdict leads to (timed by the rollback_time_to_verdict histogram).
 VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_PERMANENT})
 NOTIFICATIONS = "notifications"  # patch: transitions that matter start a NotifyWorkflow child
+# Patch: a NotifyWorkflow child is named after its owner and transition and carries the owner's
+# search attributes, so the UI lists it readably and a filter on a workload finds it.
+READABLE_NOTIFY_IDS = "readable-notify-ids"
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -490,11 +499,22 @@ class RollbackWorkflow:
         )
         if notification is None:
             return
+        child_id, attributes = f"notify/{notification.key}", None
+        if workflow.patched(READABLE_NOTIFY_IDS):
+            child_id = notification.workflow_id_for_child()
+            attributes = TypedSearchAttributes(
+                [
+                    SearchAttributePair(SA_NAMESPACE, state.owner.namespace),
+                    SearchAttributePair(SA_WORKLOAD, state.owner.workload),
+                    SearchAttributePair(SA_FINGERPRINT, state.fingerprint),
+                ]
+            )
         with suppress(WorkflowAlreadyStartedError):  # this transition is being notified already
             await workflow.start_child_workflow(
                 NotifyWorkflow.run,
                 notification,
-                id=f"notify/{notification.key}",
+                id=child_id,
+                search_attributes=attributes,
                 task_queue=info.task_queue,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 static_summary=f"Notify {state.owner}: {state.mode} (turn {state.turn})",

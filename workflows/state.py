@@ -76,6 +76,18 @@ class ResourceSnapshot(CamelModel):
     def limits(self) -> Resources:
         return {n: dict(c.limits) for n, c in self.containers.items() if c.limits}
 
+    def describe(self) -> str:
+        """``app: requests memory=768Mi; limits memory=768Mi``, for messages."""
+        parts = []
+        for name, c in self.containers.items():
+            kinds = [
+                f"{kind} " + ",".join(f"{k}={v}" for k, v in sorted(values.items()))
+                for kind, values in (("requests", c.requests), ("limits", c.limits))
+                if values
+            ]
+            parts.append(f"{name}: {'; '.join(kinds)}")
+        return ", ".join(parts)
+
 
 class HistoryEntry(CamelModel):
     time: datetime

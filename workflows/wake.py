@@ -20,7 +20,8 @@ turn 1):
                           ended the attempt) sticks until an    (if the policy allows it)
                           explicit reopen or a new
                           recommendation, even for newer pods
-    failedPermanent       nothing                               nothing
+    failedPermanent       nothing                               retry: a fresh attempt, turn 1,
+                                                                the recommendation re-applied
     cleared               nothing (the state is gone)           nothing
     monitoring, rollingBack, backingOff, superseded
                           resume that attempt                   resume that attempt
@@ -45,6 +46,7 @@ class Wake(StrEnum):
     NEW = "new"  # a recommendation with no attempt yet: turn 1
     NEXT_TURN = "nextTurn"  # the turn after backedOff
     REOPEN = "reopen"  # a fresh window for a settled turn
+    RETRY = "retry"  # an operator retries a failed recommendation: a fresh attempt, turn 1
     RESUME = "resume"  # an attempt that was still active
     NONE = "none"  # the sighting does not wake the owner
 
@@ -88,8 +90,12 @@ def wake(last: LastAttempt | None, sighting: Sighting, reopen_enabled: bool) -> 
         return Verdict(Wake.NEW, "a new recommendation")
     reopen = sighting.trigger is Trigger.REOPEN
     match last.mode:
+        case Mode.FAILED_PERMANENT if reopen:
+            # An operator's explicit retry (README, "Retrying a failed workload"), whatever
+            # enableMonitoringReopen says: that setting is about pods, not people.
+            return Verdict(Wake.RETRY, "retried: a fresh attempt from turn 1")
         case Mode.FAILED_PERMANENT:
-            return Verdict(Wake.NONE, "already failed permanently")
+            return Verdict(Wake.NONE, "already failed permanently: reopen retries it")
         case Mode.CLEARED:
             return Verdict(Wake.NONE, "the attempt was cleared")
         case Mode.BACKED_OFF:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from sim.apiserver import KubeEmulator
-from sim.scenario import write_kubeconfig
+from cli.localrun import write_kubeconfig
 from tests.conftest import EXAMPLES, ROOT, policy_doc
 from tests.deploy.kustomize import kubectl
 

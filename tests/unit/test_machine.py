@@ -368,6 +368,21 @@ def test_same_fingerprint_after_failed_permanent_is_not_monitored() -> None:
     assert decision.state.mode is Mode.FAILED_PERMANENT and decision.effects == []
 
 
+def test_reopen_after_failed_permanent_retries_from_turn_one() -> None:
+    """An operator's retry of a failed workload: a fresh attempt at turn 1 (maxAttempts turns
+    again), the recommendation re-applied since the pods run the rolled-back resources."""
+    decision = start(
+        LoadOwnerResult(exists=True, state=stored(Mode.FAILED_PERMANENT, turn=2), policy=policy()),
+        trigger=Trigger.REOPEN,
+    )
+    assert decision.state.mode is Mode.MONITORING and decision.state.turn == 1
+    assert decision.state.last_successful == GOOD and decision.state.failure_reason is None
+    record, reapply = decision.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.MONITORING_STARTED
+    assert "Retrying" in record.message and "(turn 1)" in record.message
+    assert isinstance(reapply, Reapply) and reapply.recommendation == REC
+
+
 def test_new_fingerprint_starts_turn_one_and_keeps_last_successful() -> None:
     decision = start(
         LoadOwnerResult(

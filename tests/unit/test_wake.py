@@ -48,7 +48,8 @@ CASES = [
     pytest.param(Mode.CANCELLED, REO, None, True, Wake.REOPEN, id="cancelled-explicit-reopen"),
     pytest.param(Mode.CANCELLED, REO, None, False, Wake.NONE, id="cancelled-reopen-off"),
     pytest.param(Mode.FAILED_PERMANENT, OBS, NEWER, True, Wake.NONE, id="failed-permanent"),
-    pytest.param(Mode.FAILED_PERMANENT, REO, None, True, Wake.NONE, id="failed-permanent-reopen"),
+    pytest.param(Mode.FAILED_PERMANENT, REO, None, True, Wake.RETRY, id="failed-permanent-retry"),
+    pytest.param(Mode.FAILED_PERMANENT, REO, None, False, Wake.RETRY, id="failed-retry-reopen-off"),
     pytest.param(Mode.CLEARED, OBS, NEWER, True, Wake.NONE, id="cleared"),
     pytest.param(Mode.MONITORING, OBS, None, True, Wake.RESUME, id="monitoring-resumes"),
     pytest.param(Mode.BACKING_OFF, OBS, None, True, Wake.RESUME, id="backing-off-resumes"),
@@ -86,7 +87,8 @@ def test_run_start_follows_the_rule(
         assert decision.state.mode is mode and decision.effects == [], decision.note
     else:
         assert decision.state.mode is Mode.MONITORING
-        assert decision.state.turn == (3 if expected is Wake.NEXT_TURN else 2)
+        turns = {Wake.NEXT_TURN: 3, Wake.RETRY: 1}
+        assert decision.state.turn == turns.get(expected, 2)
 
 
 @pytest.mark.parametrize(("mode", "trigger", "pod", "enabled", "expected"), CASES[1:])
@@ -148,7 +150,8 @@ def test_reapply_result_is_an_observation() -> None:
 @pytest.mark.parametrize(
     ("mode", "running", "reopen", "refusal"),
     [
-        (Mode.FAILED_PERMANENT, False, True, "already failed permanently"),
+        (Mode.FAILED_PERMANENT, False, True, None),  # a retry
+        (Mode.FAILED_PERMANENT, False, False, None),
         (Mode.CLEARED, False, True, "the attempt was cleared"),
         (Mode.CANCELLED, False, True, None),
         (Mode.CANCELLED, False, False, "reopen disabled by the policy"),

@@ -8,7 +8,8 @@ A change to the workflow that would break a running workflow after a deploy fail
 
 ``sampled-every-interval.*``: recorded before the ``final-sample-only`` patch, when a window was
 sampled every interval; they replay through the patch's old branch, so runs started before an
-upgrade finish on the new worker.
+upgrade finish on the new worker. ``notify-ids-by-key.*``: recorded before the
+``readable-notify-ids`` patch, likewise.
 
 To re-record after an intentional, versioned change:
 ``ROLLBACK_RECORD_HISTORIES=1 pytest tests/workflow/test_rollback_workflow.py``.
@@ -33,6 +34,8 @@ SCENARIOS = {"success", "oom-two-turns", "cancel-reopen", "supersede-key-change"
 CURRENT_ONLY = {
     "observe-only",
     "notified-oom-two-turns",
+    "notify-ids-by-key",  # before the readable-notify-ids patch: children named notify/<key>
+    "retry-after-failed-permanent",
 }  # paths added since the final-sample-only patch
 
 

@@ -26,6 +26,7 @@ from tests.workflow.helpers import (
     settings,
     wait_for,
 )
+from worker import temporal as control
 from worker.temporal import observe
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.notify import Severity
@@ -160,6 +161,50 @@ async def test_oom_two_turns_then_failed_permanent(
     assert len({n.key for n in cluster.notified}) == 3
     assert all(n.reason is FailureReason.OOM_KILLED for n in cluster.notified)
     assert await check_replay(client, ref.workflow_id, "notified-oom-two-turns") == 2
+    # The notifications are listed under the owner, readably, and a filter on it finds them.
+    query = (
+        f'RollbackWorkload = "{ref.workload}" AND RollbackNamespace = "{ref.namespace}"'
+        ' AND WorkflowType = "NotifyWorkflow"'
+    )
+    children: list[str] = []
+    for _ in range(100):  # visibility lags a little behind the starts
+        children = [wf.id async for wf in client.list_workflows(query)]
+        if len(children) == 3:
+            break
+        await asyncio.sleep(0.1)
+    prefix = f"notify/{ref.namespace}/{ref.kind}/{ref.name}/"
+    assert sorted(c.removeprefix(prefix).rsplit("/", 1)[0] for c in children) == [
+        "failedPermanent/turn-2",
+        "rollingBack/turn-1",
+        "rollingBack/turn-2",
+    ], children
+
+
+async def test_reopen_retries_a_failed_permanent_workload(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """What an operator does about a failed workload once its cause is fixed: ``reopen``
+    (``rollbackctl reopen`` or the control annotation) retries it from turn 1, the
+    recommendation re-applied over the rolled-back resources."""
+    ref, owner = new_owner(
+        cluster, settings(backoff=0.5, multiply=1, max_attempts=1), state_json=succeeded_before()
+    )
+    owner.apply(OOM)
+    failed = await (await observe(client, task_queue, ref, OOM)).result()
+    assert (failed.mode, failed.turn) == (Mode.FAILED_PERMANENT, 1)
+    assert all(p.requests["app"]["memory"] == "900Mi" for p in owner.pods)  # rolled back
+
+    before = await control.reopen(client, task_queue, ref)  # refuses nothing now
+    assert before.mode is Mode.FAILED_PERMANENT
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, ref.workflow_id)
+    retried = await wait_for(handle, lambda s: s.mode is Mode.MONITORING)
+    assert retried.turn == 1 and retried.failure_reason is None
+    assert ("reapply", OOM.fingerprint) in owner.journal
+    assert all(p.recommendation == OOM for p in owner.pods)  # the recommendation is back
+    again = await handle.result()  # the fake app still OOMs on it: failed again, one turn
+    assert (again.mode, again.turn) == (Mode.FAILED_PERMANENT, 1)
+    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2
+    assert await check_replay(client, ref.workflow_id, "retry-after-failed-permanent") == 2
 
 
 async def test_observe_only_decides_the_same_and_writes_no_rollback(
