@@ -112,7 +112,6 @@ class Notification(CamelModel):
             run_id=run_id,
         )
 
-
     def workflow_id_for_child(self) -> str:
         """``notify/shop/Deployment/api/failedPermanent/turn-2/c8aafc0932a7``: the owner and
         the transition, readable in the UI; the key's head keeps two transitions apart."""

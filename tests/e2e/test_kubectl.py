@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.apiserver import KubeEmulator
 from cli.localrun import write_kubeconfig
+from sim.apiserver import KubeEmulator
 from tests.conftest import EXAMPLES, ROOT, policy_doc
 from tests.deploy.kustomize import kubectl
 
