@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from workflows.contract import Obj
+from workflows.contract import EventReason, FailureReason, Mode, Obj
 
 
 class Model(BaseModel):
@@ -42,7 +42,7 @@ class PolicyExpect(Model):
 
 
 class EventExpect(Model):
-    reason: str
+    reason: EventReason
     count: int | None = Field(default=None, ge=0)  # exactly; None: at least one
     message: str | None = None  # a substring of every counted Event's message
 
@@ -65,18 +65,18 @@ class TimingExpect(Model):
     """How long the owner stayed in ``from`` (of ``turn``) before ``to``: ``lasts`` ±
     ``tolerance`` seconds, e.g. the backoff of turn 2 lasts 4 s ± 1 s."""
 
-    from_: str = Field(alias="from")
-    to: str | None = None  # None: whatever transition came next
+    from_: Mode = Field(alias="from")
+    to: Mode | None = None  # None: whatever transition came next
     turn: int | None = None
     lasts: float = Field(ge=0)
     tolerance: float = Field(default=1.0, ge=0)
 
 
 class Expectation(Model):
-    mode: str | None = None  # None: no rollback state at all (retained, or cleared)
+    mode: Mode | None = None  # None: no rollback state at all (retained, or cleared)
     turn: int | None = None
-    failure_reason: str | list[str] | None = None
-    modes: list[str | None] | None = None  # the transitions, in order, exactly
+    failure_reason: FailureReason | list[FailureReason] | None = None
+    modes: list[Mode | None] | None = None  # the transitions, in order, exactly
     memory: dict[str, str] | None = None  # container -> memory request every pod ends with
     policy: str | PolicyExpect | None = None
     fingerprint: str | None = None

@@ -52,6 +52,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -74,6 +75,7 @@ from workflows.contract import (
     RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
     TASK_QUEUE,
+    Mode,
     Obj,
     WorkloadKind,
 )
@@ -163,7 +165,7 @@ class When(Model):
     """A step's trigger: the owner reaching ``mode`` (of ``turn``, when given)."""
 
     owner: str
-    mode: str
+    mode: Mode
     turn: int | None = None
 
 
@@ -218,6 +220,16 @@ class Scenario(Model):
                     f"policies and applyPolicy take RollbackPolicy or ClusterRollbackPolicy, not"
                     f" {obj.get('kind')!r}: use objects or applyObject for anything else"
                 )
+            # The engine would ignore an invalid policy: the story would run against other
+            # policies than the file says. Refused here, with the field and the reason.
+            try:
+                POLICY_KINDS[obj["kind"]].model_validate(obj)
+            except ValidationError as exc:
+                name = (obj.get("metadata") or {}).get("name", "?")
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+                )
+                raise ValueError(f"{obj['kind']} {name} is invalid: {problems}") from None
         return self
 
     @model_validator(mode="after")

@@ -149,7 +149,10 @@ def test_simulate_validate_checks_without_running(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump({"name": "x", "expect": {REF: {"modes": ["monitoring", 3]}}}))
     out = validate(bad)
     assert out.returncode == 1
-    assert f"{bad}: expect.{REF}.modes.1: Input should be a valid string" in out.stderr
+    assert f"{bad}: expect.{REF}.modes.1: Input should be 'monitoring'" in out.stderr
+    bad.write_text(yaml.safe_dump({"name": "x", "expect": {REF: {"mode": "failed"}}}))
+    out = validate(bad)
+    assert out.returncode == 1 and f"{bad}: expect.{REF}.mode: Input should be" in out.stderr
 
 
 def test_pods_belong_to_their_owner_by_owner_references_not_by_name() -> None:
@@ -267,3 +270,37 @@ def test_policies_take_policies_and_objects_take_the_rest() -> None:
         {"name": "x", "objects": [config], "steps": [{"applyObject": config}]}
     )
     assert fine.objects == [config] and fine.steps[0].apply_object == config
+
+
+@pytest.mark.parametrize(
+    "expect",
+    [
+        pytest.param({"mode": "failed"}, id="mode"),
+        pytest.param({"modes": ["monitoring", "rolledBack"]}, id="modes"),
+        pytest.param({"failureReason": "oom"}, id="failure-reason"),
+        pytest.param({"events": [{"reason": "RollbackStarted"}]}, id="event-reason"),
+        pytest.param({"timing": [{"from": "backoff", "lasts": 1}]}, id="timing"),
+    ],
+)
+def test_a_mode_reason_or_event_the_engine_never_writes_is_refused(
+    expect: dict[str, object],
+) -> None:
+    """An expectation that can never be met is a typo: refused when the file is read, not
+    discovered when the run times out."""
+    with pytest.raises(ValueError, match="Input should be"):
+        Expectation.model_validate(expect)
+
+
+def test_a_policy_the_engine_would_ignore_is_refused_with_its_field() -> None:
+    """The engine ignores an invalid policy (one log line): a scenario holding one would run
+    against other policies than the file says, so the scenario itself is refused."""
+    doc = yaml.safe_load((SCENARIOS / "oom-rollback.yaml").read_text())
+    doc["policies"][0]["spec"]["adoptionThresholdPercent"] = 150
+    with pytest.raises(ValueError, match=r"RollbackPolicy shop-rollback is invalid: spec\."):
+        Scenario.model_validate(doc)
+    step = {"at": 1, "applyPolicy": {**doc["policies"][0], "metadata": {"name": "late"}}}
+    doc = yaml.safe_load((SCENARIOS / "oom-rollback.yaml").read_text())
+    doc["steps"].append(step)
+    doc["steps"][-1]["applyPolicy"]["spec"] = {"monitoringPeriod": "2s"}
+    with pytest.raises(ValueError, match="RollbackPolicy late is invalid"):
+        Scenario.model_validate(doc)
