@@ -45,9 +45,16 @@ Schema = dict[str, Any]
 # durations and on the longest backoff wait, label keys of a map, the object's name. The tests
 # evaluate these very expressions with a CEL interpreter against the shared policy table.
 DURATION_RULE = f"duration(self) <= duration('{MAX_DURATION_TEXT}')"
+# The longest wait, t x k (k = multiplyByTurn x maxAttempts) <= L, exactly: CEL cannot multiply
+# a duration, so t is split into whole milliseconds T (getMilliseconds) and the rest f (< 1ms).
+# T*k > L fails; (T+1)*k <= L passes; in between, f*k <= L - T*k decides, compared in ns.
+_T = "duration(self.timePeriod).getMilliseconds()"
+_K = "(self.multiplyByTurn * self.maxAttempts)"
+_L = int(MAX_DURATION.total_seconds() * 1000)
 BACKOFF_RULE = (
-    "duration(self.timePeriod).getSeconds() * self.multiplyByTurn * self.maxAttempts"
-    f" <= {int(MAX_DURATION.total_seconds())}"
+    f"{_T} * {_K} <= {_L} && ({_T} * {_K} + {_K} <= {_L}"
+    f" || duration(self.timePeriod) - duration(string({_T}) + 'ms')"
+    f" <= duration(string(({_L} - {_T} * {_K}) * 1000000 / {_K}) + 'ns'))"
 )
 
 

@@ -111,6 +111,83 @@ def _same_resources(a: list[Obj], b: list[Obj]) -> bool:
     return canon(a) == canon(b)
 
 
+def _rs_name(owner: str, template: Obj) -> str:
+    """The ReplicaSet of a pod template, named as the real controller names it (a hash)."""
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode())
+    return f"{owner}-{digest.hexdigest()[:8]}"
+
+
+def _is_ready(pod: Obj) -> bool:
+    conditions = dig(pod, "status", "conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _condition(kind: str, true: bool, reason: str, message: str, before: list[Obj]) -> Obj:
+    """A condition; its transition time kept while its status holds (no write every tick)."""
+    status = "True" if true else "False"
+    old = next((c for c in before if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else kube_now()
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+        "lastUpdateTime": since,
+    }
+
+
+def _deployment_conditions(
+    owner: Obj, current: str, desired: int, updated: int, ready: int
+) -> list[Obj]:
+    before = dig(owner, "status", "conditions") or []
+    available = ready >= desired
+    done = updated >= desired and available
+    return [
+        _condition(
+            "Available",
+            available,
+            "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+            "Deployment has minimum availability."
+            if available
+            else "Deployment does not have minimum availability.",
+            before,
+        ),
+        _condition(
+            "Progressing",
+            True,
+            "NewReplicaSetAvailable" if done else "ReplicaSetUpdated",
+            f'ReplicaSet "{current}"'
+            + (" has successfully progressed." if done else " is progressing."),
+            before,
+        ),
+    ]
+
+
+def _job_status(job: Obj, pods: list[Obj]) -> Obj:
+    phases = [dig(p, "status", "phase") for p in pods]
+    succeeded, failed = phases.count("Succeeded"), phases.count("Failed")
+    completions = int(dig(job, "spec", "completions") or dig(job, "spec", "parallelism") or 1)
+    before = dig(job, "status") or {}
+    status: Obj = {
+        "active": len(pods) - succeeded - failed,
+        "succeeded": succeeded,
+        "failed": failed,
+        "startTime": before.get("startTime") or kube_now(),
+    }
+    if succeeded >= completions:
+        status["completionTime"] = before.get("completionTime") or kube_now()
+        complete = _condition(
+            "Complete",
+            True,
+            "CompletionsReached",
+            "Reached expected number of succeeded pods",
+            before.get("conditions") or [],
+        )
+        status["conditions"] = [complete]
+    return status
+
+
 class SimulatedCluster:
     def __init__(self, store: Store, tick: float = 0.1) -> None:
         self.store = store
@@ -162,6 +239,7 @@ class SimulatedCluster:
                 continue
             self._control(workload, owner)
             self._apply(workload, owner)
+            self._report(workload, owner)
         for pod in list(self.store.items("Pod")):
             self._kubelet(pod)
 
@@ -233,8 +311,7 @@ class SimulatedCluster:
             case "Deployment" | "Rollout":
                 # One ReplicaSet per template, as the real controller names them: a template
                 # change (a rollout) replaces the old ReplicaSet's pods with the new one's.
-                digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode())
-                rs_name = f"{name}-{digest.hexdigest()[:8]}"
+                rs_name = _rs_name(name, template)
                 for old in self._owned("ReplicaSet", ns, owner["metadata"]["uid"]):
                     if old["metadata"]["name"] != rs_name:
                         for pod in self._owned("Pod", ns, old["metadata"]["uid"]):
@@ -440,6 +517,86 @@ class SimulatedCluster:
         with contextlib.suppress(ApiError):  # already gone
             self.store.delete(
                 self.store.rtype("Pod"), pod["metadata"]["namespace"], pod["metadata"]["name"]
+            )
+
+    # --- workload status ------------------------------------------------------------------------
+
+    def _report(self, workload: Workload, owner: Obj) -> None:
+        """Keep the workload's (and its ReplicaSets') status true to its pods, as the real
+        controllers do, so ``kubectl get deploy`` and ``describe`` tell the truth. Written only
+        when it changed."""
+        ns, uid, spec = workload.namespace, owner["metadata"]["uid"], owner.get("spec") or {}
+        pods = self._pods_of(workload, owner)
+        ready = [p for p in pods if _is_ready(p)]
+        desired = int(spec.get("replicas", 1) if "replicas" in spec else 1)
+        generation = {"observedGeneration": owner["metadata"].get("generation", 1)}
+        match workload.kind:
+            case "Deployment" | "Rollout":
+                current = _rs_name(workload.name, self._template(workload, owner))
+                updated = []
+                for rs in self._owned("ReplicaSet", ns, uid):
+                    mine = self._owned("Pod", ns, rs["metadata"]["uid"])
+                    ready_here = [p for p in mine if _is_ready(p)]
+                    if rs["metadata"]["name"] == current:
+                        updated = mine
+                    self._set_status(
+                        rs,
+                        {
+                            "replicas": len(mine),
+                            "fullyLabeledReplicas": len(mine),
+                            "readyReplicas": len(ready_here),
+                            "availableReplicas": len(ready_here),
+                            "observedGeneration": rs["metadata"].get("generation", 1),
+                        },
+                    )
+                status = {
+                    **generation,
+                    "replicas": len(pods),
+                    "updatedReplicas": len(updated),
+                    "readyReplicas": len(ready),
+                    "availableReplicas": len(ready),
+                    "unavailableReplicas": max(0, desired - len(ready)),
+                    "conditions": _deployment_conditions(
+                        owner, current, desired, len(updated), len(ready)
+                    ),
+                }
+            case "StatefulSet":
+                status = {
+                    **generation,
+                    "replicas": len(pods),
+                    "currentReplicas": len(pods),
+                    "updatedReplicas": len(pods),
+                    "readyReplicas": len(ready),
+                    "availableReplicas": len(ready),
+                }
+            case "DaemonSet":
+                status = {
+                    **generation,
+                    "desiredNumberScheduled": len(list(self.store.items("Node"))),
+                    "currentNumberScheduled": len(pods),
+                    "updatedNumberScheduled": len(pods),
+                    "numberReady": len(ready),
+                    "numberAvailable": len(ready),
+                    "numberMisscheduled": 0,
+                }
+            case "Job":
+                status = _job_status(owner, pods)
+            case _:
+                return  # CronJob (its Jobs report), Model, StrimziPodSet: no status kept
+        self._set_status(owner, status)
+
+    def _set_status(self, obj: Obj, wanted: Obj) -> None:
+        current = obj.get("status") or {}
+        if all(current.get(k) == v for k, v in wanted.items()):
+            return
+        with contextlib.suppress(ApiError):  # deleted meanwhile
+            self.store.patch(
+                self.store.rtype(obj["kind"]),
+                obj["metadata"].get("namespace"),
+                obj["metadata"]["name"],
+                {"status": wanted},
+                MERGE,
+                "status",
             )
 
     # --- the applier ----------------------------------------------------------------------------

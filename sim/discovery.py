@@ -11,9 +11,12 @@
   client-side), and the schema of each custom resource from its stored CRD (``kubectl explain
   rbp.spec.backoff``). The built-in kinds' schemas are not served.
 - Table output (``Accept: application/json;as=Table;g=meta.k8s.io;v=v1``), for lists, single
-  objects and watch events: Name, then a custom resource's printer columns from its stored
-  CustomResourceDefinition (``kubectl apply -k deploy/crds``), else Age, so ``kubectl get rbp``
-  shows READY, ACTIVE, FAILED as on a cluster and ``-o wide`` adds the priority columns.
+  objects and watch events: the built-in kinds' columns as Kubernetes prints them
+  (``sim.columns``: ``kubectl get pods`` shows READY, STATUS, RESTARTS, ``get events`` LAST SEEN,
+  TYPE, REASON, OBJECT, MESSAGE); a custom resource's printer columns from its stored
+  CustomResourceDefinition (``kubectl apply -k deploy/crds``), so ``kubectl get rbp`` shows
+  READY, ACTIVE, FAILED as on a cluster and ``-o wide`` adds the priority columns; else Name and
+  Age.
 - The CRD schema's defaults on every stored policy (``weight: 0``, ``enableMonitoringReopen:
   true``, ``scope.workloadTypes``), as an API server fills them in.
 - Validation of the policy kinds on every write, by the same models the engine uses (they accept
@@ -29,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sim.columns import AGE, BUILT_IN, NAME, Column
 from workflows.contract import DEFAULT_WORKLOAD_TYPES, Obj
 from workflows.jsonpath import age, jsonpath
 from workflows.policy import POLICY_KINDS
@@ -236,50 +240,51 @@ def invalid_policy(obj: Obj) -> Obj | None:
     return None
 
 
-_NAME = {"name": "Name", "type": "string", "format": "name", "priority": 0}
-_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp", "priority": 0}
-
-
 def wants_table(accept: str) -> bool:
     return "as=Table" in accept
 
 
-def printer_columns(crds: list[Obj], group: str, version: str, plural: str) -> list[Obj]:
-    """A custom resource's printer columns from its CRD (else Age alone, as for any kind)."""
+def _crd_column(column: Obj) -> Column:
+    path, is_date = column["jsonPath"], column["type"] == "date"
+
+    def cell(obj: Obj, now: datetime) -> Any:
+        value = jsonpath(obj, path)
+        return age(value, now) if is_date else value
+
+    return Column(
+        column["name"],
+        column["type"],
+        cell,
+        column.get("priority", 0),
+        column.get("description", ""),
+    )
+
+
+def printer_columns(crds: list[Obj], group: str, version: str, plural: str) -> list[Column]:
+    """A kind's columns: a built-in kind's as Kubernetes prints it (``sim.columns``), a custom
+    resource's from its CRD's printer columns, else Name and Age."""
+    if (group, plural) in BUILT_IN:
+        return BUILT_IN[(group, plural)]
     for crd in crds:
         spec = crd.get("spec") or {}
         if spec.get("group") != group or (spec.get("names") or {}).get("plural") != plural:
             continue
         for v in spec.get("versions") or []:
             if v.get("name") == version and v.get("additionalPrinterColumns"):
-                return list(v["additionalPrinterColumns"])
-    return [_AGE]
+                return [NAME, *(_crd_column(c) for c in v["additionalPrinterColumns"])]
+    return [NAME, AGE]
 
 
-def table(objects: list[Obj], columns: list[Obj], resource_version: str) -> Obj:
+def table(objects: list[Obj], columns: list[Column], resource_version: str) -> Obj:
     now = datetime.now(UTC)
-
-    def cell(obj: Obj, column: Obj) -> Any:
-        value = jsonpath(obj, column["jsonPath"])
-        return age(value, now) if column["type"] == "date" else value
-
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": [
-            {
-                "name": c["name"],
-                "type": c["type"],
-                "format": c.get("format", ""),
-                "description": c.get("description", ""),
-                "priority": c.get("priority", 0),
-            }
-            for c in [_NAME, *columns]
-        ],
+        "columnDefinitions": [c.definition() for c in columns],
         "rows": [
             {
-                "cells": [o["metadata"]["name"], *(cell(o, c) for c in columns)],
+                "cells": [c.cell(o, now) for c in columns],
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",

@@ -281,6 +281,35 @@ CASES: list[Any] = [
         "spec.backoff",
         id="longest-wait-over-a-year",
     ),
+    # Fractions count: a rule on whole seconds let 31.9s x 1000 x 1000 (8861h) through.
+    pytest.param(
+        policy_doc(
+            RP, backoff={"timePeriod": "31.9s", "multiplyByTurn": 1000, "maxAttempts": 1000}
+        ),
+        "spec.backoff",
+        id="longest-wait-over-a-year-by-a-fraction",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, backoff={"timePeriod": "31.536s", "multiplyByTurn": 1000, "maxAttempts": 1000}
+        ),
+        None,
+        id="longest-wait-exactly-a-year-with-a-fraction",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, backoff={"timePeriod": "31.536001s", "multiplyByTurn": 1000, "maxAttempts": 1000}
+        ),
+        "spec.backoff",
+        id="longest-wait-a-year-and-a-microsecond-per-turn",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, backoff={"timePeriod": "1.5ms", "multiplyByTurn": 1000, "maxAttempts": 1000}
+        ),
+        None,
+        id="sub-millisecond-fraction",
+    ),
     pytest.param(
         policy_doc(
             RP, backoff={"timePeriod": "27000000h", "multiplyByTurn": 1000, "maxAttempts": 3}
