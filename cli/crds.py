@@ -8,9 +8,10 @@ the defaults is what keeps the API server and ``workflows.policy`` rejecting the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
+from pydantic import BaseModel
 
 from workflows.contract import (
     API_GROUP,
@@ -35,6 +36,10 @@ from workflows.policy import (
     MAX_LABELS,
     NAMESPACE_PATTERN,
     WEIGHT_MIN,
+    ClusterRollbackPolicy,
+    ClusterRollbackPolicySpec,
+    RollbackPolicy,
+    RollbackPolicySpec,
 )
 from workflows.policy_status import READY, SUMMARY_MAX
 
@@ -76,12 +81,11 @@ def _rule(rule: str, message: str) -> list[Schema]:
     return [{"rule": rule, "message": message}]
 
 
-def _duration(description: str) -> Schema:
+def _duration() -> Schema:
     return {
         "type": "string",
         "pattern": DURATION_PATTERN,
         "maxLength": MAX_DURATION_LENGTH,
-        "description": description,
         "x-kubernetes-validations": _rule(DURATION_RULE, f"must be at most {MAX_DURATION_TEXT}"),
     }
 
@@ -93,7 +97,6 @@ def _label_value() -> Schema:
 def _label_selector() -> Schema:
     return {
         "type": "object",
-        "description": "Kubernetes label selector over the workload's labels.",
         "properties": {
             "matchLabels": {
                 "type": "object",
@@ -147,7 +150,6 @@ def _scope(cluster: bool) -> Schema:
         "labelSelector": _label_selector(),
         "workloadTypes": {
             "type": "array",
-            "description": "Workload kinds in scope (default: all but StrimziPodSet).",
             "minItems": 1,
             "x-kubernetes-list-type": "set",
             "items": {"type": "string", "enum": [k.value for k in WorkloadKind]},
@@ -157,7 +159,6 @@ def _scope(cluster: bool) -> Schema:
     if cluster:
         properties["namespaceSelector"] = {
             "type": "object",
-            "description": 'Namespace names or patterns ("prod-*") to include or exclude.',
             "required": ["operator", "values"],
             "properties": {
                 "operator": {"type": "string", "enum": ["In", "NotIn"]},
@@ -172,19 +173,19 @@ def _scope(cluster: bool) -> Schema:
 
 
 def spec_schema(cluster: bool) -> Schema:
-    return {
+    schema: Schema = {
         "type": "object",
         "required": ["monitoringPeriod", "rollbackTarget", "adoptionThresholdPercent", "backoff"],
         "properties": {
             "scope": _scope(cluster),
-            "monitoringPeriod": _duration("How long a resize attempt is observed, e.g. 5m."),
+            "monitoringPeriod": _duration(),
             "rollbackTarget": {"type": "string", "enum": [t.value for t in RollbackTarget]},
             "adoptionThresholdPercent": {"type": "integer", "minimum": 1, "maximum": 100},
             "backoff": {
                 "type": "object",
                 "required": ["timePeriod", "multiplyByTurn", "maxAttempts"],
                 "properties": {
-                    "timePeriod": _duration("Base duration of a rollback turn, e.g. 1m."),
+                    "timePeriod": _duration(),
                     "multiplyByTurn": {"type": "integer", "minimum": 1, "maximum": 1000},
                     "maxAttempts": {"type": "integer", "minimum": 1, "maximum": 1000},
                 },
@@ -204,6 +205,31 @@ def spec_schema(cluster: bool) -> Schema:
             "enableMonitoringReopen": {"type": "boolean", "default": True},
         },
     }
+    return described(schema, ClusterRollbackPolicySpec if cluster else RollbackPolicySpec)
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (``X | None``, ``list[X]``, ``Annotated``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def described(schema: Schema, model: type[BaseModel]) -> Schema:
+    """Each property's description from its model field (the words live once, in
+    ``workflows.policy``), recursively, so ``kubectl explain rbp.spec.backoff`` explains."""
+    if model.__doc__ and "description" not in schema:
+        schema["description"] = " ".join(model.__doc__.split("\n\n")[0].split())
+    properties = schema.get("properties") or {}
+    for name, field in model.model_fields.items():
+        prop = properties.get(field.alias or name)
+        if prop is None:
+            continue
+        if field.description:
+            prop["description"] = field.description
+        for inner in _models_in(field.annotation):
+            described(prop["items"] if prop.get("type") == "array" else prop, inner)
+    return schema
 
 
 _COUNT = {"type": "integer", "format": "int32", "minimum": 0}
@@ -211,8 +237,14 @@ _COUNT = {"type": "integer", "format": "int32", "minimum": 0}
 # The status the engine writes (``workflows.policy_status``), field names as the reference engine's.
 STATUS_SCHEMA: Schema = {
     "type": "object",
+    "description": "What the engine observed of this policy; written by the leading intake.",
     "properties": {
-        "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+        "observedGeneration": {
+            "type": "integer",
+            "format": "int64",
+            "minimum": 0,
+            "description": "The spec generation this status describes.",
+        },
         "activeTrackedWorkloads": _COUNT
         | {"description": "Workloads in monitoring, rollingBack or backingOff under this policy."},
         "failedWorkloads": _COUNT
@@ -225,23 +257,53 @@ STATUS_SCHEMA: Schema = {
         },
         "conditions": {
             "type": "array",
+            "description": "Ready: the policy is valid and not shadowed by another;"
+            " WorkloadsMatched: it applies to at least one workload.",
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
-            "items": {  # metav1.Condition, as Kubernetes declares it
+            "items": {  # metav1.Condition, as Kubernetes declares and describes it
                 "type": "object",
+                "description": "Condition contains details for one aspect of the current state"
+                " of this API Resource.",
                 "required": ["type", "status", "lastTransitionTime", "reason", "message"],
                 "properties": {
-                    "type": {"type": "string", "maxLength": 316},
-                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-                    "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-                    "lastTransitionTime": {"type": "string", "format": "date-time"},
+                    "type": {
+                        "type": "string",
+                        "maxLength": 316,
+                        "description": "type of condition in CamelCase.",
+                    },
+                    "status": {
+                        "type": "string",
+                        "enum": ["True", "False", "Unknown"],
+                        "description": "status of the condition, one of True, False, Unknown.",
+                    },
+                    "observedGeneration": {
+                        "type": "integer",
+                        "format": "int64",
+                        "minimum": 0,
+                        "description": "the .metadata.generation that the condition was set"
+                        " based upon.",
+                    },
+                    "lastTransitionTime": {
+                        "type": "string",
+                        "format": "date-time",
+                        "description": "the last time the condition transitioned from one"
+                        " status to another.",
+                    },
                     "reason": {
                         "type": "string",
                         "minLength": 1,
                         "maxLength": 1024,
                         "pattern": "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                        "description": "a programmatic identifier indicating the reason for"
+                        " the condition's last transition.",
                     },
-                    "message": {"type": "string", "maxLength": 32768},
+                    "message": {
+                        "type": "string",
+                        "maxLength": 32768,
+                        "description": "a human readable message indicating details about the"
+                        " transition.",
+                    },
                 },
             },
         },
@@ -300,10 +362,24 @@ def crd(kind: str, plural: str, short_name: str, cluster: bool) -> dict[str, Any
                             "x-kubernetes-validations": _rule(
                                 NAME_RULE, "metadata.name must be a DNS-1123 subdomain"
                             ),
+                            "description": (
+                                ClusterRollbackPolicy if cluster else RollbackPolicy
+                            ).__doc__,
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                "apiVersion": {
+                                    "type": "string",
+                                    "description": "APIVersion defines the versioned schema of"
+                                    " this representation of an object.",
+                                },
+                                "kind": {
+                                    "type": "string",
+                                    "description": "Kind is a string value representing the"
+                                    " REST resource this object represents.",
+                                },
+                                "metadata": {
+                                    "type": "object",
+                                    "description": "Standard object's metadata.",
+                                },
                                 "spec": spec_schema(cluster),
                                 "status": STATUS_SCHEMA,
                             },

@@ -67,9 +67,16 @@ class Model(BaseModel):
 
 
 class LabelSelectorRequirement(Model):
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[LabelValue] = Field(default_factory=list)
+    """One requirement of a label selector: a key, an operator and, for In/NotIn, values."""
+
+    key: LabelKey = Field(description="The label key the requirement applies to.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="In and NotIn take values; Exists and DoesNotExist take none."
+    )
+    values: list[LabelValue] = Field(
+        default_factory=list,
+        description="The label values for In and NotIn (at least one); empty otherwise.",
+    )
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> Self:
@@ -104,9 +111,12 @@ class LabelSelector(Model):
     """
 
     match_labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS)] = Field(
-        default_factory=dict
+        default_factory=dict,
+        description="Labels the workload must carry, each with this value.",
     )
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, description="Requirements the workload's labels must all meet."
+    )
 
     def unmet(self, labels: dict[str, str]) -> list[str]:
         """The requirements the labels fail, in a human form; empty when the selector matches."""
@@ -162,8 +172,12 @@ NamespacePatternStr = Annotated[str, Field(pattern=NAMESPACE_PATTERN, max_length
 class NamespaceSelector(Model):
     """Namespace names or ``*`` wildcard patterns to include (``In``) or exclude (``NotIn``)."""
 
-    operator: Literal["In", "NotIn"]
-    values: Annotated[list[NamespacePatternStr], Field(min_length=1)]
+    operator: Literal["In", "NotIn"] = Field(
+        description="In: only the namespaces named; NotIn: every namespace but those."
+    )
+    values: Annotated[list[NamespacePatternStr], Field(min_length=1)] = Field(
+        description='Namespace names or patterns where * matches any run of characters ("prod-*").'
+    )
 
     def matches(self, namespace: str) -> bool:
         hit = any(glob_match(v, namespace) for v in self.values)
@@ -180,18 +194,40 @@ WorkloadTypes = Annotated[list[WorkloadKind], Field(min_length=1), AfterValidato
 
 
 class Scope(Model):
-    label_selector: LabelSelector | None = None
-    workload_types: WorkloadTypes = Field(default_factory=lambda: list(DEFAULT_WORKLOAD_TYPES))
+    """Which workloads the policy applies to."""
+
+    label_selector: LabelSelector | None = Field(
+        default=None,
+        description="Kubernetes label selector over the workload's (the owner's) labels;"
+        " none: every workload of the kinds in scope.",
+    )
+    workload_types: WorkloadTypes = Field(
+        default_factory=lambda: list(DEFAULT_WORKLOAD_TYPES),
+        description="Workload kinds the policy applies to (default: all but StrimziPodSet).",
+    )
 
 
 class ClusterScope(Scope):
-    namespace_selector: NamespaceSelector | None = None
+    """Which workloads, in which namespaces, the cluster policy applies to."""
+
+    namespace_selector: NamespaceSelector | None = Field(
+        default=None,
+        description="Namespaces to include (In) or exclude (NotIn); none: every namespace.",
+    )
 
 
 class Backoff(Model):
-    time_period: Duration
-    multiply_by_turn: Annotated[StrictInt, Field(ge=1, le=1000)]
-    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)]
+    """The wait after a rollback of turn N: timePeriod x multiplyByTurn x N; after maxAttempts
+    turns the workload is failedPermanent."""
+
+    time_period: Duration = Field(description="Base duration of a rollback turn, e.g. 1m.")
+    multiply_by_turn: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
+        description="Scales the base duration by the turn number: with 1m and 2, turn 1 waits"
+        " 2m and turn 2 waits 4m."
+    )
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
+        description="Turns before the rollback is marked failedPermanent and retries stop."
+    )
 
     @model_validator(mode="after")
     def _longest_wait_is_schedulable(self) -> Self:
@@ -208,23 +244,49 @@ class PolicyBehaviour(Model):
     """The spec fields that drive an attempt: everything but ``scope`` and ``weight`` (which only
     choose the policy). The workflow carries exactly these (``PolicySettings``)."""
 
-    monitoring_period: Duration
-    rollback_target: RollbackTarget
-    adoption_threshold_percent: Annotated[StrictInt, Field(ge=1, le=100)]
-    backoff: Backoff
-    enable_monitoring_reopen: StrictBool = True
+    monitoring_period: Duration = Field(
+        description="How long a resize attempt is observed, newly created pods included,"
+        " before success is declared or a rollback starts, e.g. 5m."
+    )
+    rollback_target: RollbackTarget = Field(
+        description="What a rollback restores: manifest (the workload's own resources) or"
+        " lastSuccessful (the resources recorded when monitoring last succeeded)."
+    )
+    adoption_threshold_percent: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
+        description="Percent of the baseline cohort (the desired replicas when the window"
+        " opened) that must run the recommendation and be healthy when the window ends."
+    )
+    backoff: Backoff = Field(description="How long to wait between turns, and how many turns.")
+    enable_monitoring_reopen: StrictBool = Field(
+        default=True,
+        description="false: a replacement pod with the same recommendation does not reopen a"
+        " succeeded turn; only a new recommendation starts a fresh one.",
+    )
 
 
 class _SpecFields(PolicyBehaviour):
-    weight: Annotated[StrictInt, Field(ge=WEIGHT_MIN, le=INT32_MAX)] = 0
+    weight: Annotated[StrictInt, Field(ge=WEIGHT_MIN, le=INT32_MAX)] = Field(
+        default=0,
+        description="When several policies match, the higher weight wins; on a tie, the older"
+        " policy.",
+    )
 
 
 class RollbackPolicySpec(_SpecFields):
-    scope: Scope = Field(default_factory=Scope)
+    """What a namespaced policy asks of the workloads of its namespace."""
+
+    scope: Scope = Field(
+        default_factory=Scope, description="Which workloads of the namespace it applies to."
+    )
 
 
 class ClusterRollbackPolicySpec(_SpecFields):
-    scope: ClusterScope = Field(default_factory=ClusterScope)
+    """What a cluster policy asks of the workloads its scope selects."""
+
+    scope: ClusterScope = Field(
+        default_factory=ClusterScope,
+        description="Which workloads, in which namespaces, it applies to.",
+    )
 
 
 class ObjectMeta(Model):

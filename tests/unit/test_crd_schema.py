@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import celpy
@@ -22,10 +23,12 @@ import pytest
 import yaml
 
 from cli import crds
+from cli.crds import CRDS
 from tests.conftest import ROOT
 from tests.unit.policy_table import CASES
 from workflows.contract import DEFAULT_WORKLOAD_TYPES
 from workflows.durations import DURATION_PATTERN
+from workflows.policy import RollbackPolicySpec
 
 CEL = celpy.Environment()
 
@@ -176,3 +179,25 @@ def _walk(schema: Any, inside_junctor: bool = False) -> list[str]:
 def test_schema_is_structural(kind: str) -> None:
     spec = _openapi(kind)["properties"]["spec"]
     assert _walk(spec) == []
+
+
+def _properties(schema: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    for name, prop in (schema.get("properties") or {}).items():
+        yield f"{path}.{name}", prop
+        yield from _properties(prop, f"{path}.{name}")
+        if isinstance(prop.get("items"), dict):
+            yield from _properties(prop["items"], f"{path}.{name}[]")
+
+
+@pytest.mark.parametrize("filename", sorted(CRDS))
+def test_every_crd_field_has_a_description_from_the_models(filename: str) -> None:
+    """``kubectl explain rbp.spec.backoff`` explains every field, on any cluster: the words
+    come from the models' field docs (``cli.crds.described``)."""
+    schema = CRDS[filename]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    missing = [p for p, prop in _properties(schema) if not prop.get("description")]
+    assert missing == []
+    spec = schema["properties"]["spec"]["properties"]
+    backoff = RollbackPolicySpec.model_fields["backoff"].annotation.model_fields  # type: ignore[union-attr]
+    assert spec["backoff"]["properties"]["maxAttempts"]["description"] == (
+        backoff["max_attempts"].description
+    )
