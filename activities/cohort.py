@@ -122,6 +122,20 @@ def health(pod: Obj, since: datetime) -> tuple[FailureReason | None, tuple[str, 
     return None, ()
 
 
+def pod_state(pod: Obj) -> str:
+    """A pod's state in a word, for pictures: Running (and ready), NotReady, CrashLoopBackOff,
+    Pending, Succeeded, Failed."""
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+            return "CrashLoopBackOff"
+    phase = str(status.get("phase") or "Pending")
+    if phase != "Running":
+        return phase
+    ready = _condition(pod, "Ready")
+    return "Running" if ready and ready.get("status") == "True" else "NotReady"
+
+
 def resize_blocked(pod: Obj) -> FailureReason | None:
     pending = _condition(pod, "PodResizePending")
     if pending and pending.get("status") == "True":

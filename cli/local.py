@@ -24,10 +24,10 @@ import yaml
 from pydantic import ValidationError
 
 from cli import localrun
+from cli import report as story
 from cli.crds import CRDS
 from sim.apiserver import ApiError
 from sim.devserver import DevServer, DevServerError, ensure_port_free
-from sim.report import render as render_report
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker import telemetry
 from worker.config import ConfigError, IntakeConfig, TemporalConfig, WorkerConfig
@@ -99,9 +99,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     elif report.logs:
         shutil.copy(log_file, Path(report.logs) / "rollbackctl.log")
     if args.report:
-        Path(args.report).write_text(render_report(report, scenario), encoding="utf-8")
+        page = story.render(story.from_scenario(report, scenario))
+        Path(args.report).write_text(page, encoding="utf-8")
     if args.output == "html":
-        print(render_report(report, scenario))
+        print(story.render(story.from_scenario(report, scenario)))
     elif quiet:
         print(json.dumps(report.as_json(), indent=2))
     else:

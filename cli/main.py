@@ -19,6 +19,7 @@ import json
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from temporalio.service import RPCError
 
 from activities.errors import first_line
 from cli import crds, localrun, ops, policies
+from cli import report as story
 from cli.explain import cmd_policy_explain, cmd_policy_validate
 from cli.ops import OpsError
 from worker import telemetry, versioning
@@ -47,6 +49,7 @@ from worker.config import (
     add_worker_flags,
 )
 from worker.process import run
+from workflows.activity_api import OwnerRef
 from workflows.contract import Mode
 from workflows.machine import RollbackState
 
@@ -241,6 +244,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         owner = ops.parse_owner(args.target[0])
         status, state = await ops.describe(client, owner)
         cohort = None if state is None else await asyncio.to_thread(_live_cohort, args, state)
+        if args.report:
+            await _write_report(args, client, owner, state)
         if args.output == "json":
             body = state.model_dump(mode="json", by_alias=True) if state else None
             doc: dict[str, Any] = {"workflowId": owner.workflow_id, "status": status, "state": body}
@@ -252,6 +257,32 @@ def cmd_describe(args: argparse.Namespace) -> int:
         return 0
 
     return _ops(args, action)
+
+
+async def _write_report(
+    args: argparse.Namespace, client: Client, owner: OwnerRef, state: RollbackState | None
+) -> None:
+    """``describe OWNER --report FILE.html``: the workload's story as a page (``cli.report``),
+    from its workflow's recorded transitions, its Events and its pods now."""
+    transitions, failures = await ops.recorded_transitions(client, owner)
+    kube, note = _cluster(args), ""
+    events: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    if kube is None:
+        note = "Events and pods not shown: no cluster given (--kubeconfig, $KUBECONFIG)."
+    else:
+        try:
+            events, pods = await asyncio.to_thread(ops.events_and_pods, kube.client(), owner)
+        except Exception as exc:  # the workflow's story is still worth a page
+            note = f"Events and pods not shown: {_unreachable(kube, exc)}"
+    policy = str(state.policy.ref) if state is not None and state.policy else ""
+    page = story.render(
+        story.from_live(
+            str(owner), policy, transitions, failures, events, pods, datetime.now(UTC), note
+        )
+    )
+    Path(args.report).write_text(page, encoding="utf-8")
+    print(f"wrote {args.report}", file=sys.stderr)
 
 
 def _describe_policy(args: argparse.Namespace) -> int:
@@ -432,6 +463,11 @@ def _add_operations(sub: Any) -> None:
                 "-n", "--namespace", dest="namespace_filter", help="a policy's namespace"
             )
             cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
+            cmd.add_argument(
+                "--report",
+                metavar="FILE.html",
+                help="also write the workload's story as a page (its transitions, Events, pods)",
+            )
             add_kube_flags(cmd, serving=False)
         else:
             cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")

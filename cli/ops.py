@@ -16,19 +16,21 @@ import asyncio
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client, WorkflowExecution
+from temporalio.converter import decode_search_attributes
 from temporalio.service import RPCError
 
-from activities.cohort import actual_resources
+from activities.cohort import actual_resources, pod_state
 from activities.kubernetes import KubernetesActivities, cohort_sample
-from activities.owners import desired_replicas
+from activities.kubetime import parse_kube_time
+from activities.owners import desired_replicas, dig
 from worker import temporal as control
 from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
-from workflows.contract import Mode, SearchAttribute, WorkloadKind
+from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind
 from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME
 from workflows.state import ResourceSnapshot
@@ -178,6 +180,78 @@ async def tracked(client: Client, policy: str) -> list[Row]:
         if latest.start_time == r.started:
             rows.append(r)
     return sorted(rows, key=lambda r: (r.namespace, r.workload))
+
+
+async def recorded_transitions(
+    client: Client, owner: OwnerRef
+) -> tuple[list[tuple[datetime, str, int]], list[tuple[datetime, str]]]:
+    """Every transition the owner's workflow recorded, from the histories of all its runs (the
+    search attributes each transition upserts, with the event's time), and the activity
+    attempts that failed, with what failed."""
+    transitions: list[tuple[datetime, str, int]] = []
+    failures: list[tuple[datetime, str]] = []
+    query = f"WorkflowId = {_quote(owner.workflow_id)}"
+    async for run in client.list_workflows(query):
+        handle = client.get_workflow_handle(owner.workflow_id, run_id=run.run_id)
+        async for event in handle.fetch_history_events():
+            at = event.event_time.ToDatetime(tzinfo=UTC)
+            if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+                upsert = event.upsert_workflow_search_attributes_event_attributes
+                attrs = decode_search_attributes(upsert.search_attributes)
+                mode = attrs.get(SearchAttribute.MODE)
+                if mode:
+                    turn = (attrs.get(SearchAttribute.TURN) or [0])[0]
+                    transitions.append((at, str(mode[0]), turn if isinstance(turn, int) else 0))
+            elif event.HasField("activity_task_failed_event_attributes"):
+                failure = event.activity_task_failed_event_attributes.failure
+                failures.append((at, failure.message))
+    transitions.sort()
+    return transitions, sorted(failures)
+
+
+def events_and_pods(kube: ApiClient, owner: OwnerRef) -> tuple[list[Obj], list[Obj]]:
+    """The owner's Events (one LIST) and its pods as they are now (``cli.report.from_live``)."""
+    core = CoreV1Api(kube)
+    listed = core.list_namespaced_event(
+        owner.namespace, field_selector=f"involvedObject.name={owner.name}"
+    )
+    events = [
+        {
+            "time": e.last_timestamp or e.event_time or e.first_timestamp
+            or e.metadata.creation_timestamp,
+            "reason": e.reason or "",
+            "message": e.message or "",
+            "warning": e.type == "Warning",
+        }
+        for e in listed.items
+        if e.involved_object.kind == owner.kind
+    ]  # fmt: skip
+    lookup = KubernetesActivities(core, CustomObjectsApi(kube)).lookup
+    obj = lookup.get(owner)
+    pods = [] if obj is None else lookup.pods(owner.namespace, lookup.cohort_query(owner, obj))
+    return events, [_pod_now(p) for p in pods]
+
+
+def _pod_now(pod: Obj) -> Obj:
+    statuses = dig(pod, "status", "containerStatuses") or []
+    restarts = [
+        (parse_kube_time(dig(cs, "lastState", "terminated", "finishedAt")),
+         str(dig(cs, "lastState", "terminated", "reason") or "restart"))
+        for cs in statuses
+        if dig(cs, "lastState", "terminated")
+    ]  # fmt: skip
+    requests, limits = actual_resources(pod)
+    memory = ",".join(
+        str((limits.get(c) or {}).get("memory") or (requests.get(c) or {}).get("memory"))
+        for c in sorted(set(requests) | set(limits))
+    )
+    return {
+        "name": pod["metadata"]["name"],
+        "created": parse_kube_time(pod["metadata"].get("creationTimestamp")),
+        "status": pod_state(pod),
+        "memory": memory,
+        "restarts": restarts,
+    }
 
 
 def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:

@@ -59,6 +59,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from activities.cohort import pod_state
 from activities.kubetime import kube_now
 from activities.lookup import WORKLOAD_KINDS, OwnerLookup
 from sim.apiserver import ApiError, KubeEmulator, Request
@@ -263,6 +264,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     duration: float = 0.0
     requests: list[Request] = field(default_factory=list)  # the API server's journal, in order
+    pods: list[Obj] = field(default_factory=list)  # each pod's state changes (Recorder.pods)
     logs: str | None = None  # where the worker's and the dev server's logs are kept on failure
 
     @property
@@ -347,20 +349,82 @@ def free_port() -> int:
 
 
 class Recorder:
-    """The timeline, read off the cluster: state annotation changes and Events."""
+    """The timeline, read off the cluster: state annotation changes, Events, and each pod's
+    state (for the report's pod lanes)."""
 
-    def __init__(self, on_line: Callable[[str], None]) -> None:
+    def __init__(self, on_line: Callable[[str], None], store: Any = None) -> None:
         self.start = time.monotonic()
         self.on_line = on_line
+        self.store = store
         self.transitions: list[Obj] = []
         self.events: list[Obj] = []
+        self.pods: list[Obj] = []  # {t, owner, pod, status, restarts, memory, reason}, changes
         self._last: dict[str, str | None] = {}
+        self._pod_last: dict[str, tuple[Any, ...]] = {}
 
     def t(self) -> float:
         return round(time.monotonic() - self.start, 2)
 
+    def _owner_of(self, pod: Obj) -> str | None:
+        """The workload of a pod, up its ownerReferences in the store (through a ReplicaSet or
+        a Job), without an API call: this runs inside the store's watch fan-out."""
+        namespace = pod["metadata"].get("namespace", "")
+        refs = pod["metadata"].get("ownerReferences") or []
+        for _ in range(2):
+            if not refs:
+                return None
+            kind, name = refs[0].get("kind", ""), refs[0].get("name", "")
+            if kind not in ("ReplicaSet", "Job") or self.store is None:
+                return owner_key(kind, namespace, name)
+            try:
+                parent = self.store.get(self.store.rtype(kind), namespace, name)
+            except ApiError:
+                return None
+            above = parent["metadata"].get("ownerReferences") or []
+            if not above:
+                return owner_key(kind, namespace, name)
+            refs = above
+        return None
+
+    def _pod(self, kind: str, pod: Obj) -> None:
+        owner = self._owner_of(pod)
+        if owner is None:
+            return
+        name = pod["metadata"]["name"]
+        if kind == "DELETED":
+            status, restarts, memory, reason = None, 0, "", None
+        else:
+            status = pod_state(pod)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            restarts = sum(cs.get("restartCount", 0) for cs in statuses)
+            memory = ",".join(
+                str(
+                    (r.get("limits") or {}).get("memory") or (r.get("requests") or {}).get("memory")
+                )
+                for r in _resources(pod).values()
+            )
+            reason = next(
+                (
+                    ((cs.get("lastState") or {}).get("terminated") or {}).get("reason")
+                    for cs in statuses
+                    if (cs.get("lastState") or {}).get("terminated")
+                ),
+                None,
+            )
+        summary = (status, restarts, memory)
+        if self._pod_last.get(name) == summary:
+            return
+        self._pod_last[name] = summary
+        self.pods.append(
+            {"t": self.t(), "owner": owner, "pod": name, "status": status,
+             "restarts": restarts, "memory": memory, "reason": reason}
+        )  # fmt: skip
+
     def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
         meta = obj["metadata"]
+        if rtype.kind == "Pod":
+            self._pod(kind, obj)
+            return
         if rtype.kind == "Event" and kind == "ADDED":
             involved = obj.get("involvedObject") or {}
             owner = owner_key(
@@ -490,8 +554,8 @@ class World:
         self.kube_timeout = kube_timeout
         self.metrics = metrics  # Prometheus endpoints (worker, intake), host:port
         self.workdir = workdir
-        self.recorder = Recorder(on_line)
         self.api = KubeEmulator()
+        self.recorder = Recorder(on_line, self.api.store)
         self.sim = SimulatedCluster(self.api.store)
         port = temporal_port or free_port()
         self.temporal = DevServer(
@@ -797,6 +861,7 @@ async def run_scenario(
         finally:
             report.duration = time.monotonic() - world.recorder.start
             report.transitions, report.events = world.recorder.transitions, world.recorder.events
+            report.pods = world.recorder.pods
             report.requests = list(world.api.journal)
             report.final = world.final()
             await world.stop()

@@ -35,7 +35,7 @@ def test_the_report_renders_one_lane_per_owner_without_console_errors(tmp_path: 
     dom = shown.stdout
     # The page's script ran to its end (it numbers the lanes and marks the body ready) ...
     assert 'data-ready="yes"' in dom and 'data-lanes="2"' in dom
-    lanes = re.findall(r'<section class="lane" data-owner="([^"]+)" data-index="(\d)"', dom)
+    lanes = re.findall(r'<section class="lane owner" data-owner="([^"]+)" data-index="(\d)"', dom)
     assert lanes == [("shop/Deployment/web", "1"), ("shop/StrimziPodSet/kafka", "2")]
     # ... without one console message (an uncaught error would be one).
     assert "CONSOLE" not in shown.stderr, shown.stderr
@@ -43,3 +43,10 @@ def test_the_report_renders_one_lane_per_owner_without_console_errors(tmp_path: 
     assert dom.count('class="span mode-monitoring"') == 3  # two windows of web, one of kafka
     assert 'class="span mode-failedPermanent"' in dom and 'class="event"' in dom
     assert "RollbackPolicy/shop/shop-rollback" in dom and "every expectation met" in dom
+    # A time axis; Events labelled with their reason; a lane per pod; a legend of what is shown.
+    assert re.search(r'class="axis" data-ticks="([4-9]|1[01])"', dom)
+    assert '<span class="label row0">RollbackMonitoringStarted</span>' in dom
+    assert int(re.search(r'data-pods="(\d+)"', dom)[1]) >= 3  # web's pods (two rollouts), kafka
+    assert "OOMKilled" in dom  # kafka's restarts, as markers on its pod lanes
+    legend = re.findall(r'class="legend-mode"[^>]*>([a-zA-Z]+)<', dom)
+    assert "monitoring" in legend and "cancelled" not in legend and "aborted" not in legend

@@ -1,0 +1,348 @@
+"""A rollback story as a picture: one self-contained HTML page (no external file, no network).
+
+Two callers build a ``Story`` and ``render`` it:
+
+- ``rollbackctl simulate --report`` (``cli.local``, ``from_scenario``): what the simulated
+  cluster recorded while the scenario played, with the expectation results;
+- ``rollbackctl describe OWNER --report`` (``cli.main``, ``from_live``): a live workload, from
+  the transitions its workflow recorded (Temporal), its Events and its pods now.
+
+The page: a time axis across the page's width; per owner, its modes as coloured spans (a
+``monitoring`` span is a window, ``backingOff`` a backoff) and its Events as markers labelled
+with their reason (the message on hover); under it, a lane per pod (running, OOMKilled,
+CrashLoopBackOff, pending; its memory; a marker per restart); a legend of the modes shown. A
+small script wires the hover details, so a browser that runs it without a console error shows
+everything (``tests/e2e/test_report.py`` checks that in headless Chromium).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+MODE_COLOURS = {
+    "monitoring": "#4e79a7",
+    "monitoringSucceeded": "#59a14f",
+    "rollingBack": "#e15759",
+    "backingOff": "#f28e2b",
+    "backedOff": "#edc948",
+    "failedPermanent": "#b07aa1",
+    "cancelled": "#9c755f",
+    "aborted": "#bab0ac",
+    "superseded": "#76b7b2",
+}
+POD_COLOURS = {
+    "Running": "#8cc084",
+    "Pending": "#c9c9c9",
+    "NotReady": "#f2c14e",
+    "OOMKilled": "#d1495b",
+    "CrashLoopBackOff": "#8e2c3a",
+    "Succeeded": "#6c9bd2",
+    "Failed": "#5a5a5a",
+}
+TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+
+
+@dataclass
+class Span:
+    start: float  # seconds since the story's start
+    end: float
+    label: str  # the mode, or a pod's state
+    detail: str  # on hover
+    text: str = ""  # written on the span when it is wide enough (a pod's memory)
+
+
+@dataclass
+class Marker:
+    t: float
+    label: str  # an Event's reason, a restart's cause
+    detail: str
+    warning: bool = False
+
+
+@dataclass
+class Lane:
+    key: str  # the owner (``shop/Deployment/api``) or the pod
+    title: str
+    kind: str = "owner"  # or "pod"
+    subtitle: str = ""
+    spans: list[Span] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    results: list[tuple[bool, str]] = field(default_factory=list)
+
+
+@dataclass
+class Story:
+    title: str
+    lanes: list[Lane]
+    end: float  # seconds covered
+    start: datetime | None = None  # wall-clock time of second 0, when known
+    description: str = ""
+    passed: bool | None = None  # a scenario's verdict; None: a live workload
+
+
+def _ticks(end: float) -> list[float]:
+    step = next((s for s in TICK_STEPS if end / s <= 10), TICK_STEPS[-1])
+    return [i * step for i in range(int(end // step) + 1)]
+
+
+def _seconds(value: float) -> str:
+    value = round(value)
+    if value < 120:
+        return f"{value}s"
+    if value < 7200:
+        return f"{value // 60}m{value % 60:02d}s" if value % 60 else f"{value // 60}m"
+    return f"{value // 3600}h{(value % 3600) // 60:02d}m"
+
+
+def _pct(t: float, end: float) -> float:
+    return max(0.0, min(100.0, 100.0 * t / end))
+
+
+def _axis(story: Story) -> str:
+    ticks = []
+    for t in _ticks(story.end):
+        at = ""
+        if story.start is not None:
+            at = (story.start + timedelta(seconds=t)).strftime("%H:%M:%S")
+        ticks.append(
+            f'<div class="tick" style="left:{_pct(t, story.end):.2f}%" title="{at}">'
+            f"<span>{_seconds(t)}</span></div>"
+        )
+    start = f" from {story.start.strftime('%Y-%m-%d %H:%M:%S UTC')}" if story.start else ""
+    return f'<div class="axis" data-ticks="{len(ticks)}" title="time{start}">{"".join(ticks)}</div>'
+
+
+def _lane(lane: Lane, end: float) -> str:
+    colours = MODE_COLOURS if lane.kind == "owner" else POD_COLOURS
+    prefix = "mode" if lane.kind == "owner" else "pod"
+    spans = []
+    for s in lane.spans:
+        left, width = _pct(s.start, end), max(0.3, _pct(s.end, end) - _pct(s.start, end))
+        spans.append(
+            f'<div class="span {prefix}-{html.escape(s.label)}" title="{html.escape(s.detail)}"'
+            f' data-detail="{html.escape(s.detail)}" style="left:{left:.2f}%;width:{width:.2f}%;'
+            f'background:{colours.get(s.label, "#999")}">{html.escape(s.text)}</div>'
+        )
+    markers = [
+        f'<div class="event{" warning" if m.warning else ""}" title="{html.escape(m.detail)}"'
+        f' data-detail="{html.escape(m.detail)}" style="left:{_pct(m.t, end):.2f}%">'
+        f'<span class="label row{i % 3}">{html.escape(m.label)}</span></div>'
+        for i, m in enumerate(sorted(lane.markers, key=lambda m: m.t))
+    ]
+    results = "".join(
+        f'<li class="{"ok" if ok else "bad"}">{html.escape(text)}</li>' for ok, text in lane.results
+    )
+    subtitle = f' <span class="policy">{html.escape(lane.subtitle)}</span>' if lane.subtitle else ""
+    return f"""<section class="lane {lane.kind}" data-owner="{html.escape(lane.key)}">
+<h2>{html.escape(lane.title)}{subtitle}</h2>
+<div class="track">{"".join(spans)}{"".join(markers)}</div>
+{f'<ul class="results">{results}</ul>' if results else ""}
+</section>"""
+
+
+SCRIPT = """
+document.querySelectorAll('.lane.owner').forEach((lane, i) => {
+  lane.dataset.index = String(i + 1);
+});
+document.body.dataset.lanes = String(document.querySelectorAll('.lane.owner').length);
+document.body.dataset.pods = String(document.querySelectorAll('.lane.pod').length);
+const detail = document.getElementById('detail');
+document.querySelectorAll('[data-detail]').forEach((el) => {
+  el.addEventListener('mouseenter', () => { detail.textContent = el.dataset.detail; });
+});
+document.body.dataset.ready = 'yes';
+"""
+
+STYLE = """
+body { font: 14px system-ui, sans-serif; margin: 24px; color: #222; }
+h1 { font-size: 20px; } .passed { color: #2e7d32; } .failed { color: #c62828; }
+.lane { margin: 10px 0 0; padding: 8px; border: 1px solid #ddd; border-radius: 6px; }
+.lane.pod { margin: 2px 0 0; padding: 2px 9px 4px; border: none; }
+.lane.pod h2 { font-size: 12px; color: #555; font-weight: normal; padding-left: 16px; }
+.lane.owner .track { margin-bottom: 44px; }
+.lane h2 { font-size: 15px; margin: 0 0 6px; } .policy { color: #666; font-weight: normal; }
+.track { position: relative; height: 26px; background: #f4f4f4; width: 100%; }
+.lane.pod .track { height: 16px; }
+.span { position: absolute; top: 0; height: 100%; opacity: .9; overflow: hidden;
+        font-size: 11px; color: #fff; white-space: nowrap; text-indent: 3px; }
+.event { position: absolute; top: 0; width: 2px; height: 34px; background: #222; }
+.event.warning { background: #c62828; }
+.lane.pod .event { height: 16px; background: #8e2c3a; }
+.event .label { position: absolute; left: 3px; font-size: 10px; white-space: nowrap;
+                background: rgba(255,255,255,.8); }
+.event .row0 { top: 26px; } .event .row1 { top: 36px; } .event .row2 { top: 46px; }
+.lane.pod .event .label { display: none; }
+.axis { position: relative; height: 18px; margin: 0 9px; border-bottom: 1px solid #999; }
+.tick { position: absolute; bottom: 0; height: 6px; border-left: 1px solid #999; }
+.tick span { position: absolute; bottom: 6px; left: -8px; font-size: 11px; color: #555; }
+.results { margin: 8px 0 0; } .results li.bad { color: #c62828; }
+.results li.ok { color: #2e7d32; }
+.legend span { display: inline-block; padding: 2px 6px; margin: 0 4px 4px 0; color: #fff; }
+#detail { min-height: 20px; margin-top: 8px; font-family: monospace; white-space: pre-wrap; }
+"""
+
+
+def render(story: Story) -> str:
+    """The page for ``story``."""
+    end = max(story.end, 0.001)
+    owners = [lane for lane in story.lanes if lane.kind == "owner"]
+    used = {s.label for lane in owners for s in lane.spans}
+    legend = "".join(
+        f'<span class="legend-mode" style="background:{c}">{html.escape(m)}</span>'
+        for m, c in MODE_COLOURS.items()
+        if m in used
+    )
+    pods = {s.label for lane in story.lanes if lane.kind == "pod" for s in lane.spans}
+    legend += "".join(
+        f'<span class="legend-pod" style="background:{c}">pod {html.escape(m)}</span>'
+        for m, c in POD_COLOURS.items()
+        if m in pods
+    )
+    verdict = ""
+    if story.passed is not None:
+        word = "PASSED" if story.passed else "FAILED"
+        verdict = f': <span class="{word.lower()}">{word}</span>'
+    data = json.dumps(
+        {"title": story.title, "owners": [lane.key for lane in owners], "passed": story.passed}
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(story.title)}</title>
+<style>{STYLE}</style></head>
+<body>
+<h1>{html.escape(story.title)}{verdict} ({_seconds(story.end)})</h1>
+<p>{html.escape(story.description.strip())}</p>
+<div class="legend">{legend}</div>
+{_axis(story)}
+{"".join(_lane(lane, end) for lane in story.lanes)}
+<div id="detail"></div>
+<script type="application/json" id="data">{html.escape(data)}</script>
+<script>{SCRIPT}</script>
+</body></html>
+"""
+
+
+# --- stories -------------------------------------------------------------------------------------
+
+
+def mode_spans(
+    transitions: list[tuple[float, str | None, Any, str | None]], end: float
+) -> list[Span]:
+    """(t, mode, turn, failure reason) in order -> a span per mode, until the next one."""
+    spans = []
+    for i, (t, mode, turn, reason) in enumerate(transitions):
+        if mode is None:
+            continue
+        until = transitions[i + 1][0] if i + 1 < len(transitions) else end
+        why = f" ({reason})" if reason else ""
+        detail = f"{_seconds(t)}-{_seconds(until)} {mode} turn {turn}{why}"
+        spans.append(Span(t, until, mode, detail))
+    return spans
+
+
+def pod_lanes(owner: str, samples: list[dict[str, Any]], end: float) -> list[Lane]:
+    """A lane per pod from its samples ``{t, pod, status, restarts, memory, reason}`` (each a
+    change): its states as spans, a marker per restart."""
+    lanes: dict[str, Lane] = {}
+    last: dict[str, dict[str, Any]] = {}
+    for sample in sorted(samples, key=lambda s: s["t"]):
+        pod = sample["pod"]
+        lane = lanes.setdefault(pod, Lane(f"{owner}/{pod}", f"pod {pod}", kind="pod"))
+        if lane.spans:
+            lane.spans[-1].end = sample["t"]
+        if sample["status"] is not None:
+            text = sample.get("memory") or ""
+            detail = f"{pod}: {sample['status']} from {_seconds(sample['t'])}" + (
+                f", memory {text}" if text else ""
+            )
+            lane.spans.append(Span(sample["t"], end, sample["status"], detail, text))
+        before = last.get(pod, {}).get("restarts", 0)
+        if sample.get("restarts", 0) > before:
+            cause = sample.get("reason") or "restart"
+            lane.markers.append(
+                Marker(sample["t"], cause, f"{pod}: {cause}, restart {sample['restarts']}", True)
+            )
+        last[pod] = sample
+    return list(lanes.values())
+
+
+def from_scenario(report: Any, scenario: Any) -> Story:
+    """A scenario's story (``sim.scenario.Report`` of ``sim.scenario.Scenario``)."""
+    records = report.transitions + report.events
+    owners = sorted(set(scenario.expect) | {t["owner"] for t in records})
+    end = max([report.duration, *(e["t"] for e in records)], default=1.0)
+    lanes = []
+    for owner in owners:
+        transitions = [
+            (t["t"], t["mode"], t["turn"], t.get("failureReason"))
+            for t in report.transitions
+            if t["owner"] == owner
+        ]
+        state = (report.final.get(owner) or {}).get("state") or {}
+        policy = state.get("policy") or {}
+        named = "/".join(
+            p for p in (policy.get("kind"), policy.get("namespace"), policy.get("name")) if p
+        )
+        lane = Lane(owner, owner, subtitle=named or "no policy", spans=mode_spans(transitions, end))
+        lane.markers = [
+            Marker(e["t"], e["reason"], f"{_seconds(e['t'])} {e['reason']}: {e['message']}")
+            for e in report.events
+            if e["owner"] == owner
+        ]
+        lane.results = _results(owner, report, scenario)
+        lanes.append(lane)
+        lanes += pod_lanes(owner, [p for p in report.pods if p["owner"] == owner], end)
+    return Story(scenario.name, lanes, end, description=scenario.description, passed=report.passed)
+
+
+def _results(owner: str, report: Any, scenario: Any) -> list[tuple[bool, str]]:
+    if owner not in scenario.expect:
+        return [(True, "no expectation")]
+    problems = [p for p in report.problems if p.startswith(f"{owner}: ")]
+    return [(False, p) for p in problems] or [(True, "every expectation met")]
+
+
+def _age(at: datetime | None, origin: datetime) -> float:
+    return 0.0 if at is None else max(0.0, (at - origin).total_seconds())
+
+
+def from_live(
+    owner: str,
+    policy: str,
+    transitions: list[tuple[datetime, str, int]],
+    failures: list[tuple[datetime, str]],
+    events: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    now: datetime,
+    note: str = "",
+) -> Story:
+    """A live workload's story: ``transitions`` (time, mode, turn) as its workflow recorded
+    them, ``failures`` (time, what failed) from the same histories, its ``events`` and its
+    ``pods`` as they are now (``{name, created, status, memory, restarts: [(time, reason)]}``)."""
+    times = [t for t, *_ in transitions] + [e["time"] for e in events if e.get("time")]
+    origin = min(times, default=now)
+    end = max(1.0, _age(now, origin))
+    spans = mode_spans([(_age(t, origin), m, turn, None) for t, m, turn in transitions], end)
+    lane = Lane(owner, owner, subtitle=policy or "no policy", spans=spans)
+    lane.markers = [
+        Marker(_age(e["time"], origin), e["reason"], f"{e['reason']}: {e['message']}", e["warning"])
+        for e in events
+        if e.get("time")
+    ] + [Marker(_age(t, origin), "activity failed", what, True) for t, what in failures]
+    lanes = [lane]
+    for pod in pods:
+        start = _age(pod["created"], origin)
+        text = pod.get("memory") or ""
+        detail = f"{pod['name']}: {pod['status']} now" + (f", memory {text}" if text else "")
+        pod_lane = Lane(f"{owner}/{pod['name']}", f"pod {pod['name']}", kind="pod")
+        pod_lane.spans = [Span(start, end, pod["status"], detail, text)]
+        pod_lane.markers = [
+            Marker(_age(at, origin), reason, f"{pod['name']}: {reason} at {at.isoformat()}", True)
+            for at, reason in pod.get("restarts") or []
+            if at is not None
+        ]
+        lanes.append(pod_lane)
+    return Story(owner, lanes, end, start=origin, description=note)
