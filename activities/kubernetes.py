@@ -70,9 +70,11 @@ from workflows.contract import (
 )
 from workflows.fingerprint import MalformedRecommendationError, Resources
 from workflows.notify import (
+    REPORT_NOTIFICATION_FAILURE,
     ROUTE_NOTIFICATION,
     SEND_NOTIFICATION,
     Notification,
+    ReportInput,
     RouteResult,
     SendInput,
     SendResult,
@@ -136,11 +138,18 @@ class KubernetesActivities:
 
     @activity.defn(name=ROUTE_NOTIFICATION)
     def route_notification(self, input: Notification) -> RouteResult:
-        return self.notifier.route(input)
+        with classified():
+            return self.notifier.route(input)
 
     @activity.defn(name=SEND_NOTIFICATION)
     def send_notification(self, input: SendInput) -> SendResult:
-        return self.notifier.send(input)
+        with classified():
+            return self.notifier.send(input)
+
+    @activity.defn(name=REPORT_NOTIFICATION_FAILURE)
+    def report_notification_failure(self, input: ReportInput) -> None:
+        with classified():
+            self.notifier.report(input)
 
     @activity.defn(name=LOAD_OWNER)
     def load_owner(self, input: LoadOwnerInput) -> LoadOwnerResult:

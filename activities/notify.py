@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -43,6 +43,7 @@ from workflows.contract import EventReason
 from workflows.notify import (
     IDEMPOTENCY_HEADER,
     Notification,
+    ReportInput,
     RouteResult,
     SendInput,
     SendResult,
@@ -72,6 +73,10 @@ class Receiver(_Model):
     def _one_url(self) -> Receiver:
         if (self.url is None) == (self.url_env is None):
             raise ValueError("give exactly one of url and urlEnv")
+        if self.url is not None:
+            check_url(self.url)  # refused when the file is loaded, not at the first send
+        elif self.url_env is not None and self.url_env in os.environ:
+            check_url(os.environ[self.url_env], f"${self.url_env}")
         return self
 
     def target(self) -> str:
@@ -80,8 +85,8 @@ class Receiver(_Model):
         assert self.url_env is not None
         value = os.environ.get(self.url_env)
         if not value:
-            raise NotificationError(f"receiver {self.name}: ${self.url_env} is not set")
-        return value
+            raise BadReceiverError(f"receiver {self.name}: ${self.url_env} is not set")
+        return check_url(value, f"${self.url_env}")
 
     def wants(self, n: Notification, labels: dict[str, str] | None) -> bool:
         if n.severity.rank < self.min_severity.rank:
@@ -107,6 +112,18 @@ class NotificationConfig(_Model):
         if not path:
             return cls()
         return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+
+
+class BadReceiverError(ValueError):
+    """A receiver that cannot be sent to as configured: reported at once, never retried."""
+
+
+def check_url(url: str, what: str = "url") -> str:
+    """``url`` when it is an absolute http(s) URL with a host; else ``BadReceiverError``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadReceiverError(f"{what}: {url!r} is not an http:// or https:// URL with a host")
+    return url
 
 
 class NotificationError(Exception):
@@ -170,6 +187,8 @@ class Notifier:
         payload = (slack_payload if receiver.type == "slack" else webhook_payload)(n, url)
         try:
             status = self._post(receiver, n.key, payload)
+        except BadReceiverError as exc:  # asking again will not help
+            return self._failed(receiver, n, str(exc))
         except NotificationError as exc:
             if info.attempt < input.attempts:
                 self._count(receiver.name, "retried")
@@ -203,20 +222,24 @@ class Notifier:
         except (urllib.error.URLError, OSError) as exc:  # refused, unreachable, timed out
             raise NotificationError(f"receiver {receiver.name}: {exc}") from None
 
-    def _failed(self, receiver: Receiver, n: Notification, why: str) -> SendResult:
-        self._count(receiver.name, "failed")
-        log.warning(
-            "notification of %s %s to %s failed: %s", n.owner, n.transition, receiver.name, why
-        )
-        message = f"notification of {n.transition} (turn {n.turn}) to {receiver.name} failed: {why}"
+    def report(self, input: ReportInput) -> None:
+        """A failure the send could not report itself (its last attempt timed out; the routing
+        failed): the same log line, metric and Event as ``_failed``."""
+        self._failed(input.receiver, input.notification, input.detail)
+
+    def _failed(self, receiver: Receiver | str, n: Notification, why: str) -> SendResult:
+        name = receiver if isinstance(receiver, str) else receiver.name
+        self._count(name, "failed")
+        log.warning("notification of %s %s to %s failed: %s", n.owner, n.transition, name, why)
+        message = f"notification of {n.transition} (turn {n.turn}) to {name} failed: {why}"
         try:
             self.writer.event(
-                n.owner, None, f"{n.key}/{receiver.name}/failed",
+                n.owner, None, f"{n.key}/{name}/failed",
                 EventReason.NOTIFICATION_FAILED.value, message, "Warning",
             )  # fmt: skip
         except Exception as exc:  # the report must not turn into a retry loop of its own
             log.warning("%s: reporting the failed notification failed: %s", n.owner, exc)
-        return SendResult(receiver=receiver.name, delivered=False, detail=why)
+        return SendResult(receiver=name, delivered=False, detail=why)
 
     @staticmethod
     def _count(receiver: str, outcome: str) -> None:

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 WRITE_ATTEMPTS = 5
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 COMPONENT = "rightsizing-rollback"
 
 

@@ -181,6 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         run = _run_simulated if simulated else _run_on_cluster
         asyncio.run(run(args, held, worker, intake))
+        print("Stopped.", flush=True)
     except DevServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -241,11 +242,14 @@ async def _run_simulated(
         await _first(ready.wait(), engine)
         world.recorder.start = time.monotonic()  # time zero: the engine is up
         held.publish(_published(data_dir, world.temporal, queue, str(kubeconfig)))
+        kubectl = rollbackctl("kubectl")
         _banner(
             world.temporal,
             f"simulated cluster at {world.api.url} playing {DEMO.name}",
             worker,
-            f"kubectl: export KUBECONFIG={kubeconfig}   (then: kubectl get deploy,rbp -A)",
+            next(iter(world.scenario.expect)),
+            f"kubectl: export KUBECONFIG={kubeconfig}   (then: {kubectl} get deploy,rbp -A)",
+            f"Logs: {data_dir / 'rollback.log'} (engine), {data_dir / 'temporal.log'} (Temporal)",
         )
         await _first(play(world), engine)
         await _first(stop.wait(), engine)
@@ -274,7 +278,7 @@ async def _run_on_cluster(
     try:
         held.publish(_published(data_dir, server, temporal.task_queue, None, temporal.address))
         if server is not None:
-            _banner(server, "cluster from your kubeconfig", worker)
+            _banner(server, "cluster from your kubeconfig", worker, "NAMESPACE/KIND/NAME")
         await serve(
             stop,
             dataclasses.replace(worker, temporal=temporal),
@@ -313,13 +317,14 @@ def _published(
     )
 
 
-def rollbackctl() -> str:
-    """How to call rollbackctl from this shell: by name when that is this installation's, else
-    by its path (``make run`` installs into .venv, which is not on PATH)."""
-    mine = Path(sys.executable).parent / "rollbackctl"
-    found = shutil.which("rollbackctl")
-    if found is not None and Path(found).resolve() == mine.resolve():
-        return "rollbackctl"
+def rollbackctl(name: str = "rollbackctl") -> str:
+    """How to call a command of this installation (rollbackctl, the kubectl its extras bring)
+    from this shell: by name when that is this installation's, else by its path (``make run``
+    installs into .venv, which is not on PATH); a kubectl found elsewhere by name."""
+    mine = Path(sys.executable).parent / name
+    found = shutil.which(name)
+    if found is not None and (not mine.exists() or Path(found).resolve() == mine.resolve()):
+        return name
     return os.path.relpath(mine) if mine.is_relative_to(Path.cwd()) else str(mine)
 
 
@@ -337,7 +342,10 @@ def _fresh_history(data_dir: Path, port: int) -> Path | None:
     return previous
 
 
-def _banner(server: DevServer, cluster: str, worker: WorkerConfig, *more: str) -> None:
+def _banner(
+    server: DevServer, cluster: str, worker: WorkerConfig, workload: str, *more: str
+) -> None:
+    """What is running and the commands to look at it, each as this shell can run it."""
     ui = f"http://127.0.0.1:{server.ui_port}" if server.ui_port else "(headless)"
     ctl = rollbackctl()
     serving = []
@@ -352,7 +360,7 @@ def _banner(server: DevServer, cluster: str, worker: WorkerConfig, *more: str) -
     extra = "".join(f"{line}\n" for line in lines)
     print(
         f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
-        f"Look with: {ctl} get   |   {ctl} describe NAMESPACE/KIND/NAME\n{extra}"
+        f"Look with: {ctl} get   |   {ctl} describe {workload}\n{extra}"
         'In the UI: filter with RollbackMode = "failedPermanent". Ctrl-C stops.\n',
         flush=True,
     )

@@ -21,6 +21,7 @@ import json
 import random
 import re
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -441,6 +442,8 @@ class Request:
     query: dict[str, str]
     content_type: str
     status: int = 0
+    agent: str = ""  # the client's User-Agent (the intake's names its identity)
+    at: float = 0.0  # wall-clock time it arrived
 
     @property
     def verb(self) -> str:
@@ -608,7 +611,14 @@ class KubeEmulator:
         return None
 
     async def _handle(self, http: web.Request) -> web.StreamResponse:
-        request = Request(http.method, http.path, dict(http.query), http.content_type or "")
+        request = Request(
+            http.method,
+            http.path,
+            dict(http.query),
+            http.content_type or "",
+            agent=http.headers.get("User-Agent", ""),
+            at=time.time(),
+        )
         with self._lock:
             self.journal.append(request)
         fault = self._fault_for(request)

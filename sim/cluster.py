@@ -828,7 +828,11 @@ class SimulatedCluster:
 
     def _schedule(self, pod: Obj) -> str | None:
         wanted = _requests(pod["spec"]["containers"])
+        selector = pod["spec"].get("nodeSelector") or {}
         for node in self.store.items("Node"):
+            labels = node["metadata"].get("labels") or {}
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue  # as kube-scheduler: only the nodes the pod selects
             name: str = node["metadata"]["name"]
             _, free = self._node_free(name)
             if all(free.get(r, Decimal("Infinity")) >= q for r, q in wanted.items()):

@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes.client import ApiClient
@@ -108,22 +109,28 @@ class TemporalConfig:
     def address(self) -> str:
         return self.profile.address or DEFAULT_ADDRESS
 
-    async def connect(self, runtime: Runtime | None = None) -> Client:
+    async def connect(self, runtime: Runtime | None = None, identity: str | None = None) -> Client:
+        """A client; ``identity`` is recorded with each signal it sends (the intake's is its
+        leader-election identity, so a workflow's history says which intake woke it)."""
         options = self.profile.to_client_connect_config()
         options["target_host"] = self.address
+        named: dict[str, Any] = {"identity": identity} if identity else {}
         return await Client.connect(
-            **options, data_converter=pydantic_data_converter, runtime=runtime
+            **options, **named, data_converter=pydantic_data_converter, runtime=runtime
         )
 
     async def connect_patiently(
-        self, runtime: Runtime | None = None, within: float = CONNECT_PATIENCE_SECONDS
+        self,
+        runtime: Runtime | None = None,
+        within: float = CONNECT_PATIENCE_SECONDS,
+        identity: str | None = None,
     ) -> Client:
         """``connect``, retried with backoff for ``within`` seconds: a worker or intake that
         starts while the Temporal frontend restarts waits for it instead of crash-looping."""
         deadline, delay = time.monotonic() + within, 0.5
         while True:
             try:
-                return await self.connect(runtime)
+                return await self.connect(runtime, identity)
             except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
                 if time.monotonic() + delay > deadline:
                     raise
@@ -226,9 +233,11 @@ class KubeConfig:
     def runtime(self) -> Runtime | None:
         return telemetry.runtime(self.metrics_address)
 
-    def client(self, runtime: Runtime | None = None) -> ApiClient:
+    def client(self, runtime: Runtime | None = None, user_agent: str | None = None) -> ApiClient:
         try:
-            return api_client(self.kubeconfig, self.url, telemetry.meter(runtime), self.timeout)
+            return api_client(
+                self.kubeconfig, self.url, telemetry.meter(runtime), self.timeout, user_agent
+            )
         except Exception as exc:  # kubeconfig loaders raise several kinds
             raise ConfigError(f"Kubernetes configuration: {exc}") from exc
 
@@ -367,6 +376,10 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
         help="notification receivers, YAML (ROLLBACK_NOTIFICATIONS; README, 'Notifications and"
         " alerts'; default none)",
     )
+
+
+INTAKE_AGENT = "rightsizing-rollback-intake"
+WORKER_AGENT = "rightsizing-rollback-worker"
 
 
 def default_identity() -> str:

@@ -20,7 +20,13 @@ A resource the API server does not serve (404 on the LIST: a CRD that is not ins
 No poison pills: an exception from the projection, or from the handler that is not a
 transient API error, is that object's problem. It is logged with the object's identity, counted
 (``bad_objects``), reported to ``on_bad_object`` (the intake emits a Warning Event), and skipped:
-a relist always completes and the watch always starts, whatever one object holds.
+a relist always completes and the watch always starts, whatever one object holds. API errors are
+classified (``activities.writes.transient``): a 4xx answer to a handler's own write (400, 403,
+404, 409, 422, ...) will not change by asking again, so the object is skipped and reported at
+once; 408, 429, 5xx and connection errors are retried a few times, then reported the same way.
+
+A real API server's LIST items carry no ``kind``/``apiVersion``: the informer fills in those of
+the resource it lists (``type_meta``), so a report names the object's real kind.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 from urllib3.exceptions import HTTPError
 
+from activities.writes import transient
 from worker.kube import CONNECT_TIMEOUT
 from workflows.contract import Obj
 
@@ -69,8 +76,10 @@ class Informer:
         on_bad_object: BadObjectHandler | None = None,
         project: Callable[[Obj], Any] | None = None,
         on_change: Callable[[], None] | None = None,
+        type_meta: tuple[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.type_meta = type_meta  # (apiVersion, kind) of what it lists
         self.list_call = list_call
         self.handler = handler
         self.on_synced = on_synced
@@ -156,6 +165,9 @@ class Informer:
         self.absent = False
         fresh: dict[tuple[str, str], Obj] = {}
         for obj in body.get("items", []):
+            if self.type_meta is not None and isinstance(obj, dict):
+                obj.setdefault("apiVersion", self.type_meta[0])
+                obj.setdefault("kind", self.type_meta[1])
             try:
                 fresh[object_key(obj)] = obj
             except Exception as exc:  # no name: nothing to key it by, skipped
@@ -185,20 +197,18 @@ class Informer:
             try:
                 self.handler(kind, obj, initial)
                 return
-            except (ApiException, HTTPError, OSError) as exc:
+            except Exception as exc:
+                if not transient(exc):  # this object's problem only: skip it, keep going
+                    self._bad(obj, exc)
+                    return
                 if self._stop.is_set():
+                    return
+                if attempt + 1 == HANDLER_ATTEMPTS:
+                    gave_up = RuntimeError(f"gave up after {HANDLER_ATTEMPTS} attempts: {exc}")
+                    self._bad(obj, gave_up)
                     return
                 log.warning("%s informer: handling %s failed (%s), retrying", self.name, kind, exc)
                 self._stop.wait(min(MAX_BACKOFF_SECONDS, 0.2 * 2**attempt))
-            except Exception as exc:  # this object's problem only: skip it, keep going
-                self._bad(obj, exc)
-                return
-        log.error(
-            "%s informer: gave up on a %s event after %d attempts",
-            self.name,
-            kind,
-            HANDLER_ATTEMPTS,
-        )
 
     def _cache(self, kind: str, obj: Obj) -> None:
         key = object_key(obj)
@@ -218,7 +228,11 @@ class Informer:
             str(p) for p in ((meta or {}).get("namespace"), (meta or {}).get("name")) if p
         )
         log.error(
-            "%s informer: skipped %s: %s", self.name, identity or "an object", exc, exc_info=exc
+            "%s informer: skipped %s: %s",
+            self.name,
+            identity or "an object",
+            exc,
+            exc_info=None if isinstance(exc, ApiException) or transient(exc) else exc,
         )
         if self.on_bad_object is not None:
             try:

@@ -58,6 +58,7 @@ from workflows.contract import (
     API_GROUP,
     API_VERSION,
     CONTROL_ANNOTATION,
+    GROUP_VERSION,
     Control,
     EventReason,
     Obj,
@@ -117,13 +118,19 @@ class Intake:
         task_queue: str,
         loop: asyncio.AbstractEventLoop,
         meter: MetricMeter = MetricMeter.noop,
+        fence: Callable[[], bool] = lambda: True,
     ) -> None:
         self.core, self.custom = core, custom
+        # The leader's fence (``LeaderElector.holds``), checked right before every write and
+        # signal; and this intake's own end. An Intake serves one leadership term: once
+        # stopped it never acts again, whatever its threads were doing (README, "Intake").
+        self._fence = fence
+        self._stopping = threading.Event()
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
         self.owners = WorkloadCache(
             core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
         )
-        self.status = StatusWriter(custom, self.owners.views, meter=meter)
+        self.status = StatusWriter(custom, self.owners.views, meter=meter, fence=self.acting)
         self.index = PolicyIndex()
         self.stats: Counter[str] = Counter()
         self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on
@@ -145,30 +152,60 @@ class Intake:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
+    @property
+    def fresh(self) -> bool:
+        """Never started nor stopped: it can serve a term."""
+        return not self._stopping.is_set() and not self._informers
+
+    def acting(self) -> bool:
+        """Whether this intake may write or signal now: not stopped, and still the leader."""
+        return not self._stopping.is_set() and self._fence()
+
+    def _launch(self, informer: Informer) -> bool:
+        """Start ``informer`` unless this intake was stopped meanwhile (a start racing a lost
+        Lease must not bring up what ``stop`` has already taken down)."""
+        with self._lock:
+            if self._stopping.is_set():
+                return False
+            self._informers.append(informer.start())
+            return True
+
     def start(self) -> None:
-        """Sync policies and namespaces first, so pods are resolved against a full index."""
+        """Sync policies and namespaces first, so pods are resolved against a full index.
+        Returns early, starting nothing more, once ``stop`` has been called."""
         policies = [
             Informer(
                 "rollbackpolicies",
                 self._list_policies("rollbackpolicies"),
                 self._on_policy,
                 on_bad_object=self._bad_object,
+                type_meta=(GROUP_VERSION, "RollbackPolicy"),
             ),
             Informer(
                 "clusterrollbackpolicies",
                 self._list_policies("clusterrollbackpolicies"),
                 self._on_policy,
                 on_bad_object=self._bad_object,
+                type_meta=(GROUP_VERSION, "ClusterRollbackPolicy"),
             ),
-            Informer("namespaces", self.core.list_namespace, self._on_namespace),
+            Informer(
+                "namespaces",
+                self.core.list_namespace,
+                self._on_namespace,
+                on_bad_object=self._bad_object,
+                type_meta=("v1", "Namespace"),
+            ),
         ]
         policies += self.owners.informers()
         for informer in policies:
-            informer.start()
-        self._informers = policies  # started: health checks may look at them now
+            if not self._launch(informer):
+                return
         for informer in policies:
             informer.synced.wait(30)
-        self.status.start()
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self.status.start()
         pods = Informer(
             "pods",
             self.core.list_pod_for_all_namespaces,
@@ -176,9 +213,13 @@ class Intake:
             on_synced=self._flush_batch,
             on_bad_object=self._bad_object,
             project=_pod_key,
+            type_meta=("v1", "Pod"),
         )
-        self._informers = [*policies, pods.start()]
+        if not self._launch(pods):
+            return
         pods.synced.wait(60)
+        if self._stopping.is_set():
+            return
         self.started.set()
         log.info(
             "intake started: %d policies indexed, %d pods known", len(self.index), len(pods.cache)
@@ -198,11 +239,17 @@ class Intake:
         return found
 
     def stop(self) -> None:
+        """End this intake's term: no write or signal from now on (pending ones are cancelled
+        and the rest check ``acting``), then the watches and the status writer stop."""
+        with self._lock:
+            self._stopping.set()
+            informers, self._informers = self._informers, []
         self.started.clear()
+        for future in list(self.pending):
+            future.cancel()
         self.status.stop()
-        for informer in self._informers:
+        for informer in informers:
             informer.stop()
-        self._informers = []
         log.info("intake stopped")
 
     def _list_policies(self, plural: str) -> Callable[..., Any]:
@@ -369,6 +416,9 @@ class Intake:
         self._spawn(self._control(owner, value, obj))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        if not self.acting():
+            work.close()  # never started: a deposed or stopped intake sends nothing
+            return
         future = asyncio.run_coroutine_threadsafe(work, self.loop)
         self.pending.add(future)
         future.add_done_callback(self.pending.discard)
@@ -379,6 +429,8 @@ class Intake:
         failures, refusal, cleared, newer = 0, None, False, None
         try:
             while True:
+                if not self.acting():
+                    return  # the next leader carries it out: the annotation is still there
                 try:
                     if value == Control.CANCEL:
                         await control.cancel(self.temporal, owner, CONTROL_REASON)
@@ -402,6 +454,8 @@ class Intake:
                 await asyncio.to_thread(self._control_rejected, obj, value, refusal)
             else:
                 log.info("%s: control %s signalled", owner, value)
+            if not self.acting():
+                return
             cleared, newer = await asyncio.to_thread(self._clear_control, owner, value)
         except Exception as exc:  # an Event or the removal failed: a later event tries again
             log.warning("%s: control %s not completed: %s", owner, value, exc)
@@ -453,13 +507,15 @@ class Intake:
         while True:
             with self._lock:
                 seen = self._undelivered.get(owner)
-                if seen is None:
+                if seen is None or not self.acting():
                     self._delivering.discard(owner)
-                    return
+                    return  # a deposed leader drops it: the next one relists and sees it too
             if self._sending is None:
                 self._sending = asyncio.Semaphore(MAX_CONCURRENT_SIGNALS)
             try:
                 async with self._sending:
+                    if not self.acting():  # fenced while waiting for a slot
+                        continue
                     await observe(
                         self.temporal,
                         self.task_queue,
@@ -512,6 +568,8 @@ class Intake:
 
     def _warn(self, obj: Obj, identity: str, reason: EventReason, message: str) -> None:
         """A Warning Event on ``obj`` (named after ``identity``: emitted once per cause)."""
+        if not self.acting():
+            return
         meta = obj["metadata"]
         namespace = meta.get("namespace") or "default"  # cluster-scoped objects: default
         event = event_body(

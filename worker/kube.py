@@ -99,7 +99,10 @@ def api_client(
     url: str | None = None,
     metric_meter: MetricMeter | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
+    user_agent: str | None = None,
 ) -> ApiClient:
+    """A client; ``user_agent`` names the component to the API server (its audit log, and the
+    emulator's journal: ``rightsizing-rollback-intake/<identity>``)."""
     configuration = Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG")
     default = Path.home() / ".kube" / "config"
@@ -119,7 +122,10 @@ def api_client(
     # The intake holds a watch open per informer (14) and the worker runs many activities at
     # once: more connections than the client's default (5 per core) are kept for reuse.
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return KubeApiClient(configuration, metric_meter or MetricMeter.noop, read_timeout)
+    client = KubeApiClient(configuration, metric_meter or MetricMeter.noop, read_timeout)
+    if user_agent:
+        client.user_agent = user_agent
+    return client
 
 
 def activities_for(

@@ -4,8 +4,14 @@ Exactly one intake drives workflows per cluster. A candidate takes the Lease whe
 exist or its holder stopped renewing (``renewTime + leaseDurationSeconds`` has passed), renews it
 every ``retry_period`` while leading, and steps down when it could not renew within
 ``renew_deadline``. Every write is a replace carrying the read ``resourceVersion``, so two
-candidates racing for an expired Lease cannot both win. Even so, the workflows stay correct if two
-intakes briefly overlap: they signal-with-start the same workflow IDs.
+candidates racing for an expired Lease cannot both win.
+
+Fencing: ``holds()`` is true only until ``renew_deadline`` after the start of the last successful
+renewal, measured on this process's monotonic clock, whatever the election thread is doing (a
+renewal stuck in a slow API call does not extend it). Another candidate can take the Lease only
+``lease_duration`` after that renewal, so a leader that checks ``holds()`` right before each
+write or signal has stopped acting, with ``lease_duration - renew_deadline`` to spare, before a
+new leader can act.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ class LeaderElector:
         self.leading = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_renew = 0.0
+        self._last_renew = 0.0  # monotonic start of the last successful acquire or renewal
+        self.attempts = 0  # tries to acquire or renew, answered or not
 
     def start(self) -> LeaderElector:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
@@ -65,6 +72,10 @@ class LeaderElector:
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def holds(self) -> bool:
+        """Whether this candidate may act as the leader now (the fence; see the module)."""
+        return self.leading.is_set() and time.monotonic() < self._last_renew + self.renew_deadline
 
     def stop(self, release: bool = True) -> None:
         """Stop campaigning; a leader steps down (and releases the Lease unless told not to)."""
@@ -78,14 +89,16 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            attempt = time.monotonic()  # the renewTime written is no earlier than this
             try:
                 acquired = self._try_acquire_or_renew()
             except Exception as exc:  # a timeout, a 500...: the campaign must outlive any failure
                 log.warning("leader election: %s", str(exc).splitlines()[0])
                 acquired = False
+            self.attempts += 1
             now = time.monotonic()
             if acquired:
-                self._last_renew = now
+                self._last_renew = attempt
                 if not self.leading.is_set():
                     log.info("leader election: %s is now the leader", self.identity)
                     self.leading.set()

@@ -20,7 +20,13 @@ from temporalio.common import MetricMeter
 from temporalio.service import RPCError
 
 from worker import telemetry
-from worker.config import IntakeConfig, WorkerConfig, package_version
+from worker.config import (
+    INTAKE_AGENT,
+    WORKER_AGENT,
+    IntakeConfig,
+    WorkerConfig,
+    package_version,
+)
 from worker.health import Health
 from worker.intake import Intake
 from worker.kube import activities_for
@@ -45,7 +51,9 @@ def stop_on_signals() -> asyncio.Event:
 
 
 class IntakeService:
-    """An ``Intake`` that runs only while its ``LeaderElector`` holds the Lease."""
+    """An ``Intake`` that runs only while its ``LeaderElector`` holds the Lease: a fresh one per
+    leadership term, fenced by the Lease (``LeaderElector.holds``), so a deposed leader's
+    threads, whatever they were doing, write and signal nothing more."""
 
     def __init__(
         self,
@@ -56,14 +64,6 @@ class IntakeService:
         meter: MetricMeter = MetricMeter.noop,
     ) -> None:
         loop = asyncio.get_running_loop()
-        self.intake = Intake(
-            CoreV1Api(api),
-            CustomObjectsApi(api),
-            temporal,
-            config.temporal.task_queue,
-            loop,
-            meter,
-        )
         self.elector = LeaderElector(
             CustomObjectsApi(api),
             config.lease_namespace,
@@ -75,6 +75,20 @@ class IntakeService:
             renew_deadline=lease_duration * 2 / 3,
             retry_period=max(0.5, lease_duration / 7.5),
         )
+
+        def term() -> Intake:
+            return Intake(
+                CoreV1Api(api),
+                CustomObjectsApi(api),
+                temporal,
+                config.temporal.task_queue,
+                loop,
+                meter,
+                fence=self.elector.holds,
+            )
+
+        self._term = term
+        self.intake = term()
         self._leading = meter.create_gauge("rollback_intake_leader", "1 while this intake leads")
         self._leading.set(0)
 
@@ -94,8 +108,11 @@ class IntakeService:
 
     def _started(self) -> None:
         self._leading.set(1)
+        if not self.intake.fresh:  # this term's own: nothing of the last one carries on
+            self.intake = self._term()
+        intake = self.intake
         # Start in its own thread: syncing policies must not delay the Lease renewals.
-        threading.Thread(target=self.intake.start, name="intake-start", daemon=True).start()
+        threading.Thread(target=intake.start, name="intake-start", daemon=True).start()
 
     def _stopped(self) -> None:
         self._leading.set(0)
@@ -142,7 +159,10 @@ async def serve(
     for component, config in (("worker", worker), ("intake", intake)):
         if config is not None:
             build_info.set(1, {"version": package_version(), "component": component})
-    temporal = await _until_stopped(chosen.temporal.connect_patiently(runtime), stop)
+    identity = intake.identity if intake is not None else None
+    temporal = await _until_stopped(
+        chosen.temporal.connect_patiently(runtime, identity=identity), stop
+    )
     if temporal is None:
         return  # stopped while waiting for Temporal
     health = Health()
@@ -152,15 +172,16 @@ async def serve(
     background: list[asyncio.Task[Any]] = []
     if intake is not None:
         background.append(asyncio.create_task(report_workloads(temporal, telemetry.meter(runtime))))
+        agent = f"{INTAKE_AGENT}/{intake.identity}"
         service = IntakeService(
-            temporal, intake.kube.client(runtime), intake, meter=telemetry.meter(runtime)
+            temporal, intake.kube.client(runtime, agent), intake, meter=telemetry.meter(runtime)
         ).start()
         health.live("intake", service.live)
         health.ready("intake", service.ready)
     try:
         if worker is not None:
             activities = activities_for(
-                worker.kube.client(runtime), worker.actuation, worker.notifications
+                worker.kube.client(runtime, WORKER_AGENT), worker.actuation, worker.notifications
             )
             queue = worker.temporal.task_queue
             running = build_worker(

@@ -61,8 +61,10 @@ class StatusWriter:
         owners: Callable[[], Iterable[tuple[OwnerRef, Obj]]],
         period: float = STATUS_PERIOD,
         meter: MetricMeter = MetricMeter.noop,
+        fence: Callable[[], bool] = lambda: True,
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
+        self.fence = fence  # checked before each write: only the acting leader writes
         self._owners_gauge = meter.create_gauge(
             "rollback_owner_workloads", "owners by the policy and mode of their stored state"
         )
@@ -138,8 +140,19 @@ class StatusWriter:
 
     def sync(self, now: datetime | None = None) -> int:
         """Recompute every policy's status and write the ones that changed; returns the count."""
-        now = now or datetime.now(UTC)
         self.passes += 1
+        written = 0
+        for known, status in self._due(now or datetime.now(UTC), export=True):
+            if self._write(known, status):
+                written += 1
+        return written
+
+    def pending(self) -> int:
+        """How many policies' statuses differ from what is stored (nothing is written): 0 once
+        the writer has caught up with everything the watches told it."""
+        return len(self._due(datetime.now(UTC)))
+
+    def _due(self, now: datetime, export: bool = False) -> list[tuple[Known, PolicyStatus]]:
         with self._lock:
             known = list(self._policies.values())
         index = PolicyIndex()
@@ -148,8 +161,9 @@ class StatusWriter:
                 index.upsert(k.policy)
         workloads = self._workloads()
         counts = tally(index, workloads)
-        self._export(workloads)
-        written = 0
+        if export:
+            self._export(workloads)
+        due = []
         for k in known:
             key = str(k.ref)
             if k.policy is not None:
@@ -158,9 +172,9 @@ class StatusWriter:
                 status = invalid_status(
                     k.error or "invalid", k.generation, counts.get(key), k.stored, now
                 )
-            if status != k.stored and self._write(k, status):
-                written += 1
-        return written
+            if status != k.stored:
+                due.append((k, status))
+        return due
 
     def _export(self, workloads: list[Workload]) -> None:
         """``rollback_owner_workloads{policy,mode}`` (bounded by policies x modes: no owner is
@@ -213,6 +227,8 @@ class StatusWriter:
         return cached[1]
 
     def _write(self, known: Known, status: PolicyStatus) -> bool:
+        if not self.fence():
+            return False
         ref, body = known.ref, {"status": status.body()}
         plural = PLURALS[ref.kind]
         try:

@@ -78,6 +78,7 @@ class WorkloadCache(OwnerLookup):
                 on_bad_object=on_bad_object,
                 project=_view,
                 on_change=on_change,
+                type_meta=(f"{where.group}/{where.version}".lstrip("/"), kind.value),
             )
         for parent, (group, version, plural) in INTERMEDIATE.items():
             if parent == "Job":  # a Job is an owner kind as well: one informer serves both
@@ -89,6 +90,7 @@ class WorkloadCache(OwnerLookup):
                 lambda *_: None,
                 on_bad_object=on_bad_object,
                 project=_view,
+                type_meta=(f"{group}/{version}".lstrip("/"), parent),
             )
 
     def informers(self) -> list[Informer]:

@@ -8,7 +8,9 @@ child to start, never on a receiver. The child asks the worker which receivers w
 configuration), then sends to each in its own activity (``send_notification``) with bounded
 retries, so a receiver that fails is retried alone and one that succeeded is not sent to again.
 The last attempt that fails reports instead of raising (a log line, a metric and a Warning Event
-on the owner) and the child ends: nothing retries forever.
+on the owner) and the child ends: nothing retries forever. What cannot report itself (a last
+attempt that timed out, a routing that kept failing) is reported by the child through
+``report_notification_failure`` (patch ``reported-failures``), so every failure is seen.
 
 Each notification carries an idempotency key derived from the transition (the owner, mode, turn,
 fingerprint and the workflow time of the transition): a retried send (a worker killed mid-send,
@@ -34,6 +36,9 @@ from workflows.state import CamelModel, PolicyRef
 NOTIFY_WORKFLOW = "NotifyWorkflow"
 ROUTE_NOTIFICATION = "route_notification"
 SEND_NOTIFICATION = "send_notification"
+REPORT_NOTIFICATION_FAILURE = "report_notification_failure"
+REPORTED_FAILURES = "reported-failures"  # patch: the child reports what could not report itself
+ROUTING = "(routing)"  # the receiver named in the report of a routing that failed
 SEND_ATTEMPTS = 6  # 1s, 2s, 4s, 8s, 16s between them: about half a minute, then reported
 SEND_TIMEOUT = timedelta(seconds=15)  # one attempt, the receiver's own timeout included
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -138,21 +143,50 @@ class SendResult(CamelModel):
     detail: str = ""
 
 
+class ReportInput(CamelModel):
+    """A notification that could not be delivered to ``receiver`` (or routed), and why."""
+
+    receiver: str
+    notification: Notification
+    detail: str
+
+
 @workflow.defn(name=NOTIFY_WORKFLOW)
 class NotifyWorkflow:
     """One transition to every receiver that wants it; see the module docstring."""
 
     @workflow.run
     async def run(self, notification: Notification) -> list[SendResult]:
-        routed = await workflow.execute_activity(
-            ROUTE_NOTIFICATION,
-            notification,
-            result_type=RouteResult,
-            start_to_close_timeout=timedelta(seconds=20),
-            retry_policy=RetryPolicy(maximum_attempts=SEND_ATTEMPTS),
-            summary="which receivers want this transition",
-        )
+        try:
+            routed = await workflow.execute_activity(
+                ROUTE_NOTIFICATION,
+                notification,
+                result_type=RouteResult,
+                start_to_close_timeout=timedelta(seconds=20),
+                retry_policy=RetryPolicy(maximum_attempts=SEND_ATTEMPTS),
+                summary="which receivers want this transition",
+            )
+        except ActivityError as err:
+            if not workflow.patched(REPORTED_FAILURES):
+                raise
+            detail = f"routing failed: {err.cause or err}"
+            return [await self._report(ROUTING, notification, detail)]
         return list(await asyncio.gather(*(self._send(r, notification) for r in routed.receivers)))
+
+    async def _report(self, receiver: str, notification: Notification, detail: str) -> SendResult:
+        """Log, count and tell the owner (a Warning Event) what could not report itself."""
+        workflow.logger.warning("notification to %s not delivered: %s", receiver, detail)
+        try:
+            await workflow.execute_activity(
+                REPORT_NOTIFICATION_FAILURE,
+                ReportInput(receiver=receiver, notification=notification, detail=detail),
+                start_to_close_timeout=timedelta(seconds=20),
+                retry_policy=RetryPolicy(maximum_attempts=SEND_ATTEMPTS),
+                summary=f"report the failed notification to {receiver}",
+            )
+        except ActivityError as err:  # the cluster cannot be told either: the log line stays
+            workflow.logger.error("reporting the failed notification failed: %s", err.cause)
+        return SendResult(receiver=receiver, delivered=False, detail=detail)
 
     async def _send(self, receiver: str, notification: Notification) -> SendResult:
         try:
@@ -170,5 +204,8 @@ class NotifyWorkflow:
             )
             return result
         except ActivityError as err:  # the last attempt timed out: it could not report itself
-            workflow.logger.warning("notification to %s not delivered: %s", receiver, err.cause)
-            return SendResult(receiver=receiver, delivered=False, detail=str(err.cause or err))
+            detail = str(err.cause or err)
+            if workflow.patched(REPORTED_FAILURES):
+                return await self._report(receiver, notification, detail)
+            workflow.logger.warning("notification to %s not delivered: %s", receiver, detail)
+            return SendResult(receiver=receiver, delivered=False, detail=detail)

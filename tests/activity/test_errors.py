@@ -92,20 +92,30 @@ def test_a_huge_quantity_in_the_cohort_is_a_malformed_recommendation(
 
 
 @pytest.mark.parametrize(
-    ("exc", "kind"),
+    ("exc", "kind", "reason"),
     [
-        (MalformedRecommendationError("x"), PermanentError.MALFORMED_RECOMMENDATION),
-        (InvalidOwnerError("x"), PermanentError.INVALID_OWNER),
-        (ApiException(status=422, reason="Unprocessable"), PermanentError.API_REJECTED),
-        (KeyError("spec"), PermanentError.UNEXPECTED),
-        (ZeroDivisionError(), PermanentError.UNEXPECTED),
+        (
+            MalformedRecommendationError("x"),
+            PermanentError.MALFORMED_RECOMMENDATION,
+            "malformedAnnotation",
+        ),
+        (InvalidOwnerError("x"), PermanentError.INVALID_OWNER, "invalidOwner"),
+        (
+            ApiException(status=422, reason="Unprocessable"),
+            PermanentError.API_REJECTED,
+            "apiRejected",
+        ),
+        (KeyError("spec"), PermanentError.UNEXPECTED, "unexpectedError"),
+        (ZeroDivisionError(), PermanentError.UNEXPECTED, "unexpectedError"),
     ],
 )
-def test_classify_permanent(exc: Exception, kind: PermanentError) -> None:
+def test_classify_permanent(exc: Exception, kind: PermanentError, reason: str) -> None:
+    """Each permanent error ends the attempt with its own failure reason, as the README's table
+    of reasons names it (the state's ``failureReason``)."""
     converted = classify(exc)
     assert isinstance(converted, ApplicationError) and converted.type == kind.value
     assert converted.non_retryable
-    assert kind.reason in set(FailureReason)
+    assert PermanentError(converted.type).reason == FailureReason(reason)
 
 
 @pytest.mark.parametrize(

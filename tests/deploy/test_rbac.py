@@ -187,7 +187,9 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
         )
         elector.start()
         await asyncio.to_thread(elector.leading.wait, 5)
-        await asyncio.sleep(0.3)  # a renewal or two
+        await eventually(  # a renewal: its request is in the journal
+            lambda: any(r.verb == "update" and "/leases/" in r.path for r in api.journal)
+        )
         await asyncio.to_thread(elector.stop)
         journal += api.journal
     await terminate_running(temporal_env.client, queue)

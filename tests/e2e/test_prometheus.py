@@ -5,7 +5,7 @@ parses, the alert rules load and evaluate without error, and the metrics they re
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import re
 import shutil
@@ -147,17 +147,30 @@ async def test_alerts_and_dashboard_read_what_the_engine_exports(
             await until(
                 lambda: prometheus.query('rollback_owner_workloads{mode="failedPermanent"} > 0')
             )
-            await asyncio.sleep(3)
 
+            def missing() -> list[str]:
+                """What the rules and the dashboard read that has no series yet (a scrape after
+                the story brings them: waited for, not slept on)."""
+                exported = {s["metric"]["__name__"] for s in prometheus.query('{__name__=~".+"}')}
+                gaps = [
+                    f"{rule['alert']} reads {name}, which has no series"
+                    for rule in alert_rules()
+                    for name in set(METRIC.findall(rule["expr"]))
+                    if name not in exported
+                ]
+                return gaps + [
+                    f"dashboard query returns nothing: {expr}"
+                    for expr in dashboard_queries()
+                    if not prometheus.query(expr)
+                ]
+
+            with contextlib.suppress(TimeoutError):
+                await until(lambda: not missing(), 30)
+            assert missing() == []
             up = prometheus.query("up")
             assert sorted(s["value"][1] for s in up) == ["1", "1"], up  # both scraped
-            exported = {s["metric"]["__name__"] for s in prometheus.query('{__name__=~".+"}')}
             for rule in alert_rules():
                 prometheus.query(rule["expr"])  # parses and evaluates
-                for name in set(METRIC.findall(rule["expr"])):
-                    assert name in exported, f"{rule['alert']} reads {name}, which has no series"
-            for expr in dashboard_queries():
-                assert prometheus.query(expr), f"dashboard query returns nothing: {expr}"
             # The rule group loaded and evaluated cleanly; this story fires exactly the one alert
             # it should (a workload failed permanently), not the ones about a broken engine.
             loaded = prometheus.get("/api/v1/rules")["data"]["groups"]

@@ -46,7 +46,8 @@ def test_the_report_renders_one_lane_per_owner_without_console_errors(tmp_path: 
     # A time axis; Events labelled with their reason; a lane per pod; a legend of what is shown.
     assert re.search(r'class="axis" data-ticks="([4-9]|1[01])"', dom)
     assert '<span class="label row0">RollbackMonitoringStarted</span>' in dom
-    assert int(re.search(r'data-pods="(\d+)"', dom)[1]) >= 3  # web's pods (two rollouts), kafka
+    pods = re.search(r'data-pods="(\d+)"', dom)
+    assert pods is not None and int(pods[1]) >= 3  # web's pods (two rollouts), kafka
     assert "OOMKilled" in dom  # kafka's restarts, as markers on its pod lanes
     legend = re.findall(r'class="legend-mode"[^>]*>([a-zA-Z]+)<', dom)
     assert "monitoring" in legend and "cancelled" not in legend and "aborted" not in legend

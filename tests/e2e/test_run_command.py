@@ -217,7 +217,7 @@ def test_sigkill_of_run_leaves_no_orphans(tmp_path: Path) -> None:
         if "is running" in line:
             break
     children = _children(process.pid)
-    assert len(children) >= 2  # the Temporal dev server and the worker
+    assert len(children) >= 1  # the Temporal dev server (the worker and intake run in-process)
     process.kill()  # SIGKILL: no handler runs, nothing is stopped gracefully
     process.wait()
     assert _wait(lambda: not any(_alive(c) for c in children), 20), [

@@ -32,9 +32,9 @@ from activities.owners import cohort_query, desired_replicas, manifest_resources
 from cli.policyfiles import parse_policy
 from sim.apiserver import KubeEmulator
 from worker.informer import Informer
-from worker.intake import Intake, adopted_recommendation
+from worker.intake import Intake, _pod_key, adopted_recommendation
 from worker.kube import api_client
-from workflows.contract import ROLLBACK_STATE_ANNOTATION, Mode, WorkloadKind
+from workflows.contract import GROUP_VERSION, ROLLBACK_STATE_ANNOTATION, Mode, WorkloadKind
 from workflows.durations import parse_duration
 from workflows.fingerprint import (
     MalformedRecommendationError,
@@ -291,16 +291,33 @@ owner_refs = st.lists(
 def test_intake_handlers_never_raise(
     intake: Intake, annos: dict[str, str], refs: list[Any], res: dict[str, str]
 ) -> None:
-    """Whatever a pod or a policy holds, the informer's handler returns: the relist completes."""
+    """Whatever a pod or a policy holds, the intake's own handlers deal with it: a malformed
+    recommendation is reported as such, an invalid policy as invalid; nothing reaches the
+    informer's last line of defence (``on_bad_object``, for bugs), which would have swallowed
+    it. The informers are built as the intake builds them (the pods' projection included)."""
     pod = pod_with(annos, res, res)
     pod["metadata"]["ownerReferences"] = refs
-    pods = Informer("pods", lambda **_: None, intake._on_pod, on_bad_object=intake._bad_object)
+    pod.pop("kind", None)  # as a real server's LIST items: the informer fills it in
+    bad: list[tuple[Any, Exception]] = []
+    pods = Informer(
+        "pods",
+        lambda **_: None,
+        intake._on_pod,
+        on_bad_object=lambda obj, exc: bad.append((obj, exc)),
+        project=_pod_key,
+        type_meta=("v1", "Pod"),
+    )
     pods._handle("ADDED", pod, True)
+    pods._handle("MODIFIED", pod, False)
+    pods._handle("DELETED", pod, False)
     policies = Informer(
-        "rollbackpolicies", lambda **_: None, intake._on_policy, on_bad_object=intake._bad_object
+        "rollbackpolicies",
+        lambda **_: None,
+        intake._on_policy,
+        on_bad_object=lambda obj, exc: bad.append((obj, exc)),
+        type_meta=(GROUP_VERSION, "RollbackPolicy"),
     )
-    policies._handle(
-        "ADDED",
-        {"kind": "RollbackPolicy", "metadata": {"name": "p", "namespace": "shop"}, "spec": annos},
-        False,
-    )
+    policy = {"kind": "RollbackPolicy", "metadata": {"name": "p", "namespace": "shop"}}
+    policies._handle("ADDED", policy | {"spec": annos}, False)
+    policies._handle("DELETED", policy | {"spec": annos}, False)
+    assert bad == [], bad

@@ -110,6 +110,16 @@ async def started(env: Env) -> None:
     await asyncio.to_thread(env.intake.start)
 
 
+async def handled_so_far(env: Env) -> None:
+    """Every pod event before now has been handled: the informer handles events one at a time
+    in watch order, so once it has moved on to a marker pod created now, the rest are done (a
+    negative check waits for this, not for a while)."""
+    marker = env.api.store.create(pod(f"marker-{uuid.uuid4().hex[:6]}", {"marker": "1"}))
+    version = int(marker["metadata"]["resourceVersion"])
+    pods = next(i for i in env.intake._informers if i.name == "pods")
+    await eventually(lambda: int(pods.resource_version or 0) >= version)
+
+
 async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env) -> None:
     env.api.store.create(policy(monitoringPeriod="2s"))
     await started(env)
@@ -131,7 +141,7 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
     env.api.store.patch(
         pods, NS, "web-b", {"status": {"phase": "Running"}}, "application/merge-patch+json"
     )
-    await asyncio.sleep(0.5)
+    await handled_so_far(env)
     assert env.intake.stats["signals"] == 1 and await env.runs() == 1
 
 
@@ -229,7 +239,7 @@ async def test_restart_does_not_wake_settled_owners(
     add_pods(env.api, rs, ["web-a", "web-b", "web-c"])  # all there before the intake starts
     await started(env)
     await eventually(lambda: env.intake.stats["adoptions"] == 3)
-    await asyncio.sleep(0.3)
+    await handled_so_far(env)  # the relist's batch has been flushed before the marker's event
     assert env.intake.stats["signals"] == signals  # batched: one per owner, not one per pod
     if stored is Mode.BACKED_OFF:
         result = await env.result()
@@ -285,10 +295,15 @@ def test_leader_election_with_two_candidates() -> None:
         deadline = time.monotonic() + 5
         while not (a.leading.is_set() or b.leading.is_set()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.0)
-        leaders = [e for e in (a, b) if e.leading.is_set()]
-        assert len(leaders) == 1
         first, other = (a, b) if a.leading.is_set() else (b, a)
+        # The other candidate tries again twice while the first holds the Lease, and loses.
+        tried = other.attempts
+        deadline = time.monotonic() + 5
+        while other.attempts < tried + 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert other.attempts >= tried + 2
+        leaders = [e for e in (a, b) if e.leading.is_set()]
+        assert leaders == [first]
         first.stop(release=False)  # a crash: the Lease is left to expire
         deadline = time.monotonic() + 6
         while not other.leading.is_set() and time.monotonic() < deadline:

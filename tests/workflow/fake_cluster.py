@@ -37,9 +37,11 @@ from workflows.activity_api import (
 from workflows.contract import FailureReason, RollbackTarget
 from workflows.fingerprint import Recommendation, Resources
 from workflows.notify import (
+    REPORT_NOTIFICATION_FAILURE,
     ROUTE_NOTIFICATION,
     SEND_NOTIFICATION,
     Notification,
+    ReportInput,
     RouteResult,
     SendInput,
     SendResult,
@@ -103,6 +105,7 @@ class FakeCluster:
         self.owners: dict[str, FakeOwner] = {}
         self.calls: dict[str, int] = {}
         self.notified: list[Notification] = []  # what one receiver, "fake", was sent
+        self.reported: list[ReportInput] = []  # failures the NotifyWorkflow reported
 
     def _owner(self, key: object) -> FakeOwner | None:
         owner = self.owners.get(str(key))
@@ -212,6 +215,10 @@ class FakeCluster:
     async def send_notification(self, input: SendInput) -> SendResult:
         self.notified.append(input.notification)
         return SendResult(receiver=input.receiver, delivered=True)
+
+    @activity.defn(name=REPORT_NOTIFICATION_FAILURE)
+    async def report_notification_failure(self, input: ReportInput) -> None:
+        self.reported.append(input)
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
     async def reapply_recommendation(self, input: ReapplyInput) -> ActuationResult:
