@@ -53,6 +53,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.kubernetes import Actuation, KubernetesActivities
 from bench.memory import memory_mib
+from bench.soak import report as soak_report
+from bench.soak import soak
 from bench.workloads import FloorWorkflow, InstantCluster
 from sim.apiserver import KubeEmulator
 from sim.devserver import DevServer
@@ -1047,7 +1049,12 @@ def main() -> int:
     )
     parser.add_argument("--p3", type=int, default=5_000, help="P3 workloads (default 5000)")
     parser.add_argument(
-        "--only", default=",".join(SECTIONS), help=f"sections to run (default {','.join(SECTIONS)})"
+        "--soak", type=int, default=1_000, help="soak workloads (default 1000; --only soak)"
+    )
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"sections to run (default {','.join(SECTIONS)}; also: soak, the chaos soak)",
     )
     args = parser.parse_args()
     quick = args.quick
@@ -1103,6 +1110,12 @@ def main() -> int:
     if "p3" in only:
         say(lines, "## P3 concurrent workloads on one worker process")
         asyncio.run(concurrent(p3, lines))
+        say(lines)
+    if "soak" in only:
+        say(lines, "## Soak: many workloads, many faults at once, an oracle")
+        result = asyncio.run(soak(20 if quick else args.soak))
+        for line in soak_report(result):
+            say(lines, line)
         say(lines)
     say(lines, "## Hot-path changes these figures led to, with before/after")
     for line in HOT_PATH:

@@ -503,10 +503,13 @@ class Fault:
     times: int | None = 1  # None: every time (with ``probability``)
     probability: float = 1.0
     delay: float = 0.0
+    agent: str = ""  # only requests whose User-Agent contains this (one client's partition)
     hits: int = 0  # requests it answered
 
     def applies(self, request: Request, rng: random.Random) -> bool:
         if self.times is not None and self.times <= 0:
+            return False
+        if self.agent and self.agent not in request.agent:
             return False
         if self.method and not re.fullmatch(self.method, request.method):
             return False

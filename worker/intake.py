@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
@@ -47,7 +48,7 @@ from activities.errors import first_line
 from activities.kubetime import parse_kube_time
 from activities.lookup import read_state
 from activities.owners import OWNER_KINDS
-from activities.writes import already_exists, event_body
+from activities.writes import already_exists, event_body, transient
 from worker import temporal as control
 from worker.informer import Informer
 from worker.status import StatusWriter
@@ -83,6 +84,7 @@ SIGNAL_BACKOFF_CAP = 30.0
 SIGNAL_TIMEOUT = 10.0  # seconds one signal-with-start may take before it counts as failed
 CONTROL_REASON = f"requested with the annotation {CONTROL_ANNOTATION}"
 JSON_PATCH = "application/json-patch+json"
+REMOVE_ATTEMPTS = 5  # removals of a control annotation after a transient failure
 
 
 def _created(pod: Obj) -> datetime | None:
@@ -144,6 +146,8 @@ class Intake:
         self._undelivered: dict[OwnerRef, Observation] = {}  # not yet accepted by Temporal
         self._delivering: set[OwnerRef] = set()
         self._controlling: set[OwnerRef] = set()  # control annotations being carried out
+        # Controls carried out whose annotation is not yet seen removed: not carried out twice.
+        self._carried_out: dict[OwnerRef, str] = {}
         self._policies_handled: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}
         self.pending: set[Future[None]] = set()
         self._bad_objects = meter.create_counter(
@@ -404,11 +408,13 @@ class Intake:
             if kind == "DELETED":  # what was signalled for it no longer matters
                 self._signalled.pop(owner, None)
                 self._controlling.discard(owner)
+                self._carried_out.pop(owner, None)
                 return
             if value is None:
                 # The control is carried out once its removal shows in the watch: events older
                 # than the removal (the watch delivers them in order) still hold it.
                 self._controlling.discard(owner)
+                self._carried_out.pop(owner, None)
                 return
             if owner in self._controlling:
                 return
@@ -427,8 +433,10 @@ class Intake:
         """Carry out a control annotation once: signal (retried while Temporal is unreachable),
         say on the owner when it changed nothing, then remove the annotation."""
         failures, refusal, cleared, newer = 0, None, False, None
+        with self._lock:  # carried out already, only its removal failed: not carried out twice
+            done = self._carried_out.get(owner) == value
         try:
-            while True:
+            while not done:
                 if not self.acting():
                     return  # the next leader carries it out: the annotation is still there
                 try:
@@ -448,12 +456,15 @@ class Intake:
                     delay = min(SIGNAL_BACKOFF_CAP, SIGNAL_BACKOFF_BASE * 2 ** min(failures, 16))
                     log.warning("%s: control %s failed (%s), retrying", owner, value, exc)
                     await asyncio.sleep(delay)
-            self.stats["controls"] += 1
-            if refusal is not None:
-                log.info("%s: control %s changed nothing: %s", owner, value, refusal)
-                await asyncio.to_thread(self._control_rejected, obj, value, refusal)
-            else:
-                log.info("%s: control %s signalled", owner, value)
+            if not done:
+                self.stats["controls"] += 1
+                with self._lock:
+                    self._carried_out[owner] = value
+                if refusal is not None:
+                    log.info("%s: control %s changed nothing: %s", owner, value, refusal)
+                    await asyncio.to_thread(self._control_rejected, obj, value, refusal)
+                else:
+                    log.info("%s: control %s signalled", owner, value)
             if not self.acting():
                 return
             cleared, newer = await asyncio.to_thread(self._clear_control, owner, value)
@@ -482,19 +493,29 @@ class Intake:
         where = OWNER_KINDS[owner.kind]
         path = "/metadata/annotations/" + CONTROL_ANNOTATION.replace("~", "~0").replace("/", "~1")
         args = (where.group, where.version, owner.namespace, where.plural, owner.name)
-        try:
-            self.custom.patch_namespaced_custom_object(
-                *args,
-                [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}],
-                _content_type=JSON_PATCH,
-            )
-            return True, None
-        except ApiException as exc:
-            if exc.status == 404:
-                return True, None
-            if exc.status not in (409, 422):  # 422: the test failed, the value changed
-                log.warning("%s: removing %s failed: %s", owner, CONTROL_ANNOTATION, exc.reason)
+        for attempt in range(REMOVE_ATTEMPTS):
+            if not self.acting():
                 return False, None
+            try:
+                self.custom.patch_namespaced_custom_object(
+                    *args,
+                    [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}],
+                    _content_type=JSON_PATCH,
+                )
+                return True, None
+            except Exception as exc:
+                status = exc.status if isinstance(exc, ApiException) else None
+                if status == 404:
+                    return True, None
+                if status == 422:  # the test failed: the value changed meanwhile
+                    break
+                if status != 409 and not transient(exc):
+                    log.warning("%s: removing %s failed: %s", owner, CONTROL_ANNOTATION, exc)
+                    return False, None
+            time.sleep(0.2 * 2**attempt)  # transient: the same removal again
+        else:
+            log.warning("%s: removing %s kept failing; a later event retries", owner, value)
+            return False, None
         current: Obj = self.custom.get_namespaced_custom_object(*args)  # type: ignore[assignment]
         held = (current["metadata"].get("annotations") or {}).get(CONTROL_ANNOTATION)
         return True, (current if held is not None else None)

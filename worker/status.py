@@ -244,7 +244,8 @@ class StatusWriter:
         except Exception as exc:
             if isinstance(exc, ApiException) and exc.status == 404:
                 return False  # deleted meanwhile: its watch will say so
-            if transient(exc):
+            # A merge patch of a status has no precondition: a 409 says "not now", not "no".
+            if transient(exc) or (isinstance(exc, ApiException) and exc.status == 409):
                 log.warning("policy status: writing %s failed (%s), retrying", ref, exc)
                 self._dirty.set()
                 return False

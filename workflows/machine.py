@@ -158,8 +158,10 @@ class RollbackState(CamelModel):
 
     def reopen_refusal(self, running: bool) -> str | None:
         """Why a ``reopen`` would change nothing (None: it opens a fresh window). A running run
-        reopens only a window (``decide``); an ended one wakes by the wake rule."""
-        if not running:
+        reopens only a window (``decide``); an ended one wakes by the wake rule, and so does one
+        that is ending (a terminal mode, recorded but not yet closed: its run-end rule takes the
+        signal to the next run), so a reopen right after a cancel is not refused."""
+        if not running or self.mode.terminal:
             verdict = self.wake(Sighting(self.fingerprint, Trigger.REOPEN))
             return None if verdict.wakes else verdict.reason
         if self.mode is not Mode.MONITORING or self.policy is None:

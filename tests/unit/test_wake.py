@@ -158,6 +158,9 @@ def test_reapply_result_is_an_observation() -> None:
         (Mode.MONITORING, True, True, None),
         (Mode.MONITORING, True, False, "reopen disabled by the policy"),
         (Mode.BACKING_OFF, True, True, "reopen is ignored in mode backingOff"),
+        # Cancelled but the run not closed yet: its run-end rule reopens (the wake rule).
+        (Mode.CANCELLED, True, True, None),
+        (Mode.CANCELLED, True, False, "reopen disabled by the policy"),
     ],
 )
 def test_reopen_refusal_says_what_a_reopen_would_do(

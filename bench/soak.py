@@ -1,0 +1,834 @@
+"""``python -m bench --only soak [--soak N]``: many workloads, many faults at once, an oracle.
+
+N workloads (default 1,000; the CI test runs 100) across namespaces, two owner kinds
+(Deployment, StatefulSet) and both policy kinds, on the simulated cluster, each with a scripted
+fate and so a known end (``FATES``). The engine runs as in production, as separate processes:
+two workers and two intakes electing a leader on a Lease in the emulator, against the real
+Temporal dev server. A fault schedule runs throughout: a worker SIGKILLed (each in turn), the
+leading intake SIGKILLed (twice), Temporal restarted, the emulator answering about 10% of the
+engine's requests with 5xx, 429 or a timeout, 409 to patches, slow answers, and every watch
+stream cut now and then.
+
+The oracle, checked once the story has settled, counts what must be 0:
+
+- ``wrongEnd``: a workload whose final mode, turn, failure reason or pods' memory differ from
+  its script;
+- ``lostOrStuck``: an attempt that should have ended and is still running, or never started;
+- ``doubleRollback``: a rollback written twice for one turn (``rollingBack`` entered twice);
+- ``notNotified`` / ``notifiedTwice``: a notable transition (rollingBack, failedPermanent,
+  cancelled, aborted) that no receiver got, or got under two different idempotency keys;
+- ``nonLeaderWrites`` / ``nonLeaderSignals``: a write to the API server or a signal to a
+  workflow from an intake while the Lease named another holder (the emulator records each
+  request's client, from its User-Agent, and the Lease holder over time; each signal's identity
+  is in the workflow's history).
+
+Also printed: faults injected by kind, workloads by outcome, the intakes' relists, the peak RSS
+of each process, the wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+from temporalio.client import Client
+
+from sim.apiserver import Fault, KubeEmulator
+from sim.cluster import Behaviour, SimulatedCluster
+from sim.devserver import DevServer, die_with_parent
+from sim.scenario import _resources, free_port
+from worker.config import INTAKE_AGENT, TemporalConfig
+from workflows.contract import (
+    CONTROL_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+    Obj,
+)
+from workflows.notify import IDEMPOTENCY_HEADER
+from workflows.rollback import WORKFLOW_NAME
+
+MERGE = "application/merge-patch+json"
+REC_KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+LIMITS_KEY = "static.rightsizing.kubex.ai/desired-resource-limits"
+MANIFEST, HEALTHY, OOM, GROWN, HUGE = "512Mi", "384Mi", "256Mi", "1Gi", "200Ti"
+WORKING_SET = "300Mi"
+KUBE_TIMEOUT = 3.0
+NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
+
+
+@dataclass(frozen=True)
+class Fate:
+    """A workload's script: its recommendation, what happens to it, and its known end."""
+
+    name: str
+    memory: str  # the recommendation's memory request (and limit, unless ``grow_only``)
+    mode: str | None  # the end; None: no state (cleared, or the owner deleted)
+    turn: int | None = None
+    reason: str | None = None
+    pods: str | None = MANIFEST  # every pod's memory at the end (None: no pods)
+    replicas: int = 1
+    grow_only: bool = False  # a request only (the partial-adoption fates)
+    fits: int | None = None  # pods of this workload that can grow on its node
+    own_policy: bool = False  # a policy of its own (changed or deleted mid-backoff)
+    long_window: bool = False  # a window that outlasts the soak (cancel, reopen)
+    terminal: bool = True  # its workflow has ended by the end of the soak
+
+
+FATES = [
+    Fate("healthy", HEALTHY, "monitoringSucceeded", 1, None, HEALTHY),
+    Fate("oom", OOM, "failedPermanent", 2, "oomKilled"),
+    Fate("partial-above", GROWN, "monitoringSucceeded", 1, None, replicas=5, grow_only=True,
+         fits=4),
+    Fate("partial-below", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet", replicas=5,
+         grow_only=True, fits=3),
+    # Running pods cannot grow (filtered, never deleted) and the replacements stay Pending;
+    # after the backoff nothing adopts the recommendation again, so turn 2 never starts.
+    Fate("unschedulable", HUGE, "backedOff", 1, "unschedulable", grow_only=True),
+    Fate("owner-deleted", HEALTHY, None, pods=None),
+    Fate("policy-changed", OOM, "failedPermanent", 1, "oomKilled", own_policy=True),
+    Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
+    Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
+    Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
+]  # fmt: skip
+
+
+@dataclass
+class Workload:
+    index: int
+    fate: Fate
+    namespace: str
+    name: str
+    kind: str
+    policy_kind: str  # which policy kind applies: RollbackPolicy or ClusterRollbackPolicy
+    actions: list[str] = field(default_factory=list)  # scripted actions taken
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+    @property
+    def workflow_id(self) -> str:
+        return f"rollback/{self.ref}"
+
+
+def _policy(kind: str, name: str, namespace: str | None, selector: Obj, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+        "spec": {
+            "scope": selector,
+            "monitoringPeriod": "8s",
+            "rollbackTarget": "manifest",
+            "adoptionThresholdPercent": 80,
+            "backoff": {"timePeriod": "3s", "multiplyByTurn": 1, "maxAttempts": 2},
+            **spec,
+        },
+    }
+
+
+def _manifest(w: Workload) -> Obj:
+    selector = {"pool": f"part-{w.name}" if w.fate.fits else "main"}
+    labels = {"app": w.name, "policy": "own" if w.fate.own_policy else w.policy_kind}
+    if w.fate.long_window:
+        labels["policy"] = "long"
+    spec: Obj = {
+        "replicas": w.fate.replicas,
+        "selector": {"matchLabels": {"app": w.name}},
+        "template": {
+            "metadata": {"labels": {"app": w.name}},
+            "spec": {
+                "nodeSelector": selector,
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "soak/app:1",
+                        "resources": {
+                            "requests": {"cpu": "10m", "memory": MANIFEST},
+                            "limits": {"memory": MANIFEST if not w.fate.grow_only else "2Gi"},
+                        },
+                    }
+                ],
+            },
+        },
+    }
+    if w.kind == "StatefulSet":
+        spec["serviceName"] = w.name
+    api_version = "apps/v1"
+    return {
+        "apiVersion": api_version,
+        "kind": w.kind,
+        "metadata": {"name": w.name, "namespace": w.namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def plan(count: int, namespaces: int) -> list[Workload]:
+    """Fates dealt round-robin; owner and policy kinds alternate within each fate."""
+    workloads = []
+    for i in range(count):
+        fate = FATES[i % len(FATES)]
+        round_ = i // len(FATES)
+        workloads.append(
+            Workload(
+                i,
+                fate,
+                f"soak-{i % namespaces:02d}",
+                f"{fate.name}-{i}",
+                "Deployment" if round_ % 2 == 0 else "StatefulSet",
+                "RollbackPolicy" if (round_ // 2) % 2 == 0 else "ClusterRollbackPolicy",
+            )
+        )
+    return workloads
+
+
+class Child:
+    """A process of the engine (a worker or an intake), SIGKILLable and restartable."""
+
+    def __init__(self, name: str, command: list[str], log: Path) -> None:
+        self.name, self.command, self.log = name, command, log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.peak_rss_mib = 0.0
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                die_with_parent(self.command), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+
+    def sample_rss(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.peak_rss_mib = max(self.peak_rss_mib, peak_rss(self.process.pid))
+
+    def kill(self) -> None:
+        self.sample_rss()
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        self.sample_rss()
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def peak_rss(pid: int) -> float:
+    """VmHWM of ``pid`` in MiB (Linux), 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """The notification receiver: every POST, with its idempotency key."""
+
+    received: ClassVar[list[tuple[str, Obj]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.received.append((self.headers.get(IDEMPOTENCY_HEADER, ""), body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+class Timeline:
+    """Read off the store: each owner's state changes, the Lease holder over time, Events."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, list[tuple[float, Obj | None]]] = defaultdict(list)
+        self.holders: list[tuple[float, str]] = []
+        self.events: dict[str, list[str]] = defaultdict(list)  # owner -> reasons
+        self._last: dict[str, str | None] = {}
+
+    def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        if rtype.kind == "Lease":
+            holder = (obj.get("spec") or {}).get("holderIdentity") or ""
+            if not self.holders or self.holders[-1][1] != holder:
+                self.holders.append((time.time(), holder))
+            return
+        if rtype.kind == "Event" and kind == "ADDED":
+            involved = obj.get("involvedObject") or {}
+            owner = f"{involved.get('namespace')}/{involved.get('kind')}/{involved.get('name')}"
+            self.events[owner].append(str(obj.get("reason")))
+            return
+        if rtype.kind not in ("Deployment", "StatefulSet"):
+            return
+        owner = f"{meta.get('namespace')}/{rtype.kind}/{meta.get('name')}"
+        raw = (
+            None
+            if kind == "DELETED"
+            else (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+        )
+        if self._last.get(owner) == raw and owner in self._last:
+            return
+        self._last[owner] = raw
+        self.states[owner].append((time.time(), json.loads(raw) if raw else None))
+
+    def holder_at(self, when: float) -> str:
+        holder = ""
+        for at, name in self.holders:
+            if at > when:
+                break
+            holder = name
+        return holder
+
+
+@dataclass
+class SoakResult:
+    workloads: int
+    invariants: dict[str, int]
+    examples: dict[str, list[str]]
+    faults: Counter[str]
+    outcomes: Counter[str]
+    relists: int
+    leaders: int  # times the Lease changed hands
+    rss: dict[str, float]
+    wall: float
+    settled: bool
+    logs: str | None = None  # where the processes' logs were kept, when it failed
+
+    @property
+    def passed(self) -> bool:
+        return self.settled and not any(self.invariants.values())
+
+
+class Soak:
+    def __init__(self, count: int, workdir: Path, seed: int = 1) -> None:
+        self.workdir = workdir
+        self.namespaces = max(2, min(50, count // 20))
+        self.workloads = plan(count, self.namespaces)
+        self.api = KubeEmulator(seed=seed)
+        self.sim = SimulatedCluster(self.api.store, tick=0.25 if count <= 200 else 0.5)
+        self.timeline = Timeline()
+        self.api.store.listeners.append(self.timeline)
+        self.temporal = DevServer(
+            workdir / "temporal", free_port(), headless=True, log_path=workdir / "temporal.log"
+        )
+        self.queue = "soak"
+        self.faults: Counter[str] = Counter()
+        self.api_faults: list[tuple[str, Fault]] = []
+        self.children: dict[str, Child] = {}
+
+    # --- the world ------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        store = self.api.store
+        store.create(
+            {"apiVersion": "v1", "kind": "Node",
+             "metadata": {"name": "pool-1", "labels": {"pool": "main"}},
+             "status": {"allocatable": {"cpu": "100000", "memory": "100Ti", "pods": "100000"}}}
+        )  # fmt: skip
+        for ns in sorted({w.namespace for w in self.workloads} | {"default"}):
+            store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        store.create(
+            _policy("ClusterRollbackPolicy", "soak-cluster", None,
+                    {"namespaceSelector": {"operator": "In", "values": ["soak-*"]},
+                     "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}})
+        )  # fmt: skip
+        for ns in sorted({w.namespace for w in self.workloads}):
+            store.create(
+                _policy("RollbackPolicy", "soak-ns", ns,
+                        {"labelSelector": {"matchLabels": {"policy": "RollbackPolicy"}}})
+            )  # fmt: skip
+            store.create(
+                _policy("RollbackPolicy", "soak-long", ns,
+                        {"labelSelector": {"matchLabels": {"policy": "long"}}},
+                        monitoringPeriod="1h")
+            )  # fmt: skip
+        behaviour = {"app": Behaviour(WORKING_SET, startup=0.3)}
+        for w in self.workloads:
+            if w.fate.fits is not None:  # its own node: ``fits`` pods can grow on it
+                grown = 1024 * w.fate.fits + 512 * (w.fate.replicas - w.fate.fits)
+                store.create(
+                    {"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": f"part-{w.name}", "labels": {"pool": f"part-{w.name}"}},
+                     "status": {"allocatable": {"cpu": "64", "memory": f"{grown}Mi",
+                                                "pods": "110"}}}
+                )  # fmt: skip
+            if w.fate.own_policy:
+                store.create(
+                    _policy("RollbackPolicy", w.name, w.namespace,
+                            {"labelSelector": {"matchLabels": {"app": w.name}}})
+                )  # fmt: skip
+            self.sim.add(_manifest(w), behaviour)
+
+    def _engine(self) -> None:
+        address, url = self.temporal.address, self.api.url
+        receivers = self.workdir / "receivers.yaml"
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.receiver = server
+        receivers.write_text(
+            yaml.safe_dump(
+                {
+                    "receivers": [
+                        {
+                            "name": "soak",
+                            "minSeverity": "info",
+                            "url": f"http://127.0.0.1:{server.server_port}/",
+                        }
+                    ]
+                }
+            )
+        )
+        common = ["--address", address, "--task-queue", self.queue, "--kube-url", url,
+                  "--kube-timeout", str(KUBE_TIMEOUT)]  # fmt: skip
+        for name in ("worker-a", "worker-b"):
+            self.children[name] = Child(
+                name,
+                [sys.executable, "-m", "worker", *common, "--notifications", str(receivers)],
+                self.workdir / f"{name}.log",
+            )
+        for name in ("intake-a", "intake-b"):
+            self.children[name] = Child(
+                name,
+                [sys.executable, "-m", "cli.main", "intake", *common, "--identity", name,
+                 "--lease-namespace", "default"],
+                self.workdir / f"{name}.log",
+            )  # fmt: skip
+        for child in self.children.values():
+            child.start()
+
+    # --- the script -----------------------------------------------------------------------------
+
+    def _owner(self, w: Workload) -> Obj | None:
+        store = self.api.store
+        try:
+            return store.get(store.rtype(w.kind), w.namespace, w.name)
+        except Exception:
+            return None
+
+    def _state(self, w: Workload) -> Obj | None:
+        owner = self._owner(w)
+        raw = ((owner or {}).get("metadata", {}).get("annotations") or {}).get(
+            ROLLBACK_STATE_ANNOTATION
+        )
+        return json.loads(raw) if raw else None
+
+    def _apply(self, w: Workload) -> None:
+        store, fate = self.api.store, w.fate
+        limits = (
+            {} if fate.grow_only else {LIMITS_KEY: json.dumps({"app": {"memory": fate.memory}})}
+        )
+        annotations = {REC_KEY: json.dumps({"app": {"memory": fate.memory}}), **limits}
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
+        w.actions.append("applied")
+
+    def _annotate(self, w: Workload, value: str) -> None:
+        store = self.api.store
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}}, MERGE)  # fmt: skip
+        w.actions.append(value)
+
+    def _delete_pods(self, w: Workload) -> None:
+        store = self.api.store
+        for pod in self._pods(w):
+            with contextlib.suppress(Exception):  # gone meanwhile
+                store.delete(store.rtype("Pod"), w.namespace, pod["metadata"]["name"])
+        w.actions.append("pods deleted")
+
+    def _pods(self, w: Workload) -> list[Obj]:
+        return [
+            p for p in self.api.store.items("Pod", w.namespace)
+            if (p["metadata"].get("labels") or {}).get("app") == w.name
+        ]  # fmt: skip
+
+    def step(self, w: Workload) -> None:
+        """Carry out what ``w``'s script says now, from what the cluster shows."""
+        state, fate, done = self._state(w), w.fate.name, set(w.actions)
+        mode, turn = (state or {}).get("mode"), (state or {}).get("turn")
+        store = self.api.store
+        if fate == "unschedulable" and "applied" in done and "pods deleted" not in done:
+            self._delete_pods(w)  # replacements are admitted with the recommendation: Pending
+        elif fate == "owner-deleted" and mode == "monitoring" and "deleted" not in done:
+            store.delete(store.rtype(w.kind), w.namespace, w.name)
+            w.actions.append("deleted")
+        elif fate in ("policy-changed", "policy-deleted") and mode == "backingOff" and turn == 1:
+            if fate == "policy-changed" and "changed" not in done:
+                patch = {"spec": {"backoff": {"maxAttempts": 1}}}
+                store.patch(store.rtype("RollbackPolicy"), w.namespace, w.name, patch, MERGE)
+                w.actions.append("changed")
+            elif fate == "policy-deleted" and "policy deleted" not in done:
+                store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
+                w.actions.append("policy deleted")
+        elif fate in ("cancel", "reopen") and mode == "monitoring" and "cancel" not in done:
+            self._annotate(w, "cancel")
+        elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
+            self._annotate(w, "reopen")
+
+    def settled(self, w: Workload) -> bool:
+        """Whether ``w`` has reached the kind of end its script gives (not yet whether right)."""
+        state, fate = self._state(w), w.fate
+        if fate.name == "owner-deleted":
+            return "deleted" in w.actions
+        if fate.mode is None:
+            return "policy deleted" in w.actions and state is None
+        if state is None:
+            return False
+        if fate.name == "reopen":
+            return "reopen" in w.actions and state["mode"] == "monitoring"
+        final = ("monitoringSucceeded", "failedPermanent", "cancelled", "aborted")
+        return bool(state["mode"] == fate.mode or state["mode"] in final)
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    def _api_faults(self, on: bool) -> None:
+        """About 10% of the engine's requests answered badly, 409 to patches, slow answers."""
+        if not on:
+            with self.api._lock:
+                self.api.faults.clear()
+            return
+        for kind, fault in (
+            ("503", Fault(status=503, times=None, probability=0.04)),
+            ("500", Fault(status=500, times=None, probability=0.02)),
+            ("429", Fault(status=429, times=None, probability=0.02)),
+            ("timeout", Fault(status=None, times=None, probability=0.01, delay=KUBE_TIMEOUT + 1)),
+            ("409 on patch", Fault(status=409, method="PATCH", times=None, probability=0.05)),
+            ("slow", Fault(status=None, times=None, probability=0.03, delay=0.5)),
+        ):
+            self.api_faults.append((kind, fault))
+            self.api.inject(fault)
+
+    def _leader(self) -> Child | None:
+        store = self.api.store
+        try:
+            lease = store.get(store.rtype("Lease"), "default", "rightsizing-rollback-intake")
+        except Exception:
+            return None
+        return self.children.get((lease.get("spec") or {}).get("holderIdentity") or "")
+
+    async def _faults(self, length: float) -> None:
+        """The schedule, spread over ``length`` seconds."""
+        at = {
+            0.10: "api faults on",
+            0.20: "kill worker-a",
+            0.35: "kill leading intake",
+            0.42: "cut the leader off its Lease",
+            0.50: "restart temporal",
+            0.65: "kill worker-b",
+            0.80: "kill leading intake",
+            1.00: "api faults off",
+        }
+        began, cuts = time.monotonic(), 0
+        for fraction, what in sorted(at.items()):
+            while time.monotonic() - began < fraction * length:
+                await asyncio.sleep(0.5)
+                if time.monotonic() - began > (cuts + 1) * length / 6:
+                    cuts += 1
+                    self.api.store.drop_watches()
+                    self.faults["watch streams cut"] += 1
+                for child in self.children.values():
+                    child.sample_rss()
+            await self._fault(what)
+
+    async def _fault(self, what: str) -> None:
+        if what == "api faults on":
+            self._api_faults(True)
+        elif what == "api faults off":
+            self._api_faults(False)
+        elif what.startswith("kill worker"):
+            child = self.children[what.removeprefix("kill ")]
+            child.kill()
+            self.faults["worker SIGKILL"] += 1
+            await asyncio.sleep(3)
+            child.start()
+        elif what == "kill leading intake":
+            leader = self._leader()
+            if leader is not None:
+                leader.kill()
+                self.faults["leading intake SIGKILL"] += 1
+                await asyncio.sleep(5)
+                leader.start()
+        elif what == "cut the leader off its Lease":
+            # Alive and able to write everything else, it cannot renew (its renewals hang):
+            # it must stop acting before the other intake can take the Lease.
+            leader = self._leader()
+            if leader is not None:
+                partition = self.api.inject(
+                    Fault(status=None, path="/leases/", times=None, delay=KUBE_TIMEOUT + 2,
+                          agent=f"{INTAKE_AGENT}/{leader.name}")
+                )  # fmt: skip
+                self.faults["leader cut off its Lease (20s)"] += 1
+                await asyncio.sleep(20)
+                with self.api._lock:
+                    self.api.faults.remove(partition)
+        elif what == "restart temporal":
+            await asyncio.to_thread(self.temporal.stop)
+            self.faults["Temporal restart"] += 1
+            await asyncio.sleep(3)
+            await asyncio.to_thread(self.temporal.start)
+
+    # --- the run --------------------------------------------------------------------------------
+
+    async def run(self, deadline: float) -> SoakResult:
+        began = time.monotonic()
+        self.build()
+        self.api.start()
+        self.sim.start()
+        await asyncio.to_thread(self.temporal.start)
+        self._engine()
+        spread = min(30.0, 0.03 * len(self.workloads) + 5)
+        fault_window = spread + 40.0
+        faults = asyncio.create_task(self._faults(fault_window))
+        applied = 0
+        still_since: float | None = None
+        settled, said = False, time.monotonic()
+        while time.monotonic() - began < deadline:
+            elapsed = time.monotonic() - began
+            while applied < len(self.workloads) and elapsed >= applied * spread / len(
+                self.workloads
+            ):
+                self._apply(self.workloads[applied])
+                applied += 1
+            for w in self.workloads[:applied]:
+                self.step(w)
+            waiting = [w for w in self.workloads if not self.settled(w)]
+            if time.monotonic() - said > 10:
+                said = time.monotonic()
+                sample = [(w.ref, (self._state(w) or {}).get("mode"), w.actions) for w in waiting]
+                done = len(self.workloads) - len(waiting)
+                print(f"soak: {elapsed:.0f}s, {done}/{len(self.workloads)} at their end;"
+                      f" waiting for e.g. {sample[:3]}", file=sys.stderr, flush=True)  # fmt: skip
+            if faults.done() and not waiting:
+                last = max((t for s in self.timeline.states.values() for t, _ in s), default=0.0)
+                still_since = still_since or time.monotonic()
+                if time.time() - last > 5 and time.monotonic() - still_since > 3:
+                    settled = True
+                    break
+            else:
+                still_since = None
+            await asyncio.sleep(0.5)
+        if not faults.done():
+            faults.cancel()
+            self._api_faults(False)
+        for child in self.children.values():
+            child.sample_rss()
+        client = await TemporalConfig.at(self.temporal.address, self.queue).connect()
+        try:
+            return await self._verdict(client, time.monotonic() - began, settled)
+        finally:
+            for child in self.children.values():
+                child.stop()
+            await asyncio.to_thread(self.temporal.stop)
+            self.receiver.shutdown()
+            self.sim.stop()
+            self.api.stop()
+
+    # --- the oracle -----------------------------------------------------------------------------
+
+    def _wrong_end(self, w: Workload) -> str | None:
+        state, fate = self._state(w), w.fate
+        if fate.name == "owner-deleted":
+            return None if self._owner(w) is None else "owner still there"
+        if fate.mode is None:
+            if state is not None:
+                return f"state {state.get('mode')}, expected cleared"
+            if "RollbackStateCleared" not in self.timeline.events.get(w.ref, []):
+                return "cleared without its RollbackStateCleared Event"
+        else:
+            if state is None:
+                return f"no state, expected {fate.mode}"
+            have = (state.get("mode"), state.get("turn"), state.get("failureReason"))
+            want = (fate.mode, fate.turn, fate.reason)
+            if have != want:
+                return f"{have}, expected {want}"
+        memory = sorted(str((r.get("requests") or {}).get("memory"))
+                        for p in self._pods(w) for r in _resources(p).values())  # fmt: skip
+        if fate.name == "partial-above":
+            want_memory = sorted([GROWN] * (fate.fits or 0) + [MANIFEST])
+        elif fate.pods is None:
+            want_memory = []
+        else:
+            want_memory = [fate.pods] * fate.replicas
+        return None if memory == want_memory else f"pods {memory}, expected {want_memory}"
+
+    async def _verdict(self, client: Client, wall: float, settled: bool) -> SoakResult:
+        examples: dict[str, list[str]] = defaultdict(list)
+        counts: Counter[str] = Counter()
+
+        def bad(kind: str, what: str) -> None:
+            counts[kind] += 1
+            if len(examples[kind]) < 5:
+                examples[kind].append(what)
+
+        running = {
+            wf.id
+            async for wf in client.list_workflows(
+                f'WorkflowType = "{WORKFLOW_NAME}" AND ExecutionStatus = "Running"'
+            )
+        }
+        outcomes: Counter[str] = Counter()
+        for w in self.workloads:
+            state = self._state(w)
+            outcomes[(state or {}).get("mode") or "no state"] += 1
+            wrong = self._wrong_end(w)
+            if wrong:
+                bad("wrongEnd", f"{w.ref} ({w.fate.name}): {wrong}; actions {w.actions}")
+            if w.fate.terminal and w.workflow_id in running:
+                bad("lostOrStuck", f"{w.ref} ({w.fate.name}): still running")
+            if not w.fate.terminal and w.workflow_id not in running:
+                bad("lostOrStuck", f"{w.ref} ({w.fate.name}): not running")
+            entered = Counter(
+                (s or {}).get("turn")
+                for _, s in self.timeline.states.get(w.ref, [])
+                if (s or {}).get("mode") == "rollingBack"
+            )
+            for turn, times in entered.items():
+                if times > 1:
+                    bad("doubleRollback", f"{w.ref}: rollingBack {times} times in turn {turn}")
+        self._notifications(bad)
+        self._writes(bad)
+        await self._signals(client, bad)
+        relists = sum(
+            1 for r in self.api.journal
+            if r.agent.startswith(INTAKE_AGENT) and r.verb == "list"
+        )  # fmt: skip
+        faults = self.faults + Counter(
+            {kind: fault.hits for kind, fault in self.api_faults if fault.hits}
+        )
+        names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
+                 "nonLeaderWrites", "nonLeaderSignals")  # fmt: skip
+        return SoakResult(
+            len(self.workloads),
+            {n: counts[n] for n in names},
+            dict(examples),
+            faults,
+            outcomes,
+            relists,
+            sum(1 for _, holder in self.timeline.holders[1:] if holder),
+            {n: c.peak_rss_mib for n, c in self.children.items()} | {"soak": peak_rss(os.getpid())},
+            wall,
+            settled,
+        )
+
+    def _notifications(self, bad: Any) -> None:
+        keys: dict[tuple[str, str, int], set[str]] = defaultdict(set)
+        for key, body in Receiver.received:
+            owner = body.get("owner") or {}
+            ref = f"{owner.get('namespace')}/{owner.get('kind')}/{owner.get('name')}"
+            keys[(ref, str(body.get("transition")), int(body.get("turn") or 0))].add(key)
+        for ref, states in self.timeline.states.items():
+            seen = {(s["mode"], s["turn"]) for _, s in states if s and s["mode"] in NOTABLE}
+            for mode, turn in seen:
+                got = keys.get((ref, mode, turn), set())
+                if not got:
+                    bad("notNotified", f"{ref}: {mode} turn {turn}")
+                elif len(got) > 1:
+                    bad("notifiedTwice", f"{ref}: {mode} turn {turn}: {len(got)} keys")
+
+    def _writes(self, bad: Any) -> None:
+        for r in list(self.api.journal):
+            if not r.agent.startswith(INTAKE_AGENT) or r.method not in (
+                "POST",
+                "PUT",
+                "PATCH",
+                "DELETE",
+            ):
+                continue
+            if "/leases" in r.path:
+                continue  # campaigning for the Lease is every candidate's right
+            who = r.agent.split("/", 1)[1]
+            holder = self.timeline.holder_at(r.at)
+            if holder != who:
+                bad("nonLeaderWrites", f"{who} {r.method} {r.path} while {holder!r} led")
+
+    async def _signals(self, client: Client, bad: Any) -> None:
+        intakes = {"intake-a", "intake-b"}
+        for w in self.workloads:
+            async for run in client.list_workflows(f'WorkflowId = "{w.workflow_id}"'):
+                handle = client.get_workflow_handle(w.workflow_id, run_id=run.run_id)
+                async for event in handle.fetch_history_events():
+                    for field_name in ("workflow_execution_signaled_event_attributes",
+                                       "workflow_execution_started_event_attributes"):  # fmt: skip
+                        if not event.HasField(field_name):
+                            continue
+                        who = getattr(event, field_name).identity
+                        if who not in intakes:
+                            continue
+                        at = event.event_time.ToDatetime().timestamp()
+                        holder = self.timeline.holder_at(at)
+                        if holder != who:
+                            bad("nonLeaderSignals", f"{who} signalled {w.ref} while {holder!r} led")
+
+
+async def soak(count: int, deadline: float = 900.0, seed: int = 1) -> SoakResult:
+    Receiver.received = []
+    # A client that gave up on a slow answer (an injected timeout) hangs up: expected here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="rollback-soak-") as tmp:
+        result = await Soak(count, Path(tmp), seed).run(deadline)
+        if not result.passed:  # the processes' logs outlive the run
+            result.logs = tempfile.mkdtemp(prefix="rollback-soak-logs-")
+            for log_file in Path(tmp).glob("*.log"):
+                shutil.copy(log_file, result.logs)
+        return result
+
+
+def report(result: SoakResult) -> list[str]:
+    """The soak's lines for bench/RESULTS.md."""
+    lines = [
+        f"  {result.workloads} workloads, {len(FATES)} scripted fates, 2 workers + 2 intakes"
+        f" (leader-elected), wall time {result.wall:.0f}s"
+        + ("" if result.settled else " (NOT SETTLED: the story did not reach its end in time)"),
+        "  | invariant (must be 0) | count |",
+        "  |---|---|",
+        *(
+            f"  | {name} | {n}{'' if n == 0 else ' NOT MET'} |"
+            for name, n in result.invariants.items()
+        ),
+        "  faults injected: "
+        + ", ".join(f"{kind} {n}" for kind, n in sorted(result.faults.items())),
+        "  workloads by outcome: "
+        + ", ".join(f"{mode} {n}" for mode, n in sorted(result.outcomes.items())),
+        f"  intake relists (LISTs by the intakes): {result.relists}; the Lease changed hands"
+        f" {result.leaders} time(s)",
+        "  peak RSS (MiB): "
+        + ", ".join(f"{name} {mib:.0f}" for name, mib in sorted(result.rss.items())),
+    ]
+    for kind, found in result.examples.items():
+        lines += [f"  e.g. {kind}: {e}" for e in found]
+    if result.logs:
+        lines.append(f"  logs: {result.logs}")
+    return lines
+
+
+def main() -> int:
+    """``python -m bench.soak N``: one soak, its report, exit 1 unless every invariant is 0."""
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    result = asyncio.run(soak(count))
+    print("\n".join(report(result)))
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(main())
