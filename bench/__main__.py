@@ -70,7 +70,7 @@ from workflows.contract import Mode, Obj, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.policy import ClusterRollbackPolicy, RollbackPolicy
 from workflows.policy_status import Workload, status_of, tally
-from workflows.rollback import RollbackInput, RollbackWorkflow
+from workflows.rollback import WORKFLOW_NAME, RollbackInput, RollbackWorkflow
 from workflows.selection import PolicyIndex, WorkloadRef, resolve
 from workflows.state import OwnerState, PolicyRef
 
@@ -102,6 +102,11 @@ KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
 REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "512Mi"}})
 Lines = list[str]
 RESULT_WAITERS = 200
+
+
+def met(reached: bool) -> str:
+    """What a figure's target line adds: nothing when reached, NOT MET when missed."""
+    return "" if reached else ": NOT MET"
 
 
 def say(lines: Lines, text: str = "") -> None:
@@ -540,8 +545,9 @@ async def attempt_cost(windows: list[str], lines: Lines) -> None:
     pod_lists = first[2].get("list pods", 0)
     say(
         lines,
-        f"  the same for every window: {'yes' if same else 'NO'}; pod LISTs {pod_lists} (target <= 2),"
-        f" history events {first[1]['events']} (target <= 40)",
+        f"  the same for every window: {'yes' if same else 'NO'}; pod LISTs {pod_lists}"
+        f" (target <= 2{met(pod_lists <= 2)}), history events {first[1]['events']}"
+        f" (target <= 40{met(first[1]['events'] <= 40)})",
     )
     assert same, rows
 
@@ -602,11 +608,16 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 await asyncio.sleep(0)  # the intake signals through this loop: let it
             began = time.monotonic()
             done: dict[str, Any] = {}
+            # Only the rollbacks: NotifyWorkflow children complete too (about two per OOM).
+            finished = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Completed'"
             while len(done) < workloads and time.monotonic() - began < max(600, workloads * 0.5):
-                async for wf in client.list_workflows('ExecutionStatus = "Completed"'):
+                async for wf in client.list_workflows(finished):
                     done[wf.id] = wf
                 await asyncio.sleep(2)
             took = time.monotonic() - began
+            if len(done) < workloads:
+                say(lines, f"  NOT MET: only {len(done)}/{workloads} attempts ended within"
+                           f" {took:.0f}s; the figures below are of an unfinished run")  # fmt: skip
             assert worker.process is not None
             rss, cpu = _proc_stats(worker.process.pid)
             starts = []
@@ -618,7 +629,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                     (
                         api.store.get(
                             api.store.rtype("Deployment"), wid.split("/")[1], wid.split("/")[3]
-                        )["metadata"]["annotations"]
+                        )["metadata"].get("annotations")
                         or {}
                     ).get("rightsizing.kubex.ai/rollback-state", "{}")
                 ).get("mode")
@@ -898,7 +909,7 @@ async def burst(owners: int, per_owner: int, lines: Lines) -> None:
         f"  {owners * per_owner} pods of {owners} Deployments adopting at once (the adoption"
         f" patches took {adopting:.1f}s to make): every owner's workflow started {all_started:.1f}s"
         f" after the first; adoption -> workflow started p50 {p50 * 1000:.0f} ms, p99"
-        f" {p99 * 1000:.0f} ms (target p99 <= 5 s)",
+        f" {p99 * 1000:.0f} ms (target p99 <= 5 s{met(p99 <= 5)})",
     )
     say(
         lines,

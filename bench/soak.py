@@ -49,6 +49,7 @@ from typing import Any, ClassVar
 import yaml
 from temporalio.client import Client
 
+from activities.kubetime import parse_kube_time
 from sim.apiserver import Fault, KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
@@ -85,6 +86,7 @@ class Fate:
     grow_only: bool = False  # a request only (the partial-adoption fates)
     fits: int | None = None  # pods of this workload that can grow on its node
     own_policy: bool = False  # a policy of its own (changed or deleted mid-backoff)
+    max_attempts: int = 2
     long_window: bool = False  # a window that outlasts the soak (cancel, reopen)
     terminal: bool = True  # its workflow has ended by the end of the soak
 
@@ -96,9 +98,11 @@ FATES = [
          fits=4),
     Fate("partial-below", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet", replicas=5,
          grow_only=True, fits=3),
-    # Running pods cannot grow (filtered, never deleted) and the replacements stay Pending;
-    # after the backoff nothing adopts the recommendation again, so turn 2 never starts.
-    Fate("unschedulable", HUGE, "backedOff", 1, "unschedulable", grow_only=True),
+    # Running pods cannot grow (filtered, never deleted) and the replacements stay Pending. One
+    # turn only (a policy of its own): whether a turn 2 starts depends on whether a replacement
+    # is still Pending when the recommendation comes back, a race no script can know the end of.
+    Fate("unschedulable", HUGE, "failedPermanent", 1, "unschedulable", grow_only=True,
+         own_policy=True, max_attempts=1),
     Fate("owner-deleted", HEALTHY, None, pods=None),
     Fate("policy-changed", OOM, "failedPermanent", 1, "oomKilled", own_policy=True),
     Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
@@ -126,14 +130,19 @@ class Workload:
         return f"rollback/{self.ref}"
 
 
-def _policy(kind: str, name: str, namespace: str | None, selector: Obj, **spec: Any) -> Obj:
+def _policy(
+    kind: str, name: str, namespace: str | None, selector: Obj, window: str, **spec: Any
+) -> Obj:
+    """A policy of the soak; ``window`` comfortably longer than the simulated cluster takes to
+    resize every pod (its tick slows down with the number of workloads), so that the script's
+    ends hold: a window is a promise about the cluster, not about the engine."""
     return {
         "apiVersion": "rightsizing.kubex.ai/v1alpha1",
         "kind": kind,
         "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
         "spec": {
             "scope": selector,
-            "monitoringPeriod": "8s",
+            "monitoringPeriod": window,
             "rollbackTarget": "manifest",
             "adoptionThresholdPercent": 80,
             "backoff": {"timePeriod": "3s", "multiplyByTurn": 1, "maxAttempts": 2},
@@ -327,6 +336,7 @@ class Soak:
         self.workloads = plan(count, self.namespaces)
         self.api = KubeEmulator(seed=seed)
         self.sim = SimulatedCluster(self.api.store, tick=0.25 if count <= 200 else 0.5)
+        self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
         self.timeline = Timeline()
         self.api.store.listeners.append(self.timeline)
         self.temporal = DevServer(
@@ -351,17 +361,18 @@ class Soak:
         store.create(
             _policy("ClusterRollbackPolicy", "soak-cluster", None,
                     {"namespaceSelector": {"operator": "In", "values": ["soak-*"]},
-                     "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}})
+                     "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}},
+                    self.window)
         )  # fmt: skip
         for ns in sorted({w.namespace for w in self.workloads}):
             store.create(
                 _policy("RollbackPolicy", "soak-ns", ns,
-                        {"labelSelector": {"matchLabels": {"policy": "RollbackPolicy"}}})
+                        {"labelSelector": {"matchLabels": {"policy": "RollbackPolicy"}}},
+                        self.window)
             )  # fmt: skip
             store.create(
                 _policy("RollbackPolicy", "soak-long", ns,
-                        {"labelSelector": {"matchLabels": {"policy": "long"}}},
-                        monitoringPeriod="1h")
+                        {"labelSelector": {"matchLabels": {"policy": "long"}}}, "1h")
             )  # fmt: skip
         behaviour = {"app": Behaviour(WORKING_SET, startup=0.3)}
         for w in self.workloads:
@@ -376,7 +387,9 @@ class Soak:
             if w.fate.own_policy:
                 store.create(
                     _policy("RollbackPolicy", w.name, w.namespace,
-                            {"labelSelector": {"matchLabels": {"app": w.name}}})
+                            {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
+                            backoff={"timePeriod": "3s", "multiplyByTurn": 1,
+                                     "maxAttempts": w.fate.max_attempts})
                 )  # fmt: skip
             self.sim.add(_manifest(w), behaviour)
 
@@ -518,13 +531,21 @@ class Soak:
             self.api_faults.append((kind, fault))
             self.api.inject(fault)
 
-    def _leader(self) -> Child | None:
+    async def _leader(self) -> Child | None:
+        """The intake that leads now: it holds the Lease and renewed it in the last 3 s (not a
+        dead holder whose Lease has yet to expire); None when none does within 30 s."""
         store = self.api.store
-        try:
-            lease = store.get(store.rtype("Lease"), "default", "rightsizing-rollback-intake")
-        except Exception:
-            return None
-        return self.children.get((lease.get("spec") or {}).get("holderIdentity") or "")
+        for _ in range(60):
+            with contextlib.suppress(Exception):
+                lease = store.get(store.rtype("Lease"), "default", "rightsizing-rollback-intake")
+                spec = lease.get("spec") or {}
+                renewed = parse_kube_time(spec.get("renewTime"))
+                child = self.children.get(spec.get("holderIdentity") or "")
+                fresh = renewed is not None and time.time() - renewed.timestamp() < 3
+                if child is not None and fresh:
+                    return child
+            await asyncio.sleep(0.5)
+        return None
 
     async def _faults(self, length: float) -> None:
         """The schedule, spread over ``length`` seconds."""
@@ -562,16 +583,16 @@ class Soak:
             await asyncio.sleep(3)
             child.start()
         elif what == "kill leading intake":
-            leader = self._leader()
+            leader = await self._leader()
             if leader is not None:
                 leader.kill()
                 self.faults["leading intake SIGKILL"] += 1
-                await asyncio.sleep(5)
+                await asyncio.sleep(18)  # past the Lease (15 s): the other intake takes over
                 leader.start()
         elif what == "cut the leader off its Lease":
             # Alive and able to write everything else, it cannot renew (its renewals hang):
             # it must stop acting before the other intake can take the Lease.
-            leader = self._leader()
+            leader = await self._leader()
             if leader is not None:
                 partition = self.api.inject(
                     Fault(status=None, path="/leases/", times=None, delay=KUBE_TIMEOUT + 2,

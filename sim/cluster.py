@@ -233,15 +233,19 @@ class SimulatedCluster:
             self._stop.wait(self.tick)
 
     def step(self) -> None:
+        # An object deleted meanwhile (by a scenario, a test, the engine) is that object's
+        # business: the rest of the tick goes on, as the real controllers do.
         for workload in list(self.workloads.values()):
             owner = self._get(workload.kind, workload.namespace, workload.name)
             if owner is None:
                 continue
-            self._control(workload, owner)
-            self._apply(workload, owner)
-            self._report(workload, owner)
+            with contextlib.suppress(ApiError):
+                self._control(workload, owner)
+                self._apply(workload, owner)
+                self._report(workload, owner)
         for pod in list(self.store.items("Pod")):
-            self._kubelet(pod)
+            with contextlib.suppress(ApiError):
+                self._kubelet(pod)
 
     # --- helpers --------------------------------------------------------------------------------
 
