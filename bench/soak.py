@@ -131,11 +131,19 @@ class Workload:
 
 
 def _policy(
-    kind: str, name: str, namespace: str | None, selector: Obj, window: str, **spec: Any
+    kind: str,
+    name: str,
+    namespace: str | None,
+    selector: Obj,
+    window: str,
+    backoff: str = "3s",
+    max_attempts: int = 2,
+    **spec: Any,
 ) -> Obj:
     """A policy of the soak; ``window`` comfortably longer than the simulated cluster takes to
-    resize every pod (its tick slows down with the number of workloads), so that the script's
-    ends hold: a window is a promise about the cluster, not about the engine."""
+    resize every pod (its tick slows down with the number of workloads), and a backoff long
+    enough for the applier to see the rollback it publishes, so that the script's ends hold: a
+    window is a promise about the cluster, not about the engine."""
     return {
         "apiVersion": "rightsizing.kubex.ai/v1alpha1",
         "kind": kind,
@@ -145,7 +153,7 @@ def _policy(
             "monitoringPeriod": window,
             "rollbackTarget": "manifest",
             "adoptionThresholdPercent": 80,
-            "backoff": {"timePeriod": "3s", "multiplyByTurn": 1, "maxAttempts": 2},
+            "backoff": {"timePeriod": backoff, "multiplyByTurn": 1, "maxAttempts": max_attempts},
             **spec,
         },
     }
@@ -337,6 +345,7 @@ class Soak:
         self.api = KubeEmulator(seed=seed)
         self.sim = SimulatedCluster(self.api.store, tick=0.25 if count <= 200 else 0.5)
         self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
+        self.backoff = f"{max(3, count // 100)}s"  # 3s for 100, 10s for 1,000
         self.timeline = Timeline()
         self.api.store.listeners.append(self.timeline)
         self.temporal = DevServer(
@@ -362,13 +371,13 @@ class Soak:
             _policy("ClusterRollbackPolicy", "soak-cluster", None,
                     {"namespaceSelector": {"operator": "In", "values": ["soak-*"]},
                      "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}},
-                    self.window)
+                    self.window, self.backoff)
         )  # fmt: skip
         for ns in sorted({w.namespace for w in self.workloads}):
             store.create(
                 _policy("RollbackPolicy", "soak-ns", ns,
                         {"labelSelector": {"matchLabels": {"policy": "RollbackPolicy"}}},
-                        self.window)
+                        self.window, self.backoff)
             )  # fmt: skip
             store.create(
                 _policy("RollbackPolicy", "soak-long", ns,
@@ -388,8 +397,7 @@ class Soak:
                 store.create(
                     _policy("RollbackPolicy", w.name, w.namespace,
                             {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
-                            backoff={"timePeriod": "3s", "multiplyByTurn": 1,
-                                     "maxAttempts": w.fate.max_attempts})
+                            self.backoff, w.fate.max_attempts)
                 )  # fmt: skip
             self.sim.add(_manifest(w), behaviour)
 

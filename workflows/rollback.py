@@ -105,6 +105,9 @@ NOTIFICATIONS = "notifications"  # patch: transitions that matter start a Notify
 # Patch: a NotifyWorkflow child is named after its owner and transition and carries the owner's
 # search attributes, so the UI lists it readably and a filter on a workload finds it.
 READABLE_NOTIFY_IDS = "readable-notify-ids"
+# Patch: only a transition notifies. Before it, a run that woke nothing and ended at once in the
+# mode it found (say failedPermanent) notified that mode again, under a new key.
+NOTIFY_TRANSITIONS = "notify-transitions-only"
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -424,13 +427,19 @@ class RollbackWorkflow:
         self._state = decision.state
         if decision.note:
             workflow.logger.info("%s: %s", self.state.owner, decision.note)
-        transitioned = before is None or (before.mode, before.turn, before.transitions) != (
+        # What the UI and `get` show moves with every decided state, including a run's first
+        # (a run that ends at once, its sighting waking nothing, shows the mode it kept).
+        shown = before is None or (before.mode, before.turn, before.transitions) != (
             self.state.mode,
             self.state.turn,
             self.state.transitions,
         )
-        if transitioned:
+        # A transition happened only when the machine made one (``transitions`` counts them):
+        # not when a run that wakes nothing ends in the mode it found.
+        transitioned = self.state.transitions > (before.transitions if before else 0)
+        if shown:
             workflow.upsert_search_attributes(search_attributes(self.state))
+        if transitioned:
             self._count_transition()
         follow: Observation | None = None
         for effect in decision.effects:
@@ -473,6 +482,8 @@ class RollbackWorkflow:
                     )
         if transitioned:
             await self._notify(decision)
+        elif shown and severity_of(self.state.mode) and not workflow.patched(NOTIFY_TRANSITIONS):
+            await self._notify(decision)  # as runs recorded before the patch did: replayed so
         return follow
 
     async def _notify(self, decision: Decision) -> None:

@@ -36,6 +36,7 @@ CURRENT_ONLY = {
     "notified-oom-two-turns",
     "notify-ids-by-key",  # before the readable-notify-ids patch: children named notify/<key>
     "retry-after-failed-permanent",
+    "wakes-nothing-after-failed",  # the notify-transitions-only patch: no second notification
 }  # paths added since the final-sample-only patch
 
 

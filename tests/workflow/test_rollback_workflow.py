@@ -178,6 +178,15 @@ async def test_oom_two_turns_then_failed_permanent(
         "rollingBack/turn-1",
         "rollingBack/turn-2",
     ], children
+    # A later sighting of the same recommendation wakes nothing: the run it starts ends at once
+    # in failedPermanent, and notifies nothing (it used to notify failedPermanent again).
+    again = await observe(client, task_queue, ref, OOM)
+    assert (await again.result()).mode is Mode.FAILED_PERMANENT
+    events = [e async for e in again.fetch_history_events()]
+    assert not any(e.HasField("start_child_workflow_execution_initiated_event_attributes")
+                   for e in events)  # fmt: skip
+    assert len(cluster.notified) == 3
+    assert await check_replay(client, ref.workflow_id, "wakes-nothing-after-failed") == 3
 
 
 async def test_reopen_retries_a_failed_permanent_workload(
