@@ -608,6 +608,18 @@ class SimulatedCluster:
     def _apply(self, workload: Workload, owner: Obj) -> None:
         requests, limits, stamped = self.target(owner)
         if not requests and not limits and not stamped:
+            # Nothing to apply (none, or one that failed for good): a pod that never started on
+            # other resources than the template's is replaced, so it gets the template's.
+            template = _merge(list(dig(self._template(workload, owner), "spec", "containers")
+                                   or []), {}, {})  # fmt: skip
+            for pod in self._pods_of(workload, owner):
+                pending = dig(pod, "status", "phase") == "Pending"
+                if (
+                    pending
+                    and not pod["spec"].get("nodeName")
+                    and not _same_resources(pod["spec"]["containers"], template)
+                ):
+                    self._delete_pod(pod)
             return
         for pod in self._pods_of(workload, owner):
             phase = dig(pod, "status", "phase")
