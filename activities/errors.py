@@ -33,7 +33,11 @@ class InvalidOwnerError(ValueError):
     number, a pod template without containers where one is needed."""
 
 
-class ConflictError(Exception):
+class TransientError(Exception):
+    """Worth another try: Temporal retries the activity (a receiver that answered 5xx, ...)."""
+
+
+class ConflictError(TransientError):
     """The owner kept changing under us; transient: Temporal retries the activity."""
 
 
@@ -51,8 +55,8 @@ def classify(exc: Exception) -> Exception:
         if exc.status not in PERMANENT_STATUSES:
             return exc  # 5xx, 429, 401, 409, 404 on a sub-read: worth another try
         kind = PermanentError.API_REJECTED
-    elif isinstance(exc, (HTTPError, OSError, ConflictError)):
-        return exc  # timeouts, refused or dropped connections, a busy owner
+    elif isinstance(exc, (HTTPError, OSError, TransientError)):
+        return exc  # timeouts, refused or dropped connections, a busy owner, a busy receiver
     else:
         kind = PermanentError.UNEXPECTED
         where = activity.info().workflow_id if activity.in_activity() else "outside an activity"

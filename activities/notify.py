@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from temporalio import activity
 
+from activities.errors import TransientError
 from activities.lookup import OwnerLookup
 from activities.writes import OwnerWriter
 from workflows.contract import EventReason
@@ -126,7 +127,7 @@ def check_url(url: str, what: str = "url") -> str:
     return url
 
 
-class NotificationError(Exception):
+class NotificationError(TransientError):
     """A send that failed; retried unless it is the last attempt."""
 
 

@@ -346,6 +346,9 @@ class Soak:
         self.sim = SimulatedCluster(self.api.store, tick=0.25 if count <= 200 else 0.5)
         self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
         self.backoff = f"{max(3, count // 100)}s"  # 3s for 100, 10s for 1,000
+        # The fates that act mid-backoff (policy changed or deleted) get a backoff the script's
+        # polling cannot miss however slowly it goes round.
+        self.acted_backoff = f"{max(15, count // 50)}s"
         self.timeline = Timeline()
         self.api.store.listeners.append(self.timeline)
         self.temporal = DevServer(
@@ -397,7 +400,7 @@ class Soak:
                 store.create(
                     _policy("RollbackPolicy", w.name, w.namespace,
                             {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
-                            self.backoff, w.fate.max_attempts)
+                            self.acted_backoff, w.fate.max_attempts)
                 )  # fmt: skip
             self.sim.add(_manifest(w), behaviour)
 

@@ -10,6 +10,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.errors import InvalidOwnerError, classify
 from activities.kubernetes import KubernetesActivities
+from activities.notify import NotificationError
 from sim.apiserver import Fault, KubeEmulator
 from tests.activity.builders import owner, pod
 from tests.activity.test_kubernetes_activities import REC, WEB, record, sample, state
@@ -119,7 +120,14 @@ def test_classify_permanent(exc: Exception, kind: PermanentError, reason: str) -
 
 
 @pytest.mark.parametrize(
-    "exc", [ApiException(status=500), ApiException(status=429), ConnectionError(), TimeoutError()]
+    "exc",
+    [
+        ApiException(status=500),
+        ApiException(status=429),
+        ConnectionError(),
+        TimeoutError(),
+        NotificationError("receiver oncall: HTTP 503"),  # the notification activities' retry
+    ],
 )
 def test_classify_transient(exc: Exception) -> None:
     assert classify(exc) is exc
