@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import importlib
 import json
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -603,5 +604,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def entry() -> None:
+    """The ``rollbackctl`` console script: ``main``, then leave with its status at once once
+    Temporal's client has been loaded, whose native runtime can abort the interpreter while it
+    tears down (sdk-python issue 300): a command that did its work must not end in SIGABRT."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "temporalio.bridge" in sys.modules:
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

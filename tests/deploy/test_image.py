@@ -46,7 +46,7 @@ def test_wheel_carries_the_cli_and_scenarios(tmp_path: Path) -> None:
     assert "sim/scenarios/oom-rollback.yaml" in names
     assert "sim/apiserver.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "rollbackctl = cli.main:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "rollbackctl = cli.main:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()
     requires = re.findall(r"^Requires-Dist: (.+)$", text, re.M)
