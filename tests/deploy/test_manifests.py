@@ -20,6 +20,7 @@ KUSTOMIZATIONS = sorted(
     p.parent for p in DEPLOY.rglob("kustomization.yaml") if "kind: Component" not in p.read_text()
 )
 K8S_VERSION = "1.34"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,8 @@ def test_renders_and_validates(directory: Path) -> None:
     objects = render(directory)
     assert objects
     for obj in objects:
+        # A namespaced object without a namespace lands wherever kubectl's context points.
+        assert obj["kind"] in CLUSTER_SCOPED or obj["metadata"].get("namespace"), obj["metadata"]
         if obj["apiVersion"].startswith("monitoring.coreos.com/"):
             continue  # the Prometheus Operator's kinds: checked below and with promtool
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)

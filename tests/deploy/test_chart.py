@@ -1,0 +1,229 @@
+"""The Helm chart (charts/rightsizing-rollback) with the real helm (``make helm``): it lints
+strictly, renders for its defaults and each example values file into objects that validate
+against the Kubernetes 1.33 schemas, refuses a typo'd value by name, packages, and agrees object
+for object with the kustomize tree (deploy/) on every setting both offer."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from activities.kubernetes import Actuation
+from activities.notify import NotificationConfig, Receiver
+from tests.conftest import ROOT
+from tests.deploy.kustomize import render
+
+CHART = ROOT / "charts" / "rightsizing-rollback"
+EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
+NAMESPACE = "rightsizing-rollback"  # the kustomize base's namespace
+K8S_VERSION = "1.33"
+# Labels Helm's conventions add to each object's metadata; kustomize has no release to name.
+HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
+# Each example values file and the kustomize overlay that chooses the same.
+SAME_AS_OVERLAY = {
+    None: "annotations",
+    "in-place.yaml": "in-place",
+    "monitoring.yaml": "monitoring",
+    "temporal-cloud.yaml": "temporal-cloud",
+    "temporal-mtls.yaml": "temporal-mtls",
+    "temporal-dev.yaml": "temporal-dev",
+    "versioned.yaml": "versioned",
+}
+
+
+def helm() -> str:
+    beside = Path(sys.executable).parent / "helm"
+    found = str(beside) if beside.exists() else shutil.which("helm")
+    assert found, "helm not installed: `make helm` puts helm v4 into .venv/bin"
+    return found
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def template(*values: Path, sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    args = ["template", "rr", str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    for path in values:
+        args += ["--values", str(path)]
+    for s in sets:
+        args += ["--set", s]
+    out = run_helm(*args)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_lints_strictly() -> None:
+    out = run_helm("lint", "--strict", str(CHART))
+    assert out.returncode == 0, out.stdout + out.stderr
+    for example in EXAMPLES:
+        out = run_helm("lint", "--strict", str(CHART), "--values", str(example))
+        assert out.returncode == 0, (example.name, out.stdout + out.stderr)
+
+
+@pytest.mark.parametrize("values", [None, *EXAMPLES], ids=["defaults", *(p.stem for p in EXAMPLES)])
+def test_renders_objects_valid_for_kubernetes(values: Path | None) -> None:
+    objects = template(*([values] if values else []))
+    assert {"Deployment", "ClusterRole", "CustomResourceDefinition"} <= {o["kind"] for o in objects}
+    for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus Operator's kinds: compared with kustomize's below
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for config in (o for o in objects if o["kind"] == "ConfigMap"):
+        if "notifications.yaml" in config["data"]:  # what the worker loads at start
+            NotificationConfig.model_validate(yaml.safe_load(config["data"]["notifications.yaml"]))
+
+
+def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object without Helm's own labels, with its notification file parsed (its comments
+    differ)."""
+    obj = json.loads(json.dumps(obj))
+    labels = obj["metadata"].get("labels", {})
+    for label in HELM_LABELS:
+        labels.pop(label, None)
+    data = obj.get("data", {})
+    if "notifications.yaml" in data:
+        data["notifications.yaml"] = yaml.safe_load(data["notifications.yaml"])
+    return obj
+
+
+def _by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): _comparable(o) for o in objects}
+
+
+@pytest.mark.parametrize("example", SAME_AS_OVERLAY, ids=lambda e: SAME_AS_OVERLAY[e])
+def test_chart_and_kustomize_agree_object_for_object(example: str | None) -> None:
+    chart = _by_identity(template(*([CHART / "examples" / example] if example else [])))
+    kustomize = _by_identity(render(ROOT / "deploy" / "overlays" / SAME_AS_OVERLAY[example]))
+    # Helm installs into the release's namespace (`--create-namespace`); it does not own it.
+    kustomize.pop(("Namespace", NAMESPACE))
+    assert sorted(chart) == sorted(kustomize)
+    for identity, obj in kustomize.items():
+        assert chart[identity] == obj, (identity, _differences(chart[identity], obj))
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two parsed objects differ, as paths with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            d
+            for k in sorted(a.keys() | b.keys(), key=str)
+            for d in _differences(a.get(k), b.get(k), f"{path}.{k}")
+        ]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _differences(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [f"{path}: chart {a!r}, kustomize {b!r}"]
+
+
+def test_a_typo_is_refused_by_name() -> None:
+    out = run_helm("template", "rr", str(CHART), "--set", "worker.replicaz=3")
+    assert out.returncode != 0
+    assert "replicaz" in out.stderr and "additional properties" in out.stderr.lower(), out.stderr
+    out = run_helm("template", "rr", str(CHART), "--set", "actuation=inplace")
+    assert out.returncode != 0 and "actuation" in out.stderr, out.stderr
+
+
+def test_schema_is_strict_and_as_the_flags_are() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def objects(node: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+        found = []
+        if isinstance(node, dict):
+            if "properties" in node:
+                found.append((path, node))
+            for key, value in node.items():
+                found += objects(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                found += objects(value, f"{path}[{i}]")
+        return found
+
+    for path, node in objects(schema, "$"):
+        assert node.get("additionalProperties") is False, path
+    props = schema["properties"]
+    assert props["actuation"]["enum"] == [a.value for a in Actuation]
+    receiver = props["notifications"]["properties"]["receivers"]["items"]["properties"]
+    assert sorted(receiver) == sorted(f.alias or name for name, f in Receiver.model_fields.items())
+
+
+def test_versioning_gives_one_worker_deployment_per_build() -> None:
+    objects = template(
+        CHART / "examples" / "versioned.yaml", sets=("workerVersioning.builds={0.1.0,0.2.0}",)
+    )
+    workers = {
+        o["metadata"]["name"]: o
+        for o in objects
+        if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("rollback-worker")
+    }
+    assert sorted(workers) == ["rollback-worker-0-1-0", "rollback-worker-0-2-0"]
+    for build, deployment in (
+        ("0.1.0", workers["rollback-worker-0-1-0"]),
+        ("0.2.0", workers["rollback-worker-0-2-0"]),
+    ):
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"].endswith(f":{build}")
+        assert {"name": "ROLLBACK_BUILD_ID", "value": build} in container["env"]
+
+
+def test_app_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+
+
+def test_packages_with_the_linked_files_inside(tmp_path: Path) -> None:
+    out = run_helm("package", str(CHART), "--destination", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    archive = tmp_path / f"{chart['name']}-{chart['version']}.tgz"
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        crd = tar.extractfile(f"{chart['name']}/crds/rollbackpolicies.yaml")
+        assert crd is not None
+        assert crd.read() == (ROOT / "deploy" / "crds" / "rollbackpolicies.yaml").read_bytes()
+    assert f"{chart['name']}/values.schema.json" in names
+    assert not any("/examples/" in n for n in names)  # .helmignore: documentation only
+
+
+def _readme_helm_commands() -> list[str]:
+    """Each ``helm install`` command of the README, its continuation lines joined."""
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if line.startswith("helm install ")]
+
+
+def test_the_readme_helm_commands_install_as_printed() -> None:
+    """As printed, with ``--dry-run=client`` (no cluster here runs Helm's release storage): the
+    chart path, the namespace and the values files resolve from a clone's root, and the NOTES
+    print the commands that show it working."""
+    commands = _readme_helm_commands()
+    assert len(commands) >= 2
+    for command in commands:
+        argv = shlex.split(command)
+        out = subprocess.run(
+            [helm(), *argv[1:], "--dry-run=client"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "KUBECONFIG": os.devnull},
+        )
+        assert out.returncode == 0, (command, out.stderr)
+        notes = out.stdout.split("NOTES:", 1)[1]
+        assert "kubectl -n rightsizing-rollback rollout status deployment/rollback-intake" in notes
