@@ -5,18 +5,8 @@ signal), calls ``decide``, then performs the decision's effects (activities) and
 the new mode calls for. Nothing here knows about Temporal or Kubernetes, so every path is tested
 on virtual time in ``tests/unit/test_machine.py``.
 
-Modes (README, "The RollbackWorkflow")::
-
-    monitoring --(window ends, threshold met)--------------------> monitoringSucceeded
-    monitoring --(window ends, threshold not met)----------------> rollingBack
-    rollingBack --(rolled back)----------------------------------> backingOff
-    backingOff --(wait over, turn < maxAttempts)-----------------> backedOff (next turn when
-                                                                   the fingerprint is adopted again)
-    backingOff --(wait over, turn = maxAttempts)-----------------> failedPermanent
-    monitoring --(lastSuccessful target, nothing recorded)-------> failedPermanent
-    any active --(cancel signal)---------------------------------> cancelled
-    any active --(a new fingerprint observed)--------------------> superseded (next run monitors it)
-    start or turn boundary --(no policy matches any more)--------> cleared (state removed)
+Modes and transitions: ``TRANSITIONS`` below, the table the docs draw the diagram from
+(docs/concepts.md).
 
 One authoritative sample decides, at the end of the window. The baseline comes from the owner
 read when the window opens (``AttemptStarted.loaded.desired``); only a kind without a desired
@@ -69,6 +59,28 @@ from workflows.state import (
     ResourceSnapshot,
 )
 from workflows.wake import LastAttempt, Sighting, Trigger, Verdict, Wake, wake
+
+_ACTIVE = (Mode.MONITORING, Mode.ROLLING_BACK, Mode.BACKING_OFF)
+# Every transition ``decide`` makes, as (from, on what, to); ``None`` is a run's start. A run that
+# starts and ends at once in the mode it finds (nothing to do) makes none. The docs' diagram is
+# drawn from this table (``cli.docs``), and tests/unit/test_machine.py fails on a transition the
+# code makes that is not here, and on a row no test takes.
+TRANSITIONS: tuple[tuple[Mode | None, str, Mode], ...] = (
+    (None, "a policy matches the adopted recommendation", Mode.MONITORING),
+    (None, "no policy matches any more", Mode.CLEARED),
+    (Mode.MONITORING, "reopen: a fresh window", Mode.MONITORING),
+    (Mode.MONITORING, "window ends, threshold met", Mode.MONITORING_SUCCEEDED),
+    (Mode.MONITORING, "window ends, threshold not met", Mode.ROLLING_BACK),
+    (Mode.MONITORING, "lastSuccessful target, nothing recorded", Mode.FAILED_PERMANENT),
+    (Mode.ROLLING_BACK, "rolled back", Mode.BACKING_OFF),
+    (Mode.BACKING_OFF, "wait over, turn < maxAttempts", Mode.BACKED_OFF),
+    (Mode.BACKING_OFF, "wait over, turn = maxAttempts", Mode.FAILED_PERMANENT),
+    (Mode.BACKING_OFF, "no policy matches any more", Mode.CLEARED),
+    *((mode, "cancel", Mode.CANCELLED) for mode in _ACTIVE),
+    *((mode, "a new recommendation adopted", Mode.SUPERSEDED) for mode in _ACTIVE),
+    *((mode, "an error retrying cannot fix", Mode.ABORTED) for mode in _ACTIVE),
+    *((mode, "owner deleted", Mode.CLEARED) for mode in _ACTIVE),
+)
 
 DEFAULT_SAMPLE_INTERVAL = timedelta(seconds=30)
 MIN_SAMPLE_INTERVAL = timedelta(milliseconds=500)

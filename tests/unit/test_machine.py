@@ -16,7 +16,10 @@ from workflows.activity_api import (
 )
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget, WorkloadKind
 from workflows.fingerprint import Recommendation
+from workflows import machine
 from workflows.machine import (
+    TRANSITIONS,
+    Aborted,
     AttemptStarted,
     BackoffOver,
     Cancel,
@@ -41,6 +44,32 @@ from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
 from workflows.wake import Trigger
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+DRAWN = {(before, after) for before, _, after in TRANSITIONS}
+TAKEN: set[tuple[Mode | None, Mode]] = set()
+RAN: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _only_drawn_transitions(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """Every transition a test makes must be a row of ``machine.TRANSITIONS`` (the docs draw
+    the state machine from it); the rows taken are kept for the last test of this module."""
+
+    def checked(state: RollbackState, obs: machine.Observation) -> Decision:
+        decision = machine.decide(state, obs)
+        before = None if isinstance(obs, AttemptStarted) else state.mode
+        moved = decision.state.transitions != state.transitions
+        if moved or (before is not None and decision.state.mode is not state.mode):
+            pair = (before, decision.state.mode)
+            assert pair in DRAWN, f"{pair} is not in workflows.machine.TRANSITIONS"
+            TAKEN.add(pair)
+        return decision
+
+    monkeypatch.setitem(globals(), "decide", checked)
+    RAN.add(request.node.originalname)
+
+
 OWNER = OwnerRef(namespace="shop", kind=WorkloadKind.DEPLOYMENT, name="api")
 KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
 REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "256Mi"}})
@@ -511,3 +540,40 @@ def test_history_is_short_and_ordered() -> None:
         state = decide(state, Reopen(T0 + timedelta(seconds=i))).state
     assert len(state.history) == 10
     assert state.history[-1].time == T0 + timedelta(seconds=19)
+
+
+@pytest.mark.parametrize("mode", [Mode.MONITORING, Mode.ROLLING_BACK, Mode.BACKING_OFF])
+def test_every_active_mode_ends_on_cancel_supersede_abort_and_owner_gone(mode: Mode) -> None:
+    def active() -> RollbackState:
+        state = monitoring()
+        if mode is not Mode.MONITORING:
+            state = end_window(state, sample(0, oomKilled=5)).state
+        if mode is Mode.BACKING_OFF:
+            state = rolled_back(turn_state=state).state
+        assert state.mode is mode
+        return state
+
+    later = T0 + timedelta(minutes=6)
+    assert decide(active(), Cancel(later)).state.mode is Mode.CANCELLED
+    assert decide(active(), Observed(later, OTHER)).state.mode is Mode.SUPERSEDED
+    aborted = decide(active(), Aborted(later, FailureReason.MALFORMED_ANNOTATION, "bad"))
+    assert aborted.state.mode is Mode.ABORTED
+    gone = {
+        Mode.MONITORING: Sampled(
+            later, CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
+        ),
+        Mode.ROLLING_BACK: RolledBack(later, ActuationResult(exists=False)),
+        Mode.BACKING_OFF: BackoffOver(later, ResolvePolicyResult(exists=False)),
+    }[mode]
+    cleared = decide(active(), gone).state
+    assert (cleared.mode, cleared.failure_reason) == (Mode.CLEARED, FailureReason.OWNER_GONE)
+
+
+def test_every_drawn_transition_is_taken() -> None:
+    """Last in this module: each row of the table is a transition some test above makes."""
+    others = {name for name in globals() if name.startswith("test_")} - {
+        "test_every_drawn_transition_is_taken"
+    }
+    if not others <= RAN:
+        pytest.skip("needs the whole module (it counts the transitions its tests take)")
+    assert DRAWN - TAKEN == set()
