@@ -1,7 +1,8 @@
 """Every error an activity can raise, classified: transient (Temporal retries it with backoff,
 within the attempt's retry budget) or permanent (a non-retryable ``ApplicationError`` whose type
 is a ``workflows.activity_api.PermanentError``; the workflow ends the attempt ``aborted`` with
-the matching failure reason and a Warning Event). README, "Errors", lists the classes.
+the matching failure reason and a Warning Event). docs/concepts/activities.md, "Errors", lists the
+classes.
 
 Each ``@activity.defn`` method runs its body under ``classified()``; the helpers below it raise
 plain exceptions and need not know about Temporal.

@@ -2,7 +2,7 @@
 
 Works on files only (no cluster, no Temporal). ``explain`` prints which policy applies to a
 workload manifest, every other candidate with why it lost or did not match, and the backoff
-schedule, as text or JSON (README, "Policies").
+schedule, as text or JSON (docs/concepts/policies.md, "Policies").
 """
 
 from __future__ import annotations

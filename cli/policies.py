@@ -1,5 +1,6 @@
 """``rollbackctl get policies`` and ``rollbackctl describe policy``: the policies as the cluster
-holds them, with the status the intake writes (README, "Policy status").
+holds them, with the status the intake writes (docs/concepts/status-and-control.md, "Policy
+status").
 
 The table has the CRDs' own printer columns (``cli.crds.PRINTER_COLUMNS``), so it reads like
 ``kubectl get rbp,crbp``; ``describe`` adds the conditions, the last error and the workloads

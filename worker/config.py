@@ -287,7 +287,7 @@ class WorkerConfig:
     kube: KubeConfig
     actuation: Actuation = Actuation.ANNOTATIONS
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS
-    # Worker Versioning (README, "Worker versioning"): None runs unversioned.
+    # Worker Versioning (docs/operating/upgrade.md, "Worker versioning"): None runs unversioned.
     deployment: WorkerDeploymentVersion | None = None
     notifications: NotificationConfig = field(default_factory=NotificationConfig)
 

@@ -11,7 +11,7 @@ the last Temporal health check), so a probe never calls the API server or Tempor
 - worker, live: the Temporal worker is running (its pollers have not stopped on a fatal error).
   Ready: also, Temporal answered its last health check (every ``TEMPORAL_CHECK_EVERY``).
 
-README, "Deploy and operate", says how the manifests probe them.
+docs/operating/install.md, "Deploy and operate", says how the manifests probe them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ newer pod, or start the next turn after ``backedOff``.
 - A malformed recommendation annotation gets a Warning Event on the pod and a log line.
 - The control annotation on an owner (``rightsizing.kubex.ai/rollback-control: cancel|reopen``)
   becomes the signal ``rollbackctl`` sends, then is removed; a control that would change nothing
-  gets a ``RollbackControlRejected`` Event saying why (README, "Control from kubectl").
+  gets a ``RollbackControlRejected`` Event saying why (docs/concepts/status-and-control.md,
+  "Control from kubectl").
 - Each policy's ``status`` is kept by ``worker.status`` from these same watches.
 """
 
@@ -125,7 +126,8 @@ class Intake:
         self.core, self.custom = core, custom
         # The leader's fence (``LeaderElector.holds``), checked right before every write and
         # signal; and this intake's own end. An Intake serves one leadership term: once
-        # stopped it never acts again, whatever its threads were doing (README, "Intake").
+        # stopped it never acts again, whatever its threads were doing (docs/concepts/intake.md,
+        # "Intake").
         self._fence = fence
         self._stopping = threading.Event()
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop

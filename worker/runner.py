@@ -43,7 +43,8 @@ SANDBOXED = SandboxedWorkflowRunner(
 # Workflows kept in memory between tasks. A monitoring window waits on one timer and wakes once
 # when it ends, so a window needs no cached workflow: past this many, the least recently used is
 # evicted and replays its short history (about 40 events) when its timer fires. Sizing
-# (README, "Scale"): memory ~ WORKER_BASE_MIB + CACHED_WORKFLOW_KIB per cached workflow, as
+# (docs/operating/scale.md, "Scale"): memory ~ WORKER_BASE_MIB + CACHED_WORKFLOW_KIB per cached
+# workflow, as
 # measured in bench/RESULTS.md ("Memory", "P3").
 MAX_CACHED_WORKFLOWS = 1_000
 WORKER_BASE_MIB = 160
@@ -65,7 +66,7 @@ def build_worker(
     **options: Any,
 ) -> Worker:
     """The worker; with ``deployment``, a version of a Worker Deployment whose workflows are
-    pinned to it (README, "Worker versioning")."""
+    pinned to it (docs/operating/upgrade.md, "Worker versioning")."""
     methods = activity_methods(activities)
     sync = any(not inspect.iscoroutinefunction(m) for m in methods)
     return Worker(

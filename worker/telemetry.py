@@ -3,7 +3,8 @@
 Metrics: one Prometheus endpoint (``--metrics-address``, ``ROLLBACK_METRICS_ADDRESS``, default
 off on a laptop, ``0.0.0.0:9464`` in the manifests) served by the Temporal SDK's runtime, so the
 SDK's own metrics (workflow and activity task latencies, polls, failures) and ours share it;
-README, "Metrics and logs", lists ours with their labels (build info, transitions, attempts,
+docs/operating/scale.md, "Metrics and logs", lists ours with their labels (build info,
+transitions, attempts,
 rollbacks, time to verdict, sample latency, notifications, Kubernetes requests, owners by policy
 and mode, the oldest transition per mode, intake leadership, workflows by mode, bad objects).
 

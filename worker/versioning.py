@@ -4,7 +4,7 @@ Used by the worker at start-up (``adopt_if_first``: the very first version of a 
 becomes current by itself, so a fresh install works without a manual step; every later version
 waits to be promoted) and by ``rollbackctl versions`` (list, set-current, ramp). Running attempts
 per version come from the ``TemporalWorkerDeploymentVersion`` search attribute the server keeps.
-README, "Worker versioning", has the upgrade procedure.
+docs/operating/upgrade.md, "Worker versioning", has the upgrade procedure.
 """
 
 from __future__ import annotations

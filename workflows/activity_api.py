@@ -176,7 +176,8 @@ REAPPLY_RECOMMENDATION = "reapply_recommendation"
 
 class PermanentError(StrEnum):
     """``ApplicationError`` types the activities raise (non-retryable) for what retrying cannot
-    fix, each with the failure reason the attempt ends with (README, "Errors")."""
+    fix, each with the failure reason the attempt ends with (docs/concepts/activities.md,
+    "Errors")."""
 
     MALFORMED_RECOMMENDATION = "MalformedRecommendationError"
     INVALID_OWNER = "InvalidOwnerError"

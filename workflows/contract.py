@@ -1,6 +1,7 @@
 """The cluster contract and the names defined once: API group, annotation keys, modes, reasons.
 
-These names are shared with the Kubex automation engine (README, "Annotations written" and
+These names are shared with the Kubex automation engine (docs/concepts/activities.md, "Annotations
+written" and
 "Recommendations and fingerprints"), so they must not change: an applier that already uses them
 runs beside this service.
 """
@@ -32,7 +33,8 @@ ROLLBACK_LIMITS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_LIMITS}"
 # Rollback state JSON, on the owner only (never on pods).
 ROLLBACK_STATE_ANNOTATION = "rightsizing.kubex.ai/rollback-state"
 
-# Set by people, read by the engine (README, "Policy status and control from kubectl"):
+# Set by people, read by the engine (docs/concepts/status-and-control.md, "Policy status and
+# control from kubectl"):
 # on an owner, a one-shot command the intake carries out and then removes; on a policy, "true"
 # makes it observe-only (monitor, decide and report; write no rollback, resize nothing).
 CONTROL_ANNOTATION = "rightsizing.kubex.ai/rollback-control"
@@ -82,7 +84,8 @@ class Mode(StrEnum):
     BACKED_OFF = "backedOff"
     FAILED_PERMANENT = "failedPermanent"
     CANCELLED = "cancelled"
-    ABORTED = "aborted"  # ended by an error that retrying cannot fix (README, "Errors")
+    # ended by an error that retrying cannot fix (docs/concepts/activities.md, "Errors")
+    ABORTED = "aborted"
     SUPERSEDED = "superseded"
     CLEARED = "cleared"
 
@@ -123,7 +126,7 @@ class EventReason(StrEnum):
     STATE_CLEARED = "RollbackStateCleared"
     RECOMMENDATION_UNAVAILABLE = "RollbackRecommendationUnavailable"
     # Beyond the reference engine's list: a cancel signal, an attempt ended by an error that
-    # retrying cannot fix, and objects the intake ignores (README, "Errors").
+    # retrying cannot fix, and objects the intake ignores (docs/concepts/activities.md, "Errors").
     MONITORING_CANCELLED = "RollbackMonitoringCancelled"
     ATTEMPT_ABORTED = "RollbackAttemptAborted"
     POLICY_INVALID = "RollbackPolicyInvalid"

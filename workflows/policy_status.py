@@ -3,7 +3,7 @@
 The intake's leader writes it (``worker.status``); this module decides its content from the
 policies and every owner's labels and stored rollback state, so a restarted intake computes the
 same status it left, and writes nothing when nothing changed. Field names are the reference
-engine's (README, "Policy status"):
+engine's (docs/concepts/status-and-control.md, "Policy status"):
 
 - ``observedGeneration``: the policy generation the status describes.
 - ``activeTrackedWorkloads``: owners whose stored state names this policy in an active mode

@@ -210,7 +210,7 @@ class RollbackWorkflow:
     finishes on the build it started on, so a workflow change never meets a history it did not
     write; a new attempt (a new recommendation, the next turn, a reopen) continues-as-new onto
     the current version, while a long window's continue-as-new, the same attempt, stays pinned
-    (README, "Worker versioning")."""
+    (docs/operating/upgrade.md, "Worker versioning")."""
 
     def __init__(self) -> None:
         self._state: RollbackState | None = None

@@ -1,6 +1,7 @@
 """Which policy, if any, applies to a workload, and why.
 
-Precedence (README, "Which policy applies"): a namespaced ``RollbackPolicy`` in the workload's
+Precedence (docs/concepts/policies.md, "Which policy applies"): a namespaced ``RollbackPolicy`` in
+the workload's
 namespace beats any ``ClusterRollbackPolicy`` (the team that owns the namespace decides). Among
 policies of one kind, the higher ``weight`` wins, then the older ``creationTimestamp``, then the
 name (a stable tie-break when timestamps are missing or equal). No match: the workload is

@@ -1,7 +1,8 @@
 """The rollback state JSON kept on the owner (annotation ``rightsizing.kubex.ai/rollback-state``).
 
 This is the durable record the cluster sees; the workflow computes it at every transition and an
-activity writes it. Field names are the cluster contract's (README, "Annotations written")::
+activity writes it. Field names are the cluster contract's (docs/concepts/activities.md,
+"Annotations written")::
 
     {"mode": "backingOff", "activeRecommendationFingerprint": "3f9c...", "turn": 2,
      "failureReason": "oomKilled", "failureMessage": "2/5 pods OOMKilled (app)",

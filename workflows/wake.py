@@ -1,6 +1,7 @@
 """The wake rule: does a sighting of a recommendation wake an owner, and how?
 
-One pure function, ``wake``, answers it for everyone who asks (README, "The RollbackWorkflow",
+One pure function, ``wake``, answers it for everyone who asks (docs/concepts/workflow.md, "The
+RollbackWorkflow",
 *Runs*):
 
 - the intake (``worker.intake``), before it signals: against the state stored on the owner;
@@ -91,7 +92,8 @@ def wake(last: LastAttempt | None, sighting: Sighting, reopen_enabled: bool) -> 
     reopen = sighting.trigger is Trigger.REOPEN
     match last.mode:
         case Mode.FAILED_PERMANENT if reopen:
-            # An operator's explicit retry (README, "Retrying a failed workload"), whatever
+            # An operator's explicit retry (docs/concepts/intake.md, "Retrying a failed
+            # workload"), whatever
             # enableMonitoringReopen says: that setting is about pods, not people.
             return Verdict(Wake.RETRY, "retried: a fresh attempt from turn 1")
         case Mode.FAILED_PERMANENT:

@@ -1,5 +1,5 @@
 """Credentials come from files and go nowhere else: not into the environment, the arguments or
-the logs of a running worker (README, "Configure Temporal")."""
+the logs of a running worker (docs/operating/temporal.md, "Configure Temporal")."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ tolerations: {{ toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
-{{/* The probes: /livez and /readyz reflect the process itself (README, "Probes"). */}}
+{{/* The probes: /livez and /readyz reflect the process itself (docs/operating/scale.md, "Probes"). */}}
 {{- define "rollback.probes" -}}
 readinessProbe:
   httpGet: {path: /readyz, port: health}
