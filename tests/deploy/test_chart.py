@@ -201,18 +201,20 @@ def test_packages_with_the_linked_files_inside(tmp_path: Path) -> None:
     assert not any("/examples/" in n for n in names)  # .helmignore: documentation only
 
 
-def _readme_helm_commands() -> list[str]:
-    """Each ``helm install`` command of the README, its continuation lines joined."""
-    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+def _install_page_helm_commands() -> list[str]:
+    """Each ``helm install`` command of the README and the install page, continuation lines
+    joined."""
+    pages = (ROOT / "README.md", ROOT / "docs" / "operating" / "install.md")
+    text = "".join(p.read_text() for p in pages).replace("\\\n", " ")
     return [line.strip() for line in text.splitlines() if line.startswith("helm install ")]
 
 
-def test_the_readme_helm_commands_install_as_printed() -> None:
+def test_the_install_page_helm_commands_install_as_printed() -> None:
     """As printed, with ``--dry-run=client`` (no cluster here runs Helm's release storage): the
     chart path, the namespace and the values files resolve from a clone's root, and the NOTES
     print the commands that show it working."""
-    commands = _readme_helm_commands()
-    assert len(commands) >= 2
+    commands = _install_page_helm_commands()
+    assert len(commands) >= 3
     for command in commands:
         argv = shlex.split(command)
         out = subprocess.run(

@@ -53,6 +53,34 @@ def readme_commands() -> tuple[list[str], list[str]]:
     return setup, [line[2:] for line in tries[1].splitlines() if line.startswith("$ ")]
 
 
+def docs_examples() -> dict[str, list[str]]:
+    """The commands the getting-started page shows with their output, and that output."""
+    text = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    shown: dict[str, list[str]] = {}
+    for block in re.findall(r"## What the commands show.*?```console\n(.*?)```", text, re.S):
+        for part in re.split(r"^\$ ", block, flags=re.M)[1:]:
+            command, *output = part.splitlines()
+            shown[command] = [line for line in output if line.strip()]
+    assert shown, "docs/getting-started.md shows command output"
+    return shown
+
+
+def _same_shape(shown: list[str], real: str, command: str) -> None:
+    """Every heading row the page shows is in the real output, column for column, and every
+    other line's first field (a label, a namespace, an age: digits aside) starts a real line."""
+
+    def key(line: str) -> str:
+        return re.sub(r"\d+", "0", re.split(r":|\s{2,}", line.strip())[0])
+
+    lines = [line for line in real.splitlines() if line.strip()]
+    headings = {" ".join(line.split()) for line in lines}
+    keys = {key(line) for line in lines}
+    for line in shown:
+        if line == line.upper() and re.search("[A-Z]{2}", line):
+            assert " ".join(line.split()) in headings, (command, line, real)
+        assert key(line) in keys, (command, line, real)
+
+
 class Shell:
     """What a person's shell keeps between commands: the directory and the exports."""
 
@@ -199,6 +227,8 @@ def _things_to_try(clone: Path, tries: list[str], run: Process) -> Shell:
     """The README's "Things to try", line by line, as a person with .venv activated."""
     shell = Shell(clone, _env(PATH=f"{clone / '.venv' / 'bin'}:{os.environ['PATH']}"))
     said = {command: shell.run(command) for command in tries}
+    for command, shown in docs_examples().items():
+        _same_shape(shown, said[command], command)
     events = said["kubectl get events -n shop"]
     assert re.match(r"LAST SEEN\s+TYPE\s+REASON\s+OBJECT\s+MESSAGE", events), events
     assert "RollbackBackoffExhausted" in events and "deployment/api" in events

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from workflows import machine
 from workflows.activity_api import (
     ActuationResult,
     CohortSample,
@@ -16,7 +17,6 @@ from workflows.activity_api import (
 )
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget, WorkloadKind
 from workflows.fingerprint import Recommendation
-from workflows import machine
 from workflows.machine import (
     TRANSITIONS,
     Aborted,
@@ -576,4 +576,4 @@ def test_every_drawn_transition_is_taken() -> None:
     }
     if not others <= RAN:
         pytest.skip("needs the whole module (it counts the transitions its tests take)")
-    assert DRAWN - TAKEN == set()
+    assert set() == DRAWN - TAKEN
