@@ -45,6 +45,9 @@ class Env:
     queue: str
 
     async def result(self) -> RollbackResult:
+        # The workflow ID is the same in every test: the latest run is this test's only once
+        # every signal the intake counted has been accepted by Temporal (it counts on queueing).
+        await eventually(lambda: not self.intake._undelivered)
         return await self.client.get_workflow_handle_for(
             RollbackWorkflow.run, REF.workflow_id
         ).result()
