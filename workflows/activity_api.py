@@ -172,6 +172,9 @@ SAMPLE_COHORT = "sample_cohort"
 RECORD_TRANSITION = "record_transition"
 ROLL_BACK = "roll_back"
 REAPPLY_RECOMMENDATION = "reapply_recommendation"
+# Short reads and state records: run as local activities (``workflows.rollback``). The rollback
+# and the re-apply stay regular activities, each its own step in the UI.
+LOCAL = frozenset({LOAD_OWNER, RESOLVE_POLICY, SAMPLE_COHORT, RECORD_TRANSITION})
 
 
 class PermanentError(StrEnum):

@@ -40,6 +40,7 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_api import (
         LOAD_OWNER,
+        LOCAL,
         NON_RETRYABLE_ERRORS,
         REAPPLY_RECOMMENDATION,
         RECORD_TRANSITION,
@@ -105,6 +106,12 @@ NOTIFICATIONS = "notifications"  # patch: transitions that matter start a Notify
 # Patch: a NotifyWorkflow child is named after its owner and transition and carries the owner's
 # search attributes, so the UI lists it readably and a filter on a workload finds it.
 READABLE_NOTIFY_IDS = "readable-notify-ids"
+# Patch: the short reads and the state records run as local activities (``LOCAL``): no activity
+# task round trip, no scheduled/started/completed events, one billable action per workflow task
+# for all of them. It implies final-sample-only, so a new run checks one patch, not two (each
+# check the SDK records costs a marker and a TemporalChangeVersion upsert). Runs recorded before
+# it replay with regular activities.
+LEAN_ATTEMPTS = "lean-attempts"
 # Patch: only a transition notifies. Before it, a run that woke nothing and ended at once in the
 # mode it found (say failedPermanent) notified that mode again, under a new key.
 NOTIFY_TRANSITIONS = "notify-transitions-only"
@@ -124,6 +131,16 @@ MID_WINDOW_RETRY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
 ACTIVITY_TIMEOUT = timedelta(seconds=20)  # a killed worker's activity is retried after this
+# A local activity retries a few times in the worker (about 3 s of backoff); then the same call
+# becomes a regular activity, which retries durably for the rest of the budget and shows its
+# failures in the UI.
+LOCAL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_attempts=3,
+    non_retryable_error_types=NON_RETRYABLE_ERRORS,
+)
+LOCAL_BUDGET = timedelta(seconds=30)
 # How long one activity may keep failing transiently (API server down, throttled, a webhook
 # timing out) before the attempt ends aborted (retryBudgetExhausted) instead of retrying forever.
 RETRY_BUDGET = timedelta(minutes=30)
@@ -189,6 +206,19 @@ def _failure(err: ActivityError) -> tuple[FailureReason, str]:
     return FailureReason.UNEXPECTED_ERROR, str(cause or err)
 
 
+def _activity_error(name: str, cause: ApplicationError) -> ActivityError:
+    """A local activity's permanent failure as the ``ActivityError`` a regular one raises."""
+    return ActivityError(
+        f"{name} failed",
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=name,
+        activity_id="",
+        retry_state=RetryState.NON_RETRYABLE_FAILURE,
+    )
+
+
 def search_attributes(
     state: RollbackState,
 ) -> list[SearchAttributeUpdate[Any]]:
@@ -212,11 +242,16 @@ class RollbackWorkflow:
     the current version, while a long window's continue-as-new, the same attempt, stays pinned
     (docs/operating/upgrade.md, "Worker versioning")."""
 
+    # The cost benchmark's baseline turns it off (bench/regular.py): regular activities, as runs
+    # recorded before the lean-attempts patch; nothing else does.
+    local_activities = True
+
     def __init__(self) -> None:
         self._state: RollbackState | None = None
         self._pending: list[Observation] = []
         self._input: RollbackInput | None = None
         self._samples_this_run = 0
+        self._lean = False
 
     # --- signals and query -------------------------------------------------------------------
 
@@ -244,7 +279,8 @@ class RollbackWorkflow:
         initial = input.resume or initial_state(
             input.owner, input.recommendation, input.sample_interval
         )
-        if not workflow.patched(FINAL_SAMPLE_ONLY):
+        self._lean = self.local_activities and workflow.patched(LEAN_ATTEMPTS)
+        if not self._lean and not workflow.patched(FINAL_SAMPLE_ONLY):
             initial = initial.model_copy(update={"mid_window_samples": True})
         try:
             await self._attempt(input, initial)
@@ -586,6 +622,32 @@ class RollbackWorkflow:
         retry: RetryPolicy = K8S_RETRY,
     ) -> R:
         assert self._input is not None
+        if name in LOCAL and self._lean:
+            try:
+                local: R = await workflow.execute_local_activity(
+                    name,
+                    arg,
+                    result_type=result_type,
+                    start_to_close_timeout=ACTIVITY_TIMEOUT,
+                    schedule_to_close_timeout=min(LOCAL_BUDGET, self._input.retry_budget),
+                    retry_policy=LOCAL_RETRY if retry is K8S_RETRY else retry,
+                    summary=summary,
+                )
+                return local
+            except FailureError as err:
+                # A local activity's failure comes unwrapped (an ApplicationError, a
+                # TimeoutError); the rest of the workflow handles ActivityError alone.
+                cause = err.cause if isinstance(err, ActivityError) else err
+                if isinstance(cause, ApplicationError) and (
+                    cause.non_retryable or cause.type in NON_RETRYABLE_ERRORS
+                ):
+                    raise _activity_error(name, cause) from cause
+                workflow.logger.warning(
+                    "%s: %s kept failing locally (%s); retrying it as a regular activity",
+                    self._input.owner,
+                    name,
+                    cause,
+                )
         result: R = await workflow.execute_activity(
             name,
             arg,

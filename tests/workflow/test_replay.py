@@ -9,7 +9,8 @@ A change to the workflow that would break a running workflow after a deploy fail
 ``sampled-every-interval.*``: recorded before the ``final-sample-only`` patch, when a window was
 sampled every interval; they replay through the patch's old branch, so runs started before an
 upgrade finish on the new worker. ``notify-ids-by-key.*``: recorded before the
-``readable-notify-ids`` patch, likewise.
+``readable-notify-ids`` patch, likewise. ``regular-activities.*``: recorded before the
+``lean-attempts`` patch, with every activity a regular one.
 
 To re-record after an intentional, versioned change:
 ``ROLLBACK_RECORD_HISTORIES=1 pytest tests/workflow/test_rollback_workflow.py``.
@@ -44,6 +45,17 @@ def test_histories_are_recorded() -> None:
     names = [p.name.split(".") for p in RECORDED]
     assert {n[0] for n in names} >= SCENARIOS | CURRENT_ONLY
     assert {n[1] for n in names if n[0] == "sampled-every-interval"} >= SCENARIOS
+    assert {n[1] for n in names if n[0] == "regular-activities"} >= SCENARIOS - {"oom-two-turns"}
+
+
+def test_current_histories_run_local_activities() -> None:
+    """What the tests record now takes the lean path: reads and records as local activities."""
+    current = [p for p in RECORDED if p.name.split(".")[0] in {"success", "cancel-reopen"}]
+    assert current
+    for path in current:
+        text = path.read_text()
+        assert "core_local_activity" in text, path.name
+        assert "ACTIVITY_TASK_SCHEDULED" not in text, path.name
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
