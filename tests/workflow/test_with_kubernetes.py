@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient
@@ -18,7 +19,7 @@ from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import end_if_running
-from worker.kube import activities_for, api_client
+from worker.kube import RETRIES, activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
@@ -31,7 +32,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.fingerprint import Recommendation
-from workflows.rollback import RollbackInput, RollbackResult, RollbackWorkflow
+from workflows.rollback import LOCAL_RETRY, RollbackInput, RollbackResult, RollbackWorkflow
 from workflows.state import OwnerState, ResourceSnapshot
 
 REC = Recommendation(
@@ -147,6 +148,13 @@ async def run_attempt(
     temporal_env: WorkflowEnvironment, api: KubeEmulator, ref: OwnerRef, **options: object
 ) -> RollbackResult:
     """One attempt through signal-with-start, with RollbackInput ``options`` (retry budget)."""
+    result, _ = await run_attempt_with_history(temporal_env, api, ref, **options)
+    return result
+
+
+async def run_attempt_with_history(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator, ref: OwnerRef, **options: object
+) -> tuple[RollbackResult, list[Any]]:
     queue = f"k8s-{uuid.uuid4().hex[:6]}"
     acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
     async with build_worker(temporal_env.client, queue, acts):
@@ -157,7 +165,36 @@ async def run_attempt(
             id=ref.workflow_id,
             task_queue=queue,
         )
-        return await handle.result()
+        result = await handle.result()
+        return result, list((await handle.fetch_history()).events)
+
+
+def scheduled(history: list[Any]) -> list[str]:
+    """The regular activities a run scheduled, by type."""
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
+async def test_a_local_read_that_keeps_failing_falls_back_to_a_regular_activity(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """The window's sample is a local activity: 503 on every pod LIST of its local tries (each
+    try is the client's own retries too), then the same call is scheduled as a regular activity
+    (durable, visible in the UI) and the attempt goes on to succeed."""
+    api.store.create(owner("Deployment", replicas=2))
+    api.store.create(policy(monitoringPeriod="2s"))
+    for i in range(2):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC))
+    lists = (RETRIES.status + 1) * LOCAL_RETRY.maximum_attempts
+    fault = api.inject(Fault(status=503, method="GET", path="/namespaces/shop/pods$", times=lists))
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    result, history = await run_attempt_with_history(temporal_env, api, ref)
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    assert fault.hits == lists
+    assert scheduled(history) == ["sample_cohort"]  # the reads and records before it: local
 
 
 def stored_state(api: KubeEmulator, kind: str) -> OwnerState:
@@ -186,14 +223,17 @@ async def test_owner_without_selector_ends_aborted_within_its_window(
 async def test_a_webhook_rejecting_every_write_ends_the_attempt(
     temporal_env: WorkflowEnvironment, api: KubeEmulator
 ) -> None:
-    """403 on every owner write: the attempt cannot even record itself, and still ends."""
+    """403 on every owner write: the attempt cannot even record itself, and still ends, at
+    once: the record is a local activity, and a permanent error is not tried again as a regular
+    one."""
     api.store.create(owner("Deployment", replicas=1))
     api.store.create(policy(monitoringPeriod="2s"))
     api.inject(Fault(status=403, method="PATCH", path="/deployments/web", times=None))
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
-    result = await run_attempt(temporal_env, api, ref)
+    result, history = await run_attempt_with_history(temporal_env, api, ref)
     assert (result.mode, result.failure_reason) == (Mode.ABORTED, FailureReason.API_REJECTED)
     assert "403" in (result.message or "")
+    assert scheduled(history) == []
 
 
 async def test_transient_errors_past_the_retry_budget_end_the_attempt(
