@@ -1,0 +1,140 @@
+"""The cost of one attempt: a successful attempt per window length (at once on one dev server,
+the real workflow and activities against the emulator), history events, activities, timers and
+Kubernetes requests by verb, the same for every window; and a successful and an OOM attempt on
+the local-activity path and the regular one side by side, with billable actions
+(``bench.actions``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+
+from activities.kubernetes import Actuation
+from bench import actions
+from bench.harness import (
+    OOM,
+    READY,
+    REC,
+    Lines,
+    make_workload,
+    met,
+    policy_doc,
+    say,
+    scratch_server,
+)
+from bench.regular import RegularActivitiesWorkflow
+from sim.apiserver import KubeEmulator
+from worker.config import TemporalConfig
+from worker.kube import activities_for, api_client
+from worker.runner import build_worker
+from worker.temporal import observe
+from workflows.activity_api import OwnerRef
+from workflows.contract import Mode, WorkloadKind
+from workflows.notify import NotifyWorkflow
+from workflows.rollback import RollbackWorkflow
+
+
+async def attempt_cost(windows: list[str], lines: Lines) -> None:
+    """One successful attempt per window length, all at once on one dev server: the real workflow
+    and the real activities against the emulator, which counts every request by verb."""
+    with KubeEmulator() as api, scratch_server() as server:
+        client = await TemporalConfig.at(server.address).connect()
+        queue = f"bench-cost-{uuid.uuid4().hex[:6]}"
+        refs = []
+        for i, window in enumerate(windows):
+            ns = f"cost{i}"
+            api.store.create(policy_doc("p", window, ns))
+            make_workload(api, ns, "web", 3, READY)
+            refs.append(OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web"))
+        acts = activities_for(api_client(url=api.url), Actuation.ANNOTATIONS)
+        async with build_worker(client, queue, acts):
+            handles = [await observe(client, queue, ref, REC) for ref in refs]
+            results = await asyncio.gather(*(h.result() for h in handles))
+        assert all(r.mode is Mode.MONITORING_SUCCEEDED for r in results), results
+        rows = []
+        for window, ref, handle in zip(windows, refs, handles, strict=True):
+            shape = actions.shape((await handle.fetch_history()).events)
+            mine = api.requests(None, f"/namespaces/{ref.namespace}/")
+            verbs = Counter(
+                f"{r.verb} {r.path.split('/namespaces/', 1)[1].split('/')[1]}" for r in mine
+            )
+            rows.append((window, shape, verbs))
+        cluster_lists = len(api.requests("list", "/clusterrollbackpolicies$"))
+    for window, shape, verbs in rows:
+        requests = ", ".join(f"{n} {what}" for what, n in sorted(verbs.items()))
+        say(
+            lines,
+            f"  {window:>4} window: {shape['events']} history events, {shape['activities']} activities,"
+            f" {shape['local']} local activities, {shape['timers']} timer, {shape['signals']} signal,"
+            f" {shape['actions']} billable actions; Kubernetes: {sum(verbs.values())}"
+            f" requests ({requests}) + {cluster_lists // len(rows)} LIST of cluster policies",
+        )
+    first = rows[0]
+    same = all(r[1] == first[1] and r[2] == first[2] for r in rows)
+    pod_lists = first[2].get("list pods", 0)
+    say(
+        lines,
+        f"  the same for every window: {'yes' if same else 'NO'}; pod LISTs {pod_lists}"
+        f" (target <= 2{met(pod_lists <= 2)}), history events {first[1]['events']}"
+        f" (target <= 40{met(first[1]['events'] <= 40)})",
+    )
+    assert same, rows
+
+
+PATHS = {"local activities": RollbackWorkflow, "regular activities": RegularActivitiesWorkflow}
+
+
+async def attempt_paths(lines: Lines) -> None:
+    """The same attempts on both paths side by side, one dev server: a successful one, and an OOM
+    one failing permanently after two turns (two runs: the second starts when the pods are seen
+    again after the backoff, as the intake does). Billable actions by ``bench.actions.RULES``."""
+    with KubeEmulator() as api, scratch_server() as server:
+        client = await TemporalConfig.at(server.address).connect()
+        acts = activities_for(api_client(url=api.url), Actuation.ANNOTATIONS)
+        costs: dict[tuple[str, str], dict[str, int]] = {}
+        for i, (path, workflow_class) in enumerate(PATHS.items()):
+            queue = f"bench-paths-{i}-{uuid.uuid4().hex[:6]}"
+            async with build_worker(
+                client, queue, acts, workflows=[workflow_class, NotifyWorkflow]
+            ):
+                for fate, status, turns in (("success", READY, 1), ("oom", OOM, 2)):
+                    ns = f"{fate}-{i}"
+                    api.store.create(policy_doc("p", "1s", ns, max_attempts=turns))
+                    make_workload(api, ns, "web", 3, status)
+                    ref = OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web")
+                    shapes = []
+                    for _ in range(turns):
+                        handle = await observe(client, queue, ref, REC)
+                        await handle.result()
+                        shapes.append(actions.shape((await handle.fetch_history()).events))
+                    costs[path, fate] = actions.total(shapes)
+                    end = (await handle.result()).mode
+                    want = Mode.MONITORING_SUCCEEDED if fate == "success" else Mode.FAILED_PERMANENT
+                    assert end is want, (path, fate, end)
+    for (path, fate), c in costs.items():
+        say(
+            lines,
+            f"  {fate:>7}, {path}: {c['events']} history events, {c['activities']} activities,"
+            f" {c['local']} local activities, {c['timers']} timers, {c['signals']} signals,"
+            f" {c['actions']} billable actions",
+        )
+    for fate in ("success", "oom"):
+        before, after = costs["regular activities", fate], costs["local activities", fate]
+        assert before["activities"] == after["activities"] + after["local"], (fate, costs)
+        say(
+            lines,
+            f"  {fate}: events {before['events']} -> {after['events']}, billable actions"
+            f" {before['actions']} -> {after['actions']} (same effects: {before['activities']}"
+            " activities on the old path)",
+        )
+    ok = costs["local activities", "success"]
+    say(
+        lines,
+        f"  a successful attempt: {ok['events']} history events (target <= 20"
+        f"{met(ok['events'] <= 20)}), {ok['actions']} billable actions (target <= 4"
+        f"{met(ok['actions'] <= 4)})",
+    )
+    say(lines, "  billable actions counted per history event (Temporal Cloud's rules):")
+    for event, n, how in actions.RULES:
+        say(lines, f"    {event}: {n} ({how})")

@@ -1,0 +1,142 @@
+"""What the benchmarks share: the recommendation, the workload and policy objects they create on
+the emulator, a scratch dev server, process figures, and how a figure is printed (``say``) with
+its target (``met``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.memory import memory_mib
+from sim.apiserver import KubeEmulator
+from sim.devserver import DevServer
+from sim.scenario import free_port
+from workflows.contract import Obj
+from workflows.fingerprint import Recommendation
+
+KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "512Mi"}})
+Lines = list[str]
+RESULT_WAITERS = 200
+
+
+def met(reached: bool) -> str:
+    """What a figure's target line adds: nothing when reached, NOT MET when missed."""
+    return "" if reached else ": NOT MET"
+
+
+def say(lines: Lines, text: str = "") -> None:
+    print(text, flush=True)
+    lines.append(text)
+
+
+@contextmanager
+def scratch_server() -> Iterator[DevServer]:
+    """A throwaway dev server: SQLite in a temporary directory, a free port, no UI."""
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log"
+        with DevServer(Path(tmp), free_port(), headless=True, log_path=log) as server:
+            yield server
+
+
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+OOM = {
+    "phase": "Running",
+    "conditions": [{"type": "Ready", "status": "False"}],
+    "containerStatuses": [{"name": "app", "state": {"terminated": {"reason": "OOMKilled"}}}],
+}
+
+
+def make_workload(
+    api: KubeEmulator, ns: str, name: str, pods: int, status: Obj | None, adopted: bool = True
+) -> list[Obj]:
+    """A Deployment, its ReplicaSet and ``pods`` pods carrying REC (on their resources when
+    ``adopted``); returns the pods."""
+    dep = api.store.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "replicas": pods,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"spec": {"containers": [{"name": "app"}]}},
+            },
+        }
+    )
+    rs = api.store.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"{name}-rs",
+                "namespace": ns,
+                "ownerReferences": [
+                    {
+                        "kind": "Deployment",
+                        "name": name,
+                        "uid": dep["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+        }
+    )
+    rs_ref = {
+        "kind": "ReplicaSet",
+        "name": f"{name}-rs",
+        "uid": rs["metadata"]["uid"],
+        "controller": True,
+    }
+    memory = "512Mi" if adopted else "1Gi"
+    return [
+        api.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{p}",
+                    "namespace": ns,
+                    "labels": {"app": name},
+                    "annotations": {KEY: json.dumps(REC.requests)},
+                    "ownerReferences": [rs_ref],
+                },
+                "spec": {
+                    "containers": [{"name": "app", "resources": {"requests": {"memory": memory}}}]
+                },
+                "status": status or READY,
+            }
+        )
+        for p in range(pods)
+    ]
+
+
+def policy_doc(name: str, window: str, namespace: str | None = None, max_attempts: int = 1) -> Obj:
+    meta: Obj = {"name": name} | ({"namespace": namespace} if namespace else {})
+    return {
+        "apiVersion": "rightsizing.kubex.ai/v1alpha1",
+        "kind": "RollbackPolicy" if namespace else "ClusterRollbackPolicy",
+        "metadata": meta,
+        "spec": {
+            "monitoringPeriod": window,
+            "rollbackTarget": "manifest",
+            "adoptionThresholdPercent": 100,
+            "backoff": {"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": max_attempts},
+        },
+    }
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(peak RSS MiB, CPU seconds) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return memory_mib(pid, "VmHWM"), (int(fields[11]) + int(fields[12])) / ticks
+
+
+def oom(workload: int) -> bool:
+    """One P3 workload in ten has OOMKilled pods: it rolls back and fails permanently."""
+    return workload % 10 == 9
