@@ -206,7 +206,7 @@ class KubernetesActivities:
             }
             if input.clear_rollback_recommendation:
                 wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
-            obj, written = self.writer.patch_annotations(input.owner, wanted)
+            obj, written = self.writer.patch_annotations(input.owner, wanted, read_first=False)
             if obj is None:
                 return RecordTransitionResult(exists=False)
             emitted = False

@@ -2,7 +2,9 @@
 
 - ``OwnerWriter.patch_annotations`` computes the diff against a fresh read and applies it as one
   merge patch carrying the ``resourceVersion`` it was computed from; a 409 re-reads and
-  recomputes; an empty diff writes nothing. A retried activity never applies a transition twice.
+  recomputes; an empty diff writes nothing. A retried rollback is never published twice. A state
+  record skips the read (``read_first=False``): writing the same state again changes nothing,
+  and an attempt reads its owner twice instead of four times (load, sample).
 - ``OwnerWriter.event`` creates an Event named after the transition (``event_body``): creating it
   again is 409 AlreadyExists, so a retry emits nothing new.
 - Both retry here, up to ``WRITE_ATTEMPTS`` times, on 409 and on transient errors (429, 5xx,
@@ -99,26 +101,30 @@ class OwnerWriter:
         self.instance = instance
 
     def patch_annotations(
-        self, owner: OwnerRef, wanted: dict[str, str | None]
+        self, owner: OwnerRef, wanted: dict[str, str | None], read_first: bool = True
     ) -> tuple[Obj | None, bool]:
         """Bring the owner's annotations to ``wanted`` (``None`` removes); no diff, no write.
-        Returns the owner as last read or written (None: it is gone) and whether it wrote."""
+        Returns the owner as last read or written (None: it is gone) and whether it wrote.
+        ``read_first=False`` skips the read and the diff: the patch carries ``wanted`` whole,
+        for a write whose repeat is harmless (a state record: the same value again)."""
         kind = OWNER_KINDS[owner.kind]
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                obj = self.lookup.get(owner)
-                if obj is None:
-                    return None, False
-                current = obj["metadata"].get("annotations") or {}
-                changes = {k: v for k, v in wanted.items() if current.get(k) != v}
-                if not changes:
-                    return obj, False
-                body = {
-                    "metadata": {
-                        "resourceVersion": obj["metadata"]["resourceVersion"],
-                        "annotations": changes,
+                body: Obj = {"metadata": {"annotations": wanted}}
+                if read_first:
+                    obj = self.lookup.get(owner)
+                    if obj is None:
+                        return None, False
+                    current = obj["metadata"].get("annotations") or {}
+                    changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+                    if not changes:
+                        return obj, False
+                    body = {
+                        "metadata": {
+                            "resourceVersion": obj["metadata"]["resourceVersion"],
+                            "annotations": changes,
+                        }
                     }
-                }
                 patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
                     kind.group,
                     kind.version,

@@ -206,8 +206,9 @@ def _failure(err: ActivityError) -> tuple[FailureReason, str]:
     return FailureReason.UNEXPECTED_ERROR, str(cause or err)
 
 
-def _activity_error(name: str, cause: ApplicationError) -> ActivityError:
-    """A local activity's permanent failure as the ``ActivityError`` a regular one raises."""
+def _activity_error(name: str) -> ActivityError:
+    """A local activity's permanent failure as the ``ActivityError`` a regular one raises (the
+    caller chains the cause, which ``_failure`` reads)."""
     return ActivityError(
         f"{name} failed",
         scheduled_event_id=0,
@@ -641,7 +642,7 @@ class RollbackWorkflow:
                 if isinstance(cause, ApplicationError) and (
                     cause.non_retryable or cause.type in NON_RETRYABLE_ERRORS
                 ):
-                    raise _activity_error(name, cause) from cause
+                    raise _activity_error(name) from cause
                 workflow.logger.warning(
                     "%s: %s kept failing locally (%s); retrying it as a regular activity",
                     self._input.owner,

@@ -324,10 +324,12 @@ def test_record_transition_is_idempotent(api: KubeEmulator, acts: KubernetesActi
     assert first.state_written and first.event_emitted
     annotations = owner_obj(api)["metadata"]["annotations"]
     assert OwnerState.model_validate_json(annotations[ROLLBACK_STATE_ANNOTATION]) == state()
+    version = owner_obj(api)["metadata"]["resourceVersion"]
     api.clear_journal()
-    again = record(acts, state())  # a retried activity
-    assert not again.state_written and not again.event_emitted
-    assert api.requests("patch") == []
+    again = record(acts, state())  # a retried activity: the same state patched again, no read
+    assert not again.event_emitted
+    assert len(api.requests("patch")) == 1 and api.requests("get", "/deployments/web") == []
+    assert owner_obj(api)["metadata"]["resourceVersion"] == version  # nothing changed
     events, _ = api.store.list_objects(api.store.rtype("Event"), NS)
     assert len(events) == 1
     assert events[0]["reason"] == EventReason.MONITORING_STARTED
@@ -371,10 +373,11 @@ def test_a_write_that_timed_out_but_landed_is_not_applied_twice(api: KubeEmulato
     assert len(events) == 1
 
 
-def test_record_transition_detects_a_concurrent_writer(
+def test_a_diffed_write_detects_a_concurrent_writer(
     api: KubeEmulator, acts: KubernetesActivities
 ) -> None:
-    """A write between our read and our patch makes the patch 409 on its resourceVersion."""
+    """A write between our read and our patch makes the patch 409 on its resourceVersion (the
+    rollback's publication diffs against a read; a state record does not read)."""
     api.store.create(owner("Deployment"))
     rtype = api.store.rtype("Deployment")
     original = acts.lookup.get
@@ -392,10 +395,11 @@ def test_record_transition_detects_a_concurrent_writer(
         return obj
 
     acts.lookup.get = racing_read  # type: ignore[method-assign]
-    assert record(acts, state()).state_written
+    _, written = acts.writer.patch_annotations(ref(), {ROLLBACK_REQUESTS_ANNOTATION: "{}"})
+    assert written
     stored = owner_obj(api)
     assert stored["metadata"]["labels"]["touched"] == "yes"
-    assert ROLLBACK_STATE_ANNOTATION in stored["metadata"]["annotations"]
+    assert stored["metadata"]["annotations"][ROLLBACK_REQUESTS_ANNOTATION] == "{}"
     assert [r.status for r in api.requests("patch", "/deployments/web$")][:1] == [409]
 
 
