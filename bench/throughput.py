@@ -95,6 +95,8 @@ async def throughput(
             run = uuid.uuid4().hex[:6]
             rates: dict[str, list[float]] = {"rollback": [], "floor": []}
             events: dict[str, list[int]] = {"rollback": [], "floor": []}
+            # CPU of this process (the worker and the client), per run: where the time goes.
+            cpu: dict[str, list[float]] = {"rollback": [], "floor": []}
             for r in range(repeats):
                 for kind in ("floor", "rollback") if r % 2 == 0 else ("rollback", "floor"):
 
@@ -105,7 +107,9 @@ async def throughput(
                             )
                         return _start_rollback(client, queue, f"w{run}-{r}-{i}")
 
+                    cpu_before = time.process_time()
                     rate, handles = await _rate(client, queue, n, start)
+                    cpu[kind].append((time.process_time() - cpu_before) / n * 1000)
                     shapes = await _shapes(handles)
                     assert all(_work(s) == work for s in shapes), (kind, work, shapes)
                     rates[kind].append(rate)
@@ -119,7 +123,9 @@ async def throughput(
                 f" (target >= 1.2x{met(ratios[n] >= 1.2)});"
                 f" every sampled run {work[0]} activities + {work[1]} timers, history events"
                 f" rollback {min(events['rollback'])}-{max(events['rollback'])}, floor"
-                f" {min(events['floor'])}-{max(events['floor'])}",
+                f" {min(events['floor'])}-{max(events['floor'])}; worker and client CPU per run"
+                f" rollback {statistics.median(cpu['rollback']):.1f} ms, floor"
+                f" {statistics.median(cpu['floor']):.1f} ms (medians)",
             )
     return ratios
 
