@@ -132,7 +132,7 @@ MID_WINDOW_RETRY = RetryPolicy(
 )
 ACTIVITY_TIMEOUT = timedelta(seconds=20)  # a killed worker's activity is retried after this
 # A local activity retries a few times in the worker (about 3 s of backoff); then the same call
-# becomes a regular activity, which retries durably for the rest of the budget and shows its
+# becomes a regular activity, which retries durably under a retry budget of its own and shows its
 # failures in the UI.
 LOCAL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
