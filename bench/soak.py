@@ -50,6 +50,7 @@ import yaml
 from temporalio.client import Client
 
 from activities.kubetime import parse_kube_time
+from bench.memory import memory_mib
 from sim.apiserver import Fault, KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
@@ -252,12 +253,9 @@ class Child:
 def peak_rss(pid: int) -> float:
     """VmHWM of ``pid`` in MiB (Linux), 0 when it is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
+        return memory_mib(pid, "VmHWM")
     except OSError:
-        pass
-    return 0.0
+        return 0.0
 
 
 class Receiver(BaseHTTPRequestHandler):
