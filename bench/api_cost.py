@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
 from activities.kubernetes import Actuation, KubernetesActivities
+from bench import CLUSTER
 from bench.harness import (
     KEY,
     REC,
@@ -77,7 +78,11 @@ def api_cost(owners: int, pods: int, samples: int, lines: Lines) -> None:
             for _ in range(samples):
                 result = acts.sample_cohort(
                     SampleCohortInput(
-                        owner=ref, recommendation=REC, window_started_at=start, cohort=cohort
+                        cluster=CLUSTER,
+                        owner=ref,
+                        recommendation=REC,
+                        window_started_at=start,
+                        cohort=cohort,
                     )
                 )
                 cohort = result.cohort
@@ -89,7 +94,9 @@ def api_cost(owners: int, pods: int, samples: int, lines: Lines) -> None:
         for ref in refs:  # a window's sample: the owner read, then its pods listed
             for _ in range(samples):
                 acts.sample_cohort(
-                    SampleCohortInput(owner=ref, recommendation=REC, window_started_at=start)
+                    SampleCohortInput(
+                        cluster=CLUSTER, owner=ref, recommendation=REC, window_started_at=start
+                    )
                 )
         ours_time = time.monotonic() - began
         ours = len(api.journal)

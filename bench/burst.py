@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from bench import actions
+from bench import CLUSTER, actions
 from bench.harness import (
     READY,
     REC,
@@ -71,6 +71,8 @@ async def burst(owners: int, per_owner: int, lines: Lines) -> None:
                     "-m",
                     "cli",
                     "intake",
+                    "--cluster",
+                    CLUSTER,
                     "--kube-url",
                     api.url,
                     "--address",
@@ -114,7 +116,7 @@ async def burst(owners: int, per_owner: int, lines: Lines) -> None:
                             "application/strategic-merge-patch+json",
                         )
                         adopted_at.setdefault(
-                            f"rollback/{meta['namespace']}/Deployment/{name}", time.time()
+                            f"rollback/{CLUSTER}/{meta['namespace']}/Deployment/{name}", time.time()
                         )
                 adopting = time.monotonic() - began
                 client = await TemporalConfig.at(server.address).connect()
@@ -180,7 +182,7 @@ async def _bare_signal_with_starts(client: Client, count: int) -> float:
     async def one(i: int) -> None:
         owner = OwnerRef(namespace="floor", kind=WorkloadKind.DEPLOYMENT, name=f"f{run}-{i}")
         async with limit:
-            await observe(client, f"bench-floor-{run}", owner, REC)
+            await observe(client, CLUSTER, f"bench-floor-{run}", owner, REC)
 
     began = time.monotonic()
     await asyncio.gather(*(one(i) for i in range(count)))

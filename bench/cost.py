@@ -10,8 +10,9 @@ import asyncio
 import uuid
 from collections import Counter
 
+from activities.clusters import ClusterGuard
 from activities.kubernetes import Actuation
-from bench import actions
+from bench import CLUSTER, actions
 from bench.harness import (
     OOM,
     READY,
@@ -48,8 +49,8 @@ async def attempt_cost(windows: list[str], lines: Lines) -> None:
             make_workload(api, ns, "web", 3, READY)
             refs.append(OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web"))
         acts = activities_for(api_client(url=api.url), Actuation.ANNOTATIONS)
-        async with build_worker(client, queue, acts):
-            handles = [await observe(client, queue, ref, REC) for ref in refs]
+        async with build_worker(client, queue, acts, ClusterGuard(CLUSTER)):
+            handles = [await observe(client, CLUSTER, queue, ref, REC) for ref in refs]
             results = await asyncio.gather(*(h.result() for h in handles))
         assert all(r.mode is Mode.MONITORING_SUCCEEDED for r in results), results
         rows = []
@@ -96,7 +97,11 @@ async def attempt_paths(lines: Lines) -> None:
         for i, (path, workflow_class) in enumerate(PATHS.items()):
             queue = f"bench-paths-{i}-{uuid.uuid4().hex[:6]}"
             async with build_worker(
-                client, queue, acts, workflows=[workflow_class, NotifyWorkflow]
+                client,
+                queue,
+                acts,
+                ClusterGuard(CLUSTER),
+                workflows=[workflow_class, NotifyWorkflow],
             ):
                 for fate, status, turns in (("success", READY, 1), ("oom", OOM, 2)):
                     ns = f"{fate}-{i}"
@@ -105,7 +110,7 @@ async def attempt_paths(lines: Lines) -> None:
                     ref = OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web")
                     shapes = []
                     for _ in range(turns):
-                        handle = await observe(client, queue, ref, REC)
+                        handle = await observe(client, CLUSTER, queue, ref, REC)
                         await handle.result()
                         shapes.append(actions.shape((await handle.fetch_history()).events))
                     costs[path, fate] = actions.total(shapes)

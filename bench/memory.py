@@ -25,10 +25,12 @@ from pathlib import Path
 from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.clusters import ClusterGuard
+from bench import CLUSTER
 from bench.workloads import InstantCluster
 from worker.config import TemporalConfig
 from worker.runner import SANDBOXED, build_worker
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import Mode, WorkloadKind
 from workflows.rollback import RollbackInput, RollbackWorkflow
 
@@ -56,8 +58,8 @@ async def measure(runner: str, n: int, address: str) -> dict[str, float]:
         owner = OwnerRef(namespace="bench", kind=WorkloadKind.DEPLOYMENT, name=name)
         await client.start_workflow(
             RollbackWorkflow.run,
-            RollbackInput(owner=owner, recommendation=cluster.recommendation),
-            id=f"{owner.workflow_id}-{queue}",
+            RollbackInput(cluster=CLUSTER, owner=owner, recommendation=cluster.recommendation),
+            id=f"{rollback_id(CLUSTER, owner)}-{queue}",
             task_queue=queue,
         )
 
@@ -67,7 +69,9 @@ async def measure(runner: str, n: int, address: str) -> dict[str, float]:
             await asyncio.sleep(0.5)
         await asyncio.sleep(3)  # the last ones' timers are started in the same task
 
-    async with build_worker(client, queue, cluster, 10 * n, workflow_runner=RUNNERS[runner]):
+    async with build_worker(
+        client, queue, cluster, ClusterGuard(CLUSTER), 10 * n, workflow_runner=RUNNERS[runner]
+    ):
         await start("warm-up")
         await waiting(1)
         before = memory_mib()

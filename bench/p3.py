@@ -15,6 +15,7 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
+from bench import CLUSTER
 from bench.harness import (
     OOM,
     READY,
@@ -43,7 +44,12 @@ async def concurrent(workloads: int, lines: Lines) -> None:
         with server:
             queue = "bench-p3"
             worker = WorkerProcess(
-                server.address, queue, api.url, "annotations", Path(tmp) / "worker.log"
+                server.address,
+                queue,
+                api.url,
+                "annotations",
+                Path(tmp) / "worker.log",
+                cluster=CLUSTER,
             )
             worker.start()
             client = await TemporalConfig.at(server.address).connect()
@@ -64,6 +70,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 CoreV1Api(api_client(url=api.url)),
                 CustomObjectsApi(api_client(url=api.url)),
                 client,
+                CLUSTER,
                 queue,
                 asyncio.get_running_loop(),
             )
@@ -72,7 +79,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
             for w in range(workloads):
                 name, ns = f"w{w}", f"ns{w % 20}"
                 make_workload(api, ns, name, 2, OOM if oom(w) else READY)
-                adopted_at.setdefault(f"rollback/{ns}/Deployment/{name}", time.time())
+                adopted_at.setdefault(f"rollback/{CLUSTER}/{ns}/Deployment/{name}", time.time())
                 await asyncio.sleep(0)  # the intake signals through this loop: let it
             began = time.monotonic()
             done: dict[str, Any] = {}

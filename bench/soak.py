@@ -50,6 +50,7 @@ import yaml
 from temporalio.client import Client
 
 from activities.kubetime import parse_kube_time
+from bench import CLUSTER
 from bench.memory import memory_mib
 from sim.apiserver import Fault, KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
@@ -128,7 +129,7 @@ class Workload:
 
     @property
     def workflow_id(self) -> str:
-        return f"rollback/{self.ref}"
+        return f"rollback/{CLUSTER}/{self.ref}"
 
 
 def _policy(
@@ -421,7 +422,7 @@ class Soak:
                 }
             )
         )
-        common = ["--address", address, "--task-queue", self.queue, "--kube-url", url,
+        common = ["--cluster", CLUSTER, "--address", address, "--task-queue", self.queue, "--kube-url", url,
                   "--kube-timeout", str(KUBE_TIMEOUT)]  # fmt: skip
         for name in ("worker-a", "worker-b"):
             self.children[name] = Child(

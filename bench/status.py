@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
+from bench import CLUSTER
 from bench.harness import (
     OOM,
     READY,
@@ -51,12 +52,19 @@ async def status_writes(workloads: int, policies: int, lines: Lines) -> None:
         for p in range(policies):
             api.store.create(policy_doc("policy", "2s", f"ns{p}"))
         queue = "bench-status"
-        worker = WorkerProcess(server.address, queue, api.url, "annotations", Path(tmp) / "w.log")
+        worker = WorkerProcess(
+            server.address, queue, api.url, "annotations", Path(tmp) / "w.log", cluster=CLUSTER
+        )
         worker.start()
         client = await TemporalConfig.at(server.address).connect()
         kube = api_client(url=api.url)
         intake = Intake(
-            CoreV1Api(kube), CustomObjectsApi(kube), client, queue, asyncio.get_running_loop()
+            CoreV1Api(kube),
+            CustomObjectsApi(kube),
+            client,
+            CLUSTER,
+            queue,
+            asyncio.get_running_loop(),
         )
         await asyncio.to_thread(intake.start)
         await asyncio.sleep(3)  # the first statuses (nothing matched yet) are written

@@ -20,7 +20,8 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from bench import actions
+from activities.clusters import ClusterGuard
+from bench import CLUSTER, actions
 from bench.harness import (
     REC,
     RESULT_WAITERS,
@@ -34,7 +35,7 @@ from sim.scenario import free_port
 from worker.config import TemporalConfig
 from worker.runner import activity_methods, build_worker
 from worker.versioning import adopt_if_first
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import WorkloadKind
 from workflows.rollback import RollbackInput, RollbackWorkflow
 
@@ -141,8 +142,8 @@ async def _start_rollback(client: Client, queue: str, name: str) -> Any:
     owner = OwnerRef(namespace="bench", kind=WorkloadKind.DEPLOYMENT, name=name)
     return await client.start_workflow(
         RollbackWorkflow.run,
-        RollbackInput(owner=owner, recommendation=REC),
-        id=owner.workflow_id,
+        RollbackInput(cluster=CLUSTER, owner=owner, recommendation=REC),
+        id=rollback_id(CLUSTER, owner),
         task_queue=queue,
     )
 
@@ -154,8 +155,8 @@ async def versioning_cost(address: str, n: int, repeats: int, lines: Lines) -> f
     plain, versioned = f"bench-plain-{uuid.uuid4().hex[:6]}", f"bench-v-{uuid.uuid4().hex[:6]}"
     version = WorkerDeploymentVersion(f"bench-{uuid.uuid4().hex[:6]}", "v1")
     async with (
-        build_worker(client, plain, InstantCluster(), 10_000),
-        build_worker(client, versioned, InstantCluster(), 10_000, version),
+        build_worker(client, plain, InstantCluster(), ClusterGuard(CLUSTER), 10_000),
+        build_worker(client, versioned, InstantCluster(), ClusterGuard(CLUSTER), 10_000, version),
     ):
         assert await adopt_if_first(client, version)
         shapes = {q: await _finished_shape(client, q, f"shape-{q}") for q in (plain, versioned)}

@@ -16,7 +16,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from sim.apiserver import ApiError
 from sim.devserver import DevServer, DevServerError, ensure_port_free
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker import telemetry
-from worker.config import ConfigError, IntakeConfig, TemporalConfig, WorkerConfig
+from worker.config import ConfigError, IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
 from worker.process import serve, stop_on_signals
 
 DEMO = SCENARIOS / "oom-rollback.yaml"
@@ -159,19 +158,41 @@ def _refuse_unusable_flags(args: argparse.Namespace, simulated: bool) -> None:
         )
 
 
+# What one engine of a simulated fleet cannot honour: each cluster's engine runs with the
+# defaults, its worker as a child process (rollbackctl run against one cluster takes them all).
+ENGINE_FLAGS = {
+    "actuation": "--actuation",
+    "worker_versioning": "--worker-versioning",
+    "deployment_name": "--deployment-name",
+    "build_id": "--build-id",
+    "max_cached_workflows": "--max-cached-workflows",
+    "notifications": "--notifications",
+    "metrics_address": "--metrics-address",
+    "health_address": "--health-address",
+    "cluster": "--cluster",
+    "task_queue": "--task-queue",
+    "identity": "--identity",
+}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """The embedded default: Temporal dev server + worker + intake, against a cluster or the
-    simulated one (with the demo scenario playing). The simulated cluster replaces the cluster
-    only: the worker and intake are the same code, with the same flags, as against a real one."""
+    simulated one (with the demo scenario playing, or ``--play``'s). The simulated cluster
+    replaces the cluster only: the worker and intake are the same code, with the same flags, as
+    against a real one; a simulated fleet runs one engine per cluster."""
     data_dir = Path(args.data_dir)
-    worker = WorkerConfig.from_args(args)
-    intake = IntakeConfig.from_args(args)
+    kube = KubeConfig.from_args(args)
     # A kubeconfig that run wrote for an earlier simulated cluster (an exported KUBECONFIG)
     # names no real cluster: this run starts a fresh simulated one and rewrites that file.
-    simulated = worker.kube.simulated or (
-        not args.kube_url and localrun.names_simulated_cluster(worker.kube.kubeconfig)
+    simulated = kube.simulated or (
+        not args.kube_url and localrun.names_simulated_cluster(kube.kubeconfig)
     )
     _refuse_unusable_flags(args, simulated)
+    scenario = _played(args, simulated)
+    if scenario is not None and not scenario.fleet:
+        args.cluster = args.cluster or scenario.cluster  # run names its simulated cluster
+    worker = WorkerConfig.from_args(args)
+    intake = IntakeConfig.from_args(args)
     try:
         held = localrun.claim(data_dir)
     except localrun.RunInUseError as exc:
@@ -179,8 +200,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
     try:
-        run = _run_simulated if simulated else _run_on_cluster
-        asyncio.run(run(args, held, worker, intake))
+        if scenario is not None and scenario.fleet:
+            asyncio.run(_run_fleet(args, held, scenario))
+        elif scenario is not None:
+            asyncio.run(_run_simulated(args, held, scenario, worker, intake))
+        else:
+            asyncio.run(_run_on_cluster(args, held, worker, intake))
         print("Stopped.", flush=True)
     except DevServerError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -190,9 +215,47 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _played(args: argparse.Namespace, simulated: bool) -> Scenario | None:
+    """The story a simulated run plays (None against a real cluster, where ``--play`` is
+    refused: it would play nothing)."""
+    if not simulated:
+        if args.play:
+            raise ConfigError("--play: run against a cluster plays no scenario; drop --kubeconfig")
+        return None
+    path = scenario_path(args.play) if args.play else DEMO
+    try:
+        scenario = Scenario.load(path)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"--play {path}: {exc}") from None
+    given = [flag for attr, flag in ENGINE_FLAGS.items() if getattr(args, attr, None)]
+    if scenario.fleet and given:
+        raise ConfigError(
+            f"{', '.join(given)}: a simulated fleet runs each cluster's engine with the"
+            " defaults; give them to run with a one-cluster scenario, or against your cluster"
+        )
+    return scenario
+
+
+def _prepare(world: World, data_dir: Path, lease_namespace: str) -> Path:
+    """Each simulated cluster as a real one is set up (our CRDs, the Lease's namespace), and
+    a kubeconfig for kubectl: its current context the first cluster, and in a fleet a context
+    per cluster named after it."""
+    for member in world.members:
+        store = member.api.store
+        for crd in CRDS.values():  # as installed on a cluster: kubectl reads their columns
+            store.create(crd)
+        with contextlib.suppress(ApiError):  # the Lease's namespace, unless it exists
+            store.create(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": lease_namespace}}
+            )
+    fleet = {m.name: m.api.url for m in world.members} if world.scenario.fleet else None
+    return localrun.write_kubeconfig(data_dir.resolve() / "kubeconfig", world.api.url, fleet)
+
+
 async def _run_simulated(
     args: argparse.Namespace,
     held: localrun.Claim,
+    scenario: Scenario,
     worker: WorkerConfig,
     intake: IntakeConfig,
 ) -> None:
@@ -205,7 +268,7 @@ async def _run_simulated(
         _print_line(f"A fresh demo: the last run's Temporal history is kept in {kept}")
     queue = worker.temporal.task_queue
     world = World(
-        Scenario.load(DEMO),
+        scenario,
         _print_line,
         data_dir,
         temporal_port=args.port,
@@ -216,19 +279,8 @@ async def _run_simulated(
     engine: asyncio.Task[None] | None = None
     try:
         await world.start()
-        store = world.api.store
-        for crd in CRDS.values():  # as installed on a cluster: kubectl reads their columns
-            store.create(crd)
-        with contextlib.suppress(ApiError):  # the Lease's namespace, unless it exists
-            store.create(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": intake.lease_namespace},
-                }
-            )
-        kubeconfig = localrun.write_kubeconfig(data_dir.resolve() / "kubeconfig", world.api.url)
-        temporal = TemporalConfig.at(world.temporal.address, queue)
+        kubeconfig = _prepare(world, data_dir, intake.lease_namespace)
+        temporal = TemporalConfig.at(world.temporal.address, queue, worker.cluster)
         kube = dataclasses.replace(worker.kube, kubeconfig=None, url=world.api.url)
         ready = asyncio.Event()
         engine = asyncio.create_task(
@@ -240,12 +292,14 @@ async def _run_simulated(
             )
         )
         await _first(ready.wait(), engine)
-        world.recorder.start = time.monotonic()  # time zero: the engine is up
-        held.publish(_published(data_dir, world.temporal, queue, str(kubeconfig)))
+        world.zero()  # time zero: the engine is up
+        held.publish(
+            _published(data_dir, world.temporal, queue, str(kubeconfig), (worker.cluster,))
+        )
         kubectl = rollbackctl("kubectl")
         _banner(
             world.temporal,
-            f"simulated cluster at {world.api.url} playing {DEMO.name}",
+            f"simulated cluster {worker.cluster} at {world.api.url} playing {scenario.name}",
             worker,
             next(iter(world.scenario.expect)),
             f"kubectl: export KUBECONFIG={kubeconfig}   (then: {kubectl} get deploy,rbp -A)",
@@ -257,6 +311,43 @@ async def _run_simulated(
         stop.set()
         if engine is not None:
             await engine
+        await world.stop()
+
+
+async def _run_fleet(args: argparse.Namespace, held: localrun.Claim, scenario: Scenario) -> None:
+    """``run --play`` of a fleet: one Temporal, a simulated cluster per cluster of the story,
+    each with its own engine (its worker a child process, its intake in this one), as a fleet
+    runs in production."""
+    data_dir = Path(args.data_dir)
+    stop = stop_on_signals()
+    telemetry.console_quiet(data_dir / "rollback.log")
+    kept = _fresh_history(data_dir, args.port)
+    if kept is not None:
+        _print_line(f"A fresh demo: the last run's Temporal history is kept in {kept}")
+    world = World(scenario, _print_line, data_dir, temporal_port=args.port, ui=True)
+    intake = IntakeConfig.from_args(args, {**os.environ, "ROLLBACK_CLUSTER": world.first.name})
+    try:
+        await world.start()
+        kubeconfig = _prepare(world, data_dir, intake.lease_namespace)
+        names = tuple(m.name for m in world.members)
+        held.publish(_published(data_dir, world.temporal, world.task_queue, str(kubeconfig), names))
+        ctl, kubectl = rollbackctl(), rollbackctl("kubectl")
+        ui = f"http://127.0.0.1:{world.temporal.ui_port}"
+        first = next(iter(scenario.expect))
+        print(
+            f"\nrightsizing-rollback is running a fleet: clusters {', '.join(names)} on one"
+            f" Temporal {world.temporal.address}, Web UI {ui}, playing {scenario.name}.\n"
+            f"Look with: {ctl} get   |   {ctl} describe {first}\n"
+            f"kubectl: export KUBECONFIG={kubeconfig}   (then: {kubectl} --context {names[1]}"
+            " get deploy -A)\n"
+            f"Logs: {data_dir / 'rollback.log'}, {data_dir}/worker-<cluster>.log (engines),"
+            f" {data_dir / 'temporal.log'} (Temporal)\n"
+            f'In the UI: filter with RollbackCluster = "{names[0]}". Ctrl-C stops.\n',
+            flush=True,
+        )
+        await play(world)
+        await stop.wait()
+    finally:
         await world.stop()
 
 
@@ -274,9 +365,13 @@ async def _run_on_cluster(
     if not args.address:
         server = DevServer(data_dir / "temporal", args.port, log_path=data_dir / "temporal.log")
         await asyncio.to_thread(server.start)
-        temporal = TemporalConfig.at(server.address, temporal.task_queue)
+        temporal = TemporalConfig.at(server.address, temporal.task_queue, worker.cluster)
     try:
-        held.publish(_published(data_dir, server, temporal.task_queue, None, temporal.address))
+        held.publish(
+            _published(
+                data_dir, server, temporal.task_queue, None, (worker.cluster,), temporal.address
+            )
+        )
         if server is not None:
             _banner(server, "cluster from your kubeconfig", worker, "NAMESPACE/KIND/NAME")
         await serve(
@@ -304,6 +399,7 @@ def _published(
     server: DevServer | None,
     task_queue: str,
     kubeconfig: str | None,
+    clusters: tuple[str, ...],
     address: str | None = None,
 ) -> localrun.LocalRun:
     ui = f"http://127.0.0.1:{server.ui_port}" if server is not None and server.ui_port else None
@@ -314,6 +410,7 @@ def _published(
         task_queue=task_queue,
         ui=ui,
         kubeconfig=kubeconfig,
+        clusters=clusters,
     )
 
 

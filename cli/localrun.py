@@ -48,9 +48,15 @@ class LocalRun:
     task_queue: str
     ui: str | None = None
     kubeconfig: str | None = None  # the simulated cluster's; None against a real cluster
+    clusters: tuple[str, ...] = ()  # the clusters it serves (a simulated fleet: several)
 
     def describe(self) -> str:
         return f"pid {self.pid}, Temporal {self.temporal}"
+
+    @property
+    def cluster(self) -> str | None:
+        """The cluster it serves; None when it plays a fleet (or an older file says none)."""
+        return self.clusters[0] if len(self.clusters) == 1 else None
 
 
 class Claim:
@@ -107,23 +113,24 @@ def find(data_dir: Path | str = DEFAULT_DATA_DIR) -> LocalRun | None:
 
 def _read(data_dir: Path) -> LocalRun | None:
     try:
-        return LocalRun(**json.loads((data_dir / RUN_FILE).read_text(encoding="utf-8")))
+        doc = json.loads((data_dir / RUN_FILE).read_text(encoding="utf-8"))
+        return LocalRun(**{**doc, "clusters": tuple(doc.get("clusters") or ())})
     except (OSError, ValueError, TypeError):
         return None  # still starting, or an older file
 
 
-def write_kubeconfig(path: Path, url: str) -> Path:
-    """A kubeconfig for the simulated cluster (plain HTTP, no credentials), marked as such."""
+def write_kubeconfig(path: Path, url: str, fleet: dict[str, str] | None = None) -> Path:
+    """A kubeconfig for the simulated cluster at ``url`` (plain HTTP, no credentials), marked
+    as such; with ``fleet`` (cluster name -> URL), a context per cluster named after it too, so
+    ``kubectl --context <cluster>`` reaches each."""
+    servers = {SIMULATED_CONTEXT: url, **(fleet or {})}
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": SIMULATED_CONTEXT, "cluster": {"server": url}}],
+        "clusters": [{"name": n, "cluster": {"server": u}} for n, u in servers.items()],
         "users": [{"name": SIMULATED_CONTEXT, "user": {}}],
         "contexts": [
-            {
-                "name": SIMULATED_CONTEXT,
-                "context": {"cluster": SIMULATED_CONTEXT, "user": SIMULATED_CONTEXT},
-            }
+            {"name": n, "context": {"cluster": n, "user": SIMULATED_CONTEXT}} for n in servers
         ],
         "current-context": SIMULATED_CONTEXT,
     }
@@ -131,6 +138,19 @@ def write_kubeconfig(path: Path, url: str) -> Path:
     tmp.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     tmp.replace(path)  # a kubectl reading it meanwhile sees the old file or the new, never half
     return path
+
+
+def contexts(kubeconfig: str | None) -> set[str]:
+    """The context names of ``kubeconfig`` (a path, or a ``:``-separated list)."""
+    found: set[str] = set()
+    for part in (kubeconfig or "").split(os.pathsep):
+        try:
+            doc = yaml.safe_load(Path(part).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            found |= {str(c.get("name")) for c in doc.get("contexts") or [] if isinstance(c, dict)}
+    return found
 
 
 def names_simulated_cluster(kubeconfig: str | None) -> bool:

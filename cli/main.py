@@ -50,8 +50,8 @@ from worker.config import (
     add_worker_flags,
 )
 from worker.process import run
-from workflows.activity_api import OwnerRef
-from workflows.contract import Mode
+from workflows.activity_api import OwnerRef, rollback_id
+from workflows.contract import Mode, task_queue_for
 from workflows.machine import RollbackState
 
 Handler = Callable[[argparse.Namespace], int]
@@ -134,8 +134,37 @@ def _cluster(args: argparse.Namespace) -> KubeConfig | None:
     return dataclasses.replace(kube, kubeconfig=run.kubeconfig)
 
 
-def _kube(args: argparse.Namespace) -> ApiClient:
+def _kube_of(args: argparse.Namespace, cluster: str | None) -> KubeConfig | None:
+    """The cluster's API server: ``_cluster``'s, in the kubeconfig context named after
+    ``cluster`` when there is one and no ``--context`` is given (a fleet's kubeconfig, as
+    ``rollbackctl run`` writes for a simulated fleet, holds one context per cluster)."""
     kube = _cluster(args)
+    if kube is None or kube.context or cluster is None:
+        return kube
+    if cluster in localrun.contexts(kube.kubeconfig):
+        return dataclasses.replace(kube, context=cluster)
+    return kube
+
+
+def _policy_cluster(args: argparse.Namespace) -> str | None:
+    """The cluster whose policies ``describe rbp`` reads: ``--cluster``, else the live run's."""
+    run = localrun.find()
+    return args.cluster or (run.cluster if run is not None else None)
+
+
+def _queue_of(args: argparse.Namespace, config: TemporalConfig, cluster: str) -> str:
+    """The task queue a reopen starts a new run on: as given, else the live run's when it is
+    that cluster's, else the cluster's default."""
+    if args.task_queue or os.environ.get("ROLLBACK_TASK_QUEUE"):
+        return config.task_queue
+    run = localrun.find()
+    if run is not None and run.cluster == cluster:
+        return run.task_queue
+    return task_queue_for(cluster)
+
+
+def _kube(args: argparse.Namespace) -> ApiClient:
+    kube = _kube_of(args, _policy_cluster(args))
     if kube is None:
         raise OpsError(
             "policies live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
@@ -197,7 +226,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 
     async def look_workloads(client: Client | None) -> list[Any]:
         assert client is not None
-        return await ops.get(client, args.namespace_filter, args.mode)
+        return await ops.get(client, args.namespace_filter, args.mode, cluster=args.cluster)
 
     return _get(args, look_workloads, ops.table, needs_temporal=True)
 
@@ -242,31 +271,52 @@ def cmd_describe(args: argparse.Namespace) -> int:
         return _describe_policy(args)
 
     async def action(client: Client, _: TemporalConfig) -> int:
-        owner = ops.parse_owner(args.target[0])
-        status, state = await ops.describe(client, owner)
-        cohort = None if state is None else await asyncio.to_thread(_live_cohort, args, state)
+        cluster, owner = await _owner(args, client, args.target[0])
+        status, state = await ops.describe(client, cluster, owner)
+        cohort = None
+        if state is not None:
+            cohort = await asyncio.to_thread(_live_cohort, args, cluster, state)
         if args.report:
-            await _write_report(args, client, owner, state)
+            await _write_report(args, client, cluster, owner, state)
         if args.output == "json":
             body = state.model_dump(mode="json", by_alias=True) if state else None
-            doc: dict[str, Any] = {"workflowId": owner.workflow_id, "status": status, "state": body}
+            doc: dict[str, Any] = {
+                "workflowId": rollback_id(cluster, owner),
+                "cluster": cluster,
+                "status": status,
+                "state": body,
+            }
             if isinstance(cohort, ops.LiveCohort):
                 doc["cohort"] = cohort.as_json()
             print(json.dumps(doc, indent=2))
         else:
-            print(ops.describe_text(owner, status, state, cohort))
+            print(ops.describe_text(cluster, owner, status, state, cohort))
         return 0
 
     return _ops(args, action)
 
 
+async def _owner(args: argparse.Namespace, client: Client, text: str) -> tuple[str, OwnerRef]:
+    """The workload ``[CLUSTER/]NAMESPACE/KIND/NAME`` and its cluster: as named (or
+    ``--cluster``), else the live run's, else the one cluster with attempts of it."""
+    cluster, owner = ops.parse_owner(text, args.cluster)
+    run = localrun.find()
+    if cluster is None and run is not None:
+        cluster = run.cluster  # None when it plays a fleet
+    return await ops.locate(client, cluster, owner), owner
+
+
 async def _write_report(
-    args: argparse.Namespace, client: Client, owner: OwnerRef, state: RollbackState | None
+    args: argparse.Namespace,
+    client: Client,
+    cluster: str,
+    owner: OwnerRef,
+    state: RollbackState | None,
 ) -> None:
     """``describe OWNER --report FILE.html``: the workload's story as a page (``cli.report``),
     from its workflow's recorded transitions, its Events and its pods now."""
-    transitions, failures = await ops.recorded_transitions(client, owner)
-    kube, note = _cluster(args), ""
+    transitions, failures = await ops.recorded_transitions(client, cluster, owner)
+    kube, note = _kube_of(args, cluster), ""
     events: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
     if kube is None:
@@ -307,7 +357,7 @@ def _describe_policy(args: argparse.Namespace) -> int:
             row = found[0]
         else:
             row = policies.find(found, kind or "RollbackPolicy", namespace, name)
-        tracked = await ops.tracked(client, policies.ref_text(row))
+        tracked = await ops.tracked(client, policies.ref_text(row), _policy_cluster(args))
         if args.output == "json":
             doc = row.as_json() | {"tracked": [r.as_json() for r in tracked]}
             print(json.dumps(doc, indent=2))
@@ -319,21 +369,23 @@ def _describe_policy(args: argparse.Namespace) -> int:
     return _ops(args, action)
 
 
-def _live_cohort(args: argparse.Namespace, state: RollbackState) -> ops.LiveCohort | str:
-    kube = _cluster(args)
+def _live_cohort(
+    args: argparse.Namespace, cluster: str, state: RollbackState
+) -> ops.LiveCohort | str:
+    kube = _kube_of(args, cluster)
     if kube is None:
         return "not read (no cluster given: --kubeconfig, $KUBECONFIG or --kube-url)"
     try:
-        return ops.live_cohort(kube.client(), state)
+        return ops.live_cohort(kube.client(), cluster, state)
     except Exception as exc:  # unreachable, forbidden, ...: describe still shows the workflow
         return f"unreadable: {_unreachable(kube, exc)}"
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     async def action(client: Client, _: TemporalConfig) -> int:
-        owner = ops.parse_owner(args.owner)
-        await ops.cancel(client, owner, args.reason)
-        print(f"cancel signalled to {owner.workflow_id}")
+        cluster, owner = await _owner(args, client, args.owner)
+        await ops.cancel(client, cluster, owner, args.reason)
+        print(f"cancel signalled to {rollback_id(cluster, owner)}")
         return 0
 
     return _ops(args, action)
@@ -341,10 +393,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_reopen(args: argparse.Namespace) -> int:
     async def action(client: Client, config: TemporalConfig) -> int:
-        owner = ops.parse_owner(args.owner)
-        state = await ops.reopen(client, config.task_queue, owner)
+        cluster, owner = await _owner(args, client, args.owner)
+        state = await ops.reopen(client, cluster, _queue_of(args, config, cluster), owner)
         ends = state.window_ends_at.isoformat() if state.window_ends_at else "?"
-        print(f"{owner.workflow_id}: reopened, turn {state.turn}; the window ends {ends}")
+        print(f"{rollback_id(cluster, owner)}: reopened, turn {state.turn}; the window ends {ends}")
         return 0
 
     return _ops(args, action)
@@ -507,6 +559,12 @@ def _add_local(sub: Any) -> None:
     run_cmd.add_argument("--data-dir", default=".rollback-data", help="Temporal's SQLite and logs")
     run_cmd.add_argument(
         "--port", type=int, default=7233, help="Temporal port (Web UI on port + 1000)"
+    )
+    run_cmd.add_argument(
+        "--play",
+        metavar="SCENARIO",
+        help="without a cluster: the story the simulated cluster plays, a shipped scenario's name"
+        " (e.g. fleet: two clusters on one Temporal) or a file (default oom-rollback)",
     )
     run_cmd.set_defaults(handler=_local("cmd_run"))
 

@@ -1,7 +1,10 @@
 """Operations against Temporal for ``rollbackctl get|describe|cancel|reopen``.
 
-``get`` lists the newest run of every owner's workflow through the search attributes the
-workflow upserts; ``describe`` asks a run for its ``status`` (queries work on closed runs too,
+One Temporal may serve a fleet (docs/operating/fleet.md): a workload is named
+``[CLUSTER/]NAMESPACE/KIND/NAME``, and without a cluster the one that has runs of it is found
+(``locate``); two that both have it are named in the error. ``get`` lists the newest run of
+every owner's workflow in every cluster (or one) through the search attributes the workflow
+upserts; ``describe`` asks a run for its ``status`` (queries work on closed runs too,
 a worker replays them); ``cancel`` signals a running workflow; ``reopen`` signal-with-starts,
 so it also reopens an owner whose run has ended.
 
@@ -29,8 +32,14 @@ from activities.kubernetes import KubernetesActivities, cohort_sample
 from activities.kubetime import parse_kube_time
 from activities.owners import desired_replicas, dig
 from worker import temporal as control
-from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
-from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind
+from workflows.activity_api import (
+    CohortSample,
+    OwnerRef,
+    SampleCohortInput,
+    parse_rollback_id,
+    rollback_id,
+)
+from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind, check_cluster
 from workflows.machine import RollbackState
 from workflows.rollback import WORKFLOW_NAME
 from workflows.state import ResourceSnapshot
@@ -42,16 +51,46 @@ class OpsError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
-def parse_owner(text: str) -> OwnerRef:
-    """``NAMESPACE/KIND/NAME`` (the kind as in the workflow ID, e.g. ``shop/Deployment/api``)."""
+def parse_owner(text: str, cluster: str | None = None) -> tuple[str | None, OwnerRef]:
+    """``[CLUSTER/]NAMESPACE/KIND/NAME`` (the kind as in the workflow ID, e.g.
+    ``eu-west/shop/Deployment/api``) and ``cluster`` (``--cluster``): (the cluster, if named,
+    the owner)."""
     parts = text.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise OpsError(f"expected NAMESPACE/KIND/NAME, got {text!r}")
+    if len(parts) not in (3, 4) or not all(parts):
+        raise OpsError(f"expected [CLUSTER/]NAMESPACE/KIND/NAME, got {text!r}")
+    if len(parts) == 4:
+        named = parts.pop(0)
+        if cluster is not None and named != cluster:
+            raise OpsError(f"{text} names cluster {named}, --cluster says {cluster}")
+        cluster = named
+    if cluster is not None:
+        try:
+            check_cluster(cluster)
+        except ValueError as exc:
+            raise OpsError(str(exc)) from None
     try:
         kind = WorkloadKind(parts[1])
     except ValueError:
         raise OpsError(f"unknown kind {parts[1]!r}") from None
-    return OwnerRef(namespace=parts[0], kind=kind, name=parts[2])
+    return cluster, OwnerRef(namespace=parts[0], kind=kind, name=parts[2])
+
+
+async def locate(client: Client, cluster: str | None, owner: OwnerRef) -> str:
+    """The cluster of ``owner``: as named, else the one cluster with runs of it."""
+    if cluster is not None:
+        return cluster
+    query = list_query(owner.namespace) + (
+        f" AND {SearchAttribute.WORKLOAD} = {_quote(owner.workload)}"
+    )
+    found: list[str] = sorted({r.cluster async for r in _rows(client, query)})
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise OpsError(f"no rollback attempt recorded for {owner} in any cluster")
+    raise OpsError(
+        f"{owner} has attempts in clusters {', '.join(found)}: name one"
+        f" ({found[0]}/{owner} or --cluster {found[0]})"
+    )
 
 
 def _quote(value: str) -> str:
@@ -59,10 +98,14 @@ def _quote(value: str) -> str:
 
 
 def list_query(
-    namespace: str | None = None, mode: str | None = None, policy: str | None = None
+    namespace: str | None = None,
+    mode: str | None = None,
+    policy: str | None = None,
+    cluster: str | None = None,
 ) -> str:
     clauses = [f"WorkflowType = {_quote(WORKFLOW_NAME)}"]
     for attribute, value in (
+        (SearchAttribute.CLUSTER, cluster),
         (SearchAttribute.NAMESPACE, namespace),
         (SearchAttribute.MODE, mode),
         (SearchAttribute.POLICY, policy),
@@ -75,6 +118,7 @@ def list_query(
 @dataclass
 class Row:
     workflow_id: str
+    cluster: str
     namespace: str
     workload: str
     mode: str
@@ -87,6 +131,7 @@ class Row:
     def as_json(self) -> dict[str, Any]:
         return {
             "workflowId": self.workflow_id,
+            "cluster": self.cluster,
             "namespace": self.namespace,
             "workload": self.workload,
             "mode": self.mode,
@@ -101,8 +146,11 @@ class Row:
 def _row(wf: WorkflowExecution) -> Row:
     attrs: dict[str, Any] = {pair.key.name: pair.value for pair in wf.typed_search_attributes}
     status = wf.status.name.title() if wf.status else "Unknown"
+    parsed = parse_rollback_id(wf.id)
     return Row(
         workflow_id=wf.id,
+        # "" for a 0.1 run (no cluster segment in its ID): shown as such, drained on upgrade
+        cluster=str(attrs.get(SearchAttribute.CLUSTER, parsed[0] if parsed else "")),
         namespace=str(attrs.get(SearchAttribute.NAMESPACE, "")),
         workload=str(attrs.get(SearchAttribute.WORKLOAD, "")),
         mode=str(attrs.get(SearchAttribute.MODE, "")),
@@ -114,85 +162,95 @@ def _row(wf: WorkflowExecution) -> Row:
     )
 
 
+async def _rows(client: Client, query: str) -> Any:
+    async for wf in client.list_workflows(query):
+        yield _row(wf)
+
+
 async def get(
     client: Client,
     namespace: str | None = None,
     mode: str | None = None,
     policy: str | None = None,
+    cluster: str | None = None,
 ) -> list[Row]:
-    """The newest run of each owner; ``mode`` filters on that run's mode, ``policy`` on runs
-    under that policy (``RollbackPolicy/ns/name``)."""
+    """The newest run of each owner in each cluster (or ``cluster``'s only); ``mode`` filters
+    on that run's mode, ``policy`` on runs under that policy (``RollbackPolicy/ns/name``)."""
     newest: dict[str, WorkflowExecution] = {}
-    async for wf in client.list_workflows(list_query(namespace, policy=policy)):
+    async for wf in client.list_workflows(list_query(namespace, policy=policy, cluster=cluster)):
         if wf.id not in newest or wf.start_time > newest[wf.id].start_time:
             newest[wf.id] = wf
     rows = [_row(wf) for wf in newest.values()]
     if mode:
         rows = [r for r in rows if r.mode == mode]
-    return sorted(rows, key=lambda r: (r.namespace, r.workload))
+    return sorted(rows, key=lambda r: (r.cluster, r.namespace, r.workload))
 
 
-async def describe(client: Client, owner: OwnerRef) -> tuple[str, RollbackState | None]:
+async def describe(
+    client: Client, cluster: str, owner: OwnerRef
+) -> tuple[str, RollbackState | None]:
     try:
-        status, state = await control.newest_run(client, owner)
+        status, state = await control.newest_run(client, cluster, owner)
     except RPCError as exc:
-        raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
+        raise OpsError(f"{rollback_id(cluster, owner)}: {exc.message}") from exc
     return (status.name.title() if status else "Unknown"), state
 
 
-async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
+async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> None:
     try:
-        await control.cancel(client, owner, reason)
+        await control.cancel(client, cluster, owner, reason)
     except control.ControlRefusedError as exc:
         raise OpsError(str(exc)) from None
     except RPCError as exc:
-        raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
+        raise OpsError(f"{rollback_id(cluster, owner)}: {exc.message}") from exc
 
 
-async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> RollbackState:
+async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef) -> RollbackState:
     """Reopen monitoring and read the state back: the new window, or an error saying why
     nothing happened."""
+    workflow_id = rollback_id(cluster, owner)
     try:
-        state = await control.reopen(client, task_queue, owner)
+        state = await control.reopen(client, cluster, task_queue, owner)
     except control.ControlRefusedError as exc:
         raise OpsError(str(exc)) from None
     except RPCError as exc:
-        raise OpsError(f"{owner.workflow_id}: {exc.message}") from exc
+        raise OpsError(f"{workflow_id}: {exc.message}") from exc
     deadline = asyncio.get_running_loop().time() + READ_BACK_SECONDS
     while asyncio.get_running_loop().time() < deadline:
-        _, now = await describe(client, owner)
+        _, now = await describe(client, cluster, owner)
         opened = now.window_started_at if now is not None else None
         if now is not None and opened is not None and opened != state.window_started_at:
             return now
         await asyncio.sleep(0.2)
     raise OpsError(
-        f"reopen sent to {owner.workflow_id}, but no new window opened within"
+        f"reopen sent to {workflow_id}, but no new window opened within"
         f" {READ_BACK_SECONDS:.0f}s: is a worker polling the task queue {task_queue}?"
     )
 
 
-async def tracked(client: Client, policy: str) -> list[Row]:
-    """The workloads whose current attempt runs under ``policy`` (``RollbackPolicy/ns/name``):
+async def tracked(client: Client, policy: str, cluster: str | None = None) -> list[Row]:
+    """The workloads whose current attempt runs under ``policy`` (``RollbackPolicy/ns/name``)
+    in ``cluster`` (a policy lives in one cluster; None: every cluster's of that name):
     running, or ended ``failedPermanent`` with no newer run under another policy."""
-    rows = [r for r in await get(client, policy=policy) if r.status == "Running"]
-    for r in await get(client, mode=Mode.FAILED_PERMANENT, policy=policy):
+    rows = [r for r in await get(client, policy=policy, cluster=cluster) if r.status == "Running"]
+    for r in await get(client, mode=Mode.FAILED_PERMANENT, policy=policy, cluster=cluster):
         latest = await client.get_workflow_handle(r.workflow_id).describe()
         if latest.start_time == r.started:
             rows.append(r)
-    return sorted(rows, key=lambda r: (r.namespace, r.workload))
+    return sorted(rows, key=lambda r: (r.cluster, r.namespace, r.workload))
 
 
 async def recorded_transitions(
-    client: Client, owner: OwnerRef
+    client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[list[tuple[datetime, str, int]], list[tuple[datetime, str]]]:
     """Every transition the owner's workflow recorded, from the histories of all its runs (the
     search attributes each transition upserts, with the event's time), and the activity
     attempts that failed, with what failed."""
     transitions: list[tuple[datetime, str, int]] = []
     failures: list[tuple[datetime, str]] = []
-    query = f"WorkflowId = {_quote(owner.workflow_id)}"
-    async for run in client.list_workflows(query):
-        handle = client.get_workflow_handle(owner.workflow_id, run_id=run.run_id)
+    workflow_id = rollback_id(cluster, owner)
+    async for run in client.list_workflows(f"WorkflowId = {_quote(workflow_id)}"):
+        handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
         async for event in handle.fetch_history_events():
             at = event.event_time.ToDatetime(tzinfo=UTC)
             if event.HasField("upsert_workflow_search_attributes_event_attributes"):
@@ -256,10 +314,13 @@ def _pod_now(pod: Obj) -> Obj:
 
 def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:
     """The workloads as ``get`` prints them; ``wide`` adds when the run started and its ID."""
-    names: tuple[str, ...] = ("NAMESPACE", "WORKLOAD", "MODE", "TURN", "POLICY", "FINGERPRINT")
-    names += ("STATUS", "STARTED", "WORKFLOW ID") if wide else ("STATUS",)
+    names: tuple[str, ...] = ("CLUSTER", "NAMESPACE", "WORKLOAD", "MODE", "TURN", "POLICY")
+    names += (
+        ("FINGERPRINT", "STATUS", "STARTED", "WORKFLOW ID") if wide else ("FINGERPRINT", "STATUS")
+    )
     body = [
         (
+            r.cluster or "(0.1)",
             r.namespace,
             r.workload,
             r.mode,
@@ -317,7 +378,7 @@ class LiveCohort:
         )
 
 
-def live_cohort(kube: ApiClient, state: RollbackState) -> LiveCohort:
+def live_cohort(kube: ApiClient, cluster: str, state: RollbackState) -> LiveCohort:
     """One owner GET and one pod LIST, judged by the same code as the final sample."""
     window_open = state.mode is Mode.MONITORING and state.window_started_at is not None
     since = state.window_started_at if window_open else state.last_transition_time
@@ -331,7 +392,7 @@ def live_cohort(kube: ApiClient, state: RollbackState) -> LiveCohort:
     query = lookup.cohort_query(owner, obj)
     pods = lookup.pods(owner.namespace, query)
     request = SampleCohortInput(
-        owner=owner, recommendation=state.recommendation, window_started_at=since
+        cluster=cluster, owner=owner, recommendation=state.recommendation, window_started_at=since
     )
     sample = cohort_sample(owner, pods, request, desired_replicas(owner.kind, obj), query)
     running = Counter(ResourceSnapshot.of(*actual_resources(p)).describe() for p in pods)
@@ -347,17 +408,20 @@ def _tally(sample: CohortSample, state: RollbackState) -> str:
 
 
 def describe_text(
+    cluster: str,
     owner: OwnerRef,
     status: str,
     state: RollbackState | None,
     cohort: LiveCohort | str | None = None,
 ) -> str:
     """``cohort``: the live cohort, or why it could not be read (None: not asked for)."""
+    workflow_id = rollback_id(cluster, owner)
     if state is None:
-        return f"{owner.workflow_id}: {status}, no state yet"
+        return f"{workflow_id}: {status}, no state yet"
     lines = [
         f"Workload:     {owner}",
-        f"Workflow:     {owner.workflow_id} ({status})",
+        f"Cluster:      {cluster}",
+        f"Workflow:     {workflow_id} ({status})",
         f"Mode:         {state.mode} (turn {state.turn})",
         f"Policy:       {state.policy.ref if state.policy else '-'}",
         f"Fingerprint:  {state.fingerprint}",

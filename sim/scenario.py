@@ -24,6 +24,12 @@ A scenario is YAML::
       shop/Deployment/api: {mode: failedPermanent, turn: 2, failureReason: oomKilled,
                             modes: [monitoring, rollingBack, backingOff, backedOff, ...]}
 
+A fleet on one Temporal (docs/operating/fleet.md) is ``clusters:``, each with its ``name`` and its
+own ``nodes``, ``workloads``, ``policies``, ``objects`` and ``steps`` (a step's workloads are its
+cluster's), one engine (worker and intake) per cluster as in production, and expectations keyed
+``<cluster>/<namespace>/<Kind>/<name>``. A scenario without ``clusters`` is one cluster, named
+``cluster`` (default ``sim``).
+
 ``expect`` is the language of ``sim.expect`` (Events, annotations, pods, alternatives, ...); the
 whole format is published as JSON Schema (``SCHEMA``, ``scenario_schema``).
 """
@@ -72,13 +78,14 @@ from worker.kube import DEFAULT_READ_TIMEOUT
 from worker.process import IntakeService
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
+    CLUSTER_PATTERN,
     RECOMMENDATION_SUFFIX_LIMITS,
     RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
-    TASK_QUEUE,
     Mode,
     Obj,
     WorkloadKind,
+    task_queue_for,
 )
 from workflows.durations import parse_duration
 from workflows.fingerprint import is_recommendation_key
@@ -199,18 +206,19 @@ class Step(Model):
         return _seconds(value)
 
 
-class Scenario(Model):
-    name: str
-    description: str = ""
-    timeout: Seconds = 60.0
-    settle: Seconds = 1.0
-    actuation: str = "annotations"
+DEFAULT_CLUSTER = "sim"
+
+
+class ClusterSpec(Model):
+    """One simulated cluster: what it starts with and what happens to it."""
+
+    name: str = Field(default=DEFAULT_CLUSTER, pattern=CLUSTER_PATTERN)  # a DNS label
+    actuation: str | None = None  # default: the scenario's
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec(name="node-1")])
     workloads: list[WorkloadSpec] = Field(default_factory=list)
     policies: list[Obj] = Field(default_factory=list)  # RollbackPolicy, ClusterRollbackPolicy
     objects: list[Obj] = Field(default_factory=list)  # anything else the story starts with
     steps: list[Step] = Field(default_factory=list)
-    expect: dict[str, Expectation] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _policies_are_policies(self) -> Self:
@@ -244,6 +252,53 @@ class Scenario(Model):
             if step.after is not None and step.after not in names:
                 raise ValueError(f"after {step.after!r}: no step has that name")
         return self
+
+
+class Scenario(ClusterSpec):
+    """A story: one cluster (the fields it shares with ``ClusterSpec``, named ``cluster``), or
+    a fleet on one Temporal (``clusters``)."""
+
+    name: str  # the scenario's, free text; its cluster's is ``cluster``
+    cluster: str = Field(default=DEFAULT_CLUSTER, pattern=CLUSTER_PATTERN)
+    description: str = ""
+    timeout: Seconds = 60.0
+    settle: Seconds = 1.0
+    actuation: str = "annotations"
+    clusters: list[ClusterSpec] = Field(default_factory=list)
+    expect: dict[str, Expectation] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_cluster_or_a_fleet(self) -> Self:
+        if not self.clusters:
+            return self
+        alone = [f for f in ("workloads", "policies", "objects", "steps") if getattr(self, f)]
+        if alone or "nodes" in self.model_fields_set or "cluster" in self.model_fields_set:
+            fields = ", ".join(alone or ["nodes/cluster"])
+            raise ValueError(f"with clusters, {fields} go inside each cluster")
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cluster names must be unique: {names}")
+        for key in self.expect:
+            if key.split("/")[0] not in names or key.count("/") != 3:
+                raise ValueError(
+                    f"expect {key!r}: a fleet's expectations are keyed"
+                    f" <cluster>/<namespace>/<Kind>/<name>, with a cluster of {names}"
+                )
+        return self
+
+    @property
+    def fleet(self) -> bool:
+        return bool(self.clusters)
+
+    def members(self) -> list[ClusterSpec]:
+        """Each cluster of the story, with the scenario's actuation where it sets none."""
+        members = self.clusters or [
+            ClusterSpec.model_validate(
+                {f: getattr(self, f) for f in ClusterSpec.model_fields if f != "name"}
+                | {"name": self.cluster}
+            )
+        ]
+        return [m.model_copy(update={"actuation": m.actuation or self.actuation}) for m in members]
 
     @field_validator("timeout", "settle", mode="before")
     @classmethod
@@ -352,7 +407,8 @@ class Recorder:
     """The timeline, read off the cluster: state annotation changes, Events, and each pod's
     state (for the report's pod lanes)."""
 
-    def __init__(self, on_line: Callable[[str], None], store: Any = None) -> None:
+    def __init__(self, on_line: Callable[[str], None], store: Any = None, prefix: str = "") -> None:
+        self.prefix = prefix  # "<cluster>/" in a fleet: owners are keyed with their cluster
         self.start = time.monotonic()
         self.on_line = on_line
         self.store = store
@@ -361,6 +417,9 @@ class Recorder:
         self.pods: list[Obj] = []  # {t, owner, pod, status, restarts, memory, reason}, changes
         self._last: dict[str, str | None] = {}
         self._pod_last: dict[str, tuple[Any, ...]] = {}
+
+    def _key(self, kind: str, namespace: str, name: str) -> str:
+        return self.prefix + owner_key(kind, namespace, name)
 
     def t(self) -> float:
         return round(time.monotonic() - self.start, 2)
@@ -375,14 +434,14 @@ class Recorder:
                 return None
             kind, name = refs[0].get("kind", ""), refs[0].get("name", "")
             if kind not in ("ReplicaSet", "Job") or self.store is None:
-                return owner_key(kind, namespace, name)
+                return self._key(kind, namespace, name)
             try:
                 parent = self.store.get(self.store.rtype(kind), namespace, name)
             except ApiError:
                 return None
             above = parent["metadata"].get("ownerReferences") or []
             if not above:
-                return owner_key(kind, namespace, name)
+                return self._key(kind, namespace, name)
             refs = above
         return None
 
@@ -427,7 +486,7 @@ class Recorder:
             return
         if rtype.kind == "Event" and kind == "ADDED":
             involved = obj.get("involvedObject") or {}
-            owner = owner_key(
+            owner = self._key(
                 involved.get("kind", ""), involved.get("namespace", ""), involved.get("name", "")
             )
             entry = {
@@ -443,7 +502,7 @@ class Recorder:
             return
         if rtype.kind not in WORKLOAD_KINDS or kind == "DELETED":
             return
-        owner = owner_key(rtype.kind, meta.get("namespace", ""), meta["name"])
+        owner = self._key(rtype.kind, meta.get("namespace", ""), meta["name"])
         raw = (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
         try:
             state = json.loads(raw) if raw else None
@@ -491,11 +550,14 @@ class WorkerProcess:
         log_path: Path,
         kube_timeout: float = DEFAULT_READ_TIMEOUT,
         metrics_address: str | None = None,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         self.command = [
             sys.executable,
             "-m",
             "worker",
+            "--cluster",
+            cluster,
             "--address",
             address,
             "--task-queue",
@@ -534,34 +596,23 @@ class WorkerProcess:
                 self.kill()
 
 
-class World:
-    """Everything a scenario runs on; also what ``rollbackctl run`` starts without a cluster."""
+class Member:
+    """One simulated cluster of a story: its API server, control plane and kubelet, its timeline
+    and its engine (the worker as a child process, a step may SIGKILL it; the intake in-process),
+    on the story's shared Temporal."""
 
     def __init__(
         self,
-        scenario: Scenario,
-        on_line: Callable[[str], None],
-        workdir: Path,
-        temporal_port: int | None = None,
-        ui: bool = False,
-        task_queue: str | None = None,
-        kube_timeout: float = DEFAULT_READ_TIMEOUT,
-        metrics: tuple[str, str] | None = None,
-        engine: bool = True,
+        world: World,
+        spec: ClusterSpec,
+        task_queue: str,
+        prefix: str,
     ) -> None:
-        self.scenario = scenario
-        self.engine = engine  # False: the caller runs the worker and intake (rollbackctl run)
-        self.kube_timeout = kube_timeout
-        self.metrics = metrics  # Prometheus endpoints (worker, intake), host:port
-        self.workdir = workdir
+        self.world, self.spec, self.name = world, spec, spec.name
+        self.task_queue = task_queue
         self.api = KubeEmulator()
-        self.recorder = Recorder(on_line, self.api.store)
+        self.recorder = Recorder(world.on_line, self.api.store, prefix)
         self.sim = SimulatedCluster(self.api.store)
-        port = temporal_port or free_port()
-        self.temporal = DevServer(
-            workdir / "temporal", port, headless=not ui, log_path=workdir / "temporal.log"
-        )
-        self.task_queue = task_queue or f"{TASK_QUEUE}-{scenario.name}"
         self.worker: WorkerProcess | None = None
         self.intake: IntakeService | None = None
 
@@ -571,7 +622,7 @@ class World:
         self.lookup = OwnerLookup(CoreV1Api(client), CustomObjectsApi(client))
         store = self.api.store
         store.listeners.append(self.recorder)
-        for node in self.scenario.nodes:
+        for node in self.spec.nodes:
             store.create(
                 {
                     "apiVersion": "v1",
@@ -583,45 +634,42 @@ class World:
                 }
             )
         namespaces = {
-            w.manifest.get("metadata", {}).get("namespace", "default")
-            for w in self.scenario.workloads
+            w.manifest.get("metadata", {}).get("namespace", "default") for w in self.spec.workloads
         }
         for ns in sorted(namespaces | {"default"}):
             store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        for obj in self.scenario.objects:
+        for obj in self.spec.objects:
             store.create(obj)
-        for policy in self.scenario.policies:
+        for policy in self.spec.policies:
             store.create(policy)
-        for w in self.scenario.workloads:
+        for w in self.spec.workloads:
             behaviour = {
                 c: Behaviour(b.working_set, b.startup, b.run_for) for c, b in w.behaviour.items()
             }
             self.sim.add(w.manifest, behaviour, w.pod_template)
         self.sim.start()
-        await asyncio.to_thread(self.temporal.start)
-        if self.engine:
-            await self._start_engine()
-        self.recorder.start = time.monotonic()  # time zero: the cluster and the engine are up
 
-    async def _start_engine(self) -> None:
+    async def start_engine(self, metrics: tuple[str, str] | None) -> None:
         """The worker as a child process (a step may SIGKILL it) and the intake in-process."""
+        world = self.world
         self.worker = WorkerProcess(
-            self.temporal.address,
+            world.temporal.address,
             self.task_queue,
             self.api.url,
-            self.scenario.actuation,
-            self.workdir / "worker.log",
-            self.kube_timeout,
-            self.metrics[0] if self.metrics else None,
+            self.spec.actuation or world.scenario.actuation,
+            world.workdir / f"worker{'-' + self.name if world.scenario.fleet else ''}.log",
+            world.kube_timeout,
+            metrics[0] if metrics else None,
+            cluster=self.name,
         )
         self.worker.start()
-        temporal = TemporalConfig.at(self.temporal.address, self.task_queue)
-        kube = KubeConfig(url=self.api.url, timeout=self.kube_timeout)
-        runtime = telemetry.runtime(self.metrics[1] if self.metrics else None)
+        temporal = TemporalConfig.at(world.temporal.address, self.task_queue, self.name)
+        kube = KubeConfig(url=self.api.url, timeout=world.kube_timeout)
+        runtime = telemetry.runtime(metrics[1] if metrics else None, self.name)
         self.intake = IntakeService(
             await temporal.connect(runtime),
             kube.client(runtime),
-            IntakeConfig(temporal, kube, identity="simulation"),
+            IntakeConfig(temporal, kube, identity=f"simulation-{self.name}"),
             lease_duration=3.0,
             meter=telemetry.meter(runtime),
         ).start()
@@ -631,7 +679,8 @@ class World:
             await asyncio.to_thread(self.intake.stop)
         if self.worker is not None:
             await asyncio.to_thread(self.worker.stop)
-        await asyncio.to_thread(self.temporal.stop)
+
+    def close(self) -> None:
         self.sim.stop()
         self.api.stop()
 
@@ -644,45 +693,45 @@ class World:
     def _edit(self, step: Step) -> None:
         """The ``annotate`` and ``rollout`` steps."""
         store = self.api.store
+        line = self.recorder.on_line
         if step.annotate is not None:
             a = step.annotate
             metadata = {"annotations": a.annotations, "labels": a.labels}
             store.patch(store.rtype(a.kind), a.namespace, a.name, {"metadata": metadata}, MERGE)
-            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: {a.kind} {a.name} annotated")
+            line(f"{self.recorder.t():7.2f}s  {self._where()}step: {a.kind} {a.name} annotated")
         if step.rollout is not None:
             kind, ns, name = self._owner(step.rollout.workload)
             template = step.rollout.template or {
                 "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": kube_now()}}
             }
             store.patch(store.rtype(kind), ns, name, {"spec": {"template": template}}, MERGE)
-            self.recorder.on_line(
-                f"{self.recorder.t():7.2f}s  {step.rollout.workload}  step: template rolled out"
+            line(
+                f"{self.recorder.t():7.2f}s  {self.recorder.prefix}{step.rollout.workload}"
+                "  step: template rolled out"
             )
+
+    def _where(self) -> str:
+        return f"{self.name}: " if self.recorder.prefix else ""
 
     async def run_step(self, step: Step) -> None:
         store = self.api.store
+        t, line, prefix = self.recorder.t, self.recorder.on_line, self.recorder.prefix
         if step.apply is not None:
             kind, ns, name = self._owner(step.apply.workload)
             owner = store.get(store.rtype(kind), ns, name)
             current = owner["metadata"].get("annotations") or {}
-            prefix = f"{step.apply.source}.rightsizing.kubex.ai/" + (
+            key_prefix = f"{step.apply.source}.rightsizing.kubex.ai/" + (
                 f"h{step.apply.digest}-" if step.apply.digest else ""
             )
             wanted: dict[str, str | None] = {k: None for k in current if is_recommendation_key(k)}
             if step.apply.requests:
-                wanted[prefix + RECOMMENDATION_SUFFIX_REQUESTS] = json.dumps(step.apply.requests)
+                wanted[key_prefix + RECOMMENDATION_SUFFIX_REQUESTS] = json.dumps(
+                    step.apply.requests
+                )
             if step.apply.limits:
-                wanted[prefix + RECOMMENDATION_SUFFIX_LIMITS] = json.dumps(step.apply.limits)
-            store.patch(
-                store.rtype(kind),
-                ns,
-                name,
-                {"metadata": {"annotations": wanted}},
-                "application/merge-patch+json",
-            )
-            self.recorder.on_line(
-                f"{self.recorder.t():7.2f}s  {step.apply.workload}  step: recommendation applied"
-            )
+                wanted[key_prefix + RECOMMENDATION_SUFFIX_LIMITS] = json.dumps(step.apply.limits)
+            store.patch(store.rtype(kind), ns, name, {"metadata": {"annotations": wanted}}, MERGE)
+            line(f"{t():7.2f}s  {prefix}{step.apply.workload}  step: recommendation applied")
         if step.delete_pod is not None:
             kind, ns, name = self._owner(step.delete_pod["workload"])
             pods = sorted(
@@ -691,18 +740,11 @@ class World:
             for pod in pods[: int(step.delete_pod.get("count", 1))]:
                 with contextlib.suppress(ApiError):
                     store.delete(store.rtype("Pod"), ns, pod["metadata"]["name"])
-            self.recorder.on_line(
-                f"{self.recorder.t():7.2f}s  {step.delete_pod['workload']}  step: pod deleted"
-            )
+            line(f"{t():7.2f}s  {prefix}{step.delete_pod['workload']}  step: pod deleted")
         if step.scale is not None:
             kind, ns, name = self._owner(step.scale["workload"])
-            store.patch(
-                store.rtype(kind),
-                ns,
-                name,
-                {"spec": {"replicas": int(step.scale["replicas"])}},
-                "application/merge-patch+json",
-            )
+            replicas = {"spec": {"replicas": int(step.scale["replicas"])}}
+            store.patch(store.rtype(kind), ns, name, replicas, MERGE)
         self._edit(step)
         for obj in (step.apply_policy, step.apply_object):
             if obj is None:
@@ -722,23 +764,25 @@ class World:
         if step.delete is not None:
             d = step.delete
             store.delete(store.rtype(d["kind"]), d.get("namespace"), d["name"])
-            self.recorder.on_line(
-                f"{self.recorder.t():7.2f}s  step: {d['kind']} {d['name']} deleted"
-            )
+            line(f"{t():7.2f}s  {self._where()}step: {d['kind']} {d['name']} deleted")
+        await self._disrupt(step)
+
+    async def _disrupt(self, step: Step) -> None:
+        """The ``killWorker`` and ``restartTemporal`` steps."""
+        t, line = self.recorder.t, self.recorder.on_line
         if step.kill_worker is not None and self.worker is not None:
             self.worker.kill()
-            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: worker killed (SIGKILL)")
+            line(f"{t():7.2f}s  {self._where()}step: worker killed (SIGKILL)")
             await asyncio.sleep(_seconds(step.kill_worker.get("for", "1s")))
             self.worker.start()
-            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: worker restarted")
+            line(f"{t():7.2f}s  {self._where()}step: worker restarted")
         if step.restart_temporal is not None:
-            await asyncio.to_thread(self.temporal.stop)
-            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: Temporal server stopped")
+            temporal = self.world.temporal
+            await asyncio.to_thread(temporal.stop)
+            line(f"{t():7.2f}s  step: Temporal server stopped")
             await asyncio.sleep(_seconds(step.restart_temporal.get("for", "1s")))
-            await asyncio.to_thread(self.temporal.start)
-            self.recorder.on_line(
-                f"{self.recorder.t():7.2f}s  step: Temporal server restarted (same SQLite file)"
-            )
+            await asyncio.to_thread(temporal.start)
+            line(f"{t():7.2f}s  step: Temporal server restarted (same SQLite file)")
 
     # --- outcome --------------------------------------------------------------------------------
 
@@ -754,25 +798,21 @@ class World:
         except ValueError:
             return {"mode": "unreadable"}
 
-    def problems(self) -> list[str]:
-        found = []
-        for ref, want in self.scenario.expect.items():
-            found += check(ref, want, self.facts(ref))
-        return found
-
     def facts(self, ref: str) -> Facts:
+        """What is true of ``ref`` (``namespace/Kind/name`` in this cluster) now."""
         kind, ns, name = self._owner(ref)
         try:
             owner = self.api.store.get(self.api.store.rtype(kind), ns, name)
             annotations = owner["metadata"].get("annotations") or {}
         except ApiError:
             annotations = {}
+        key = self.recorder.prefix + ref
         return Facts(
             state=self.state_of(ref),
-            modes=[t["mode"] for t in self.recorder.transitions if t["owner"] == ref],
+            modes=[t["mode"] for t in self.recorder.transitions if t["owner"] == key],
             annotations=annotations,
-            events=[e for e in self.recorder.events if e["owner"] == ref],
-            transitions=[t for t in self.recorder.transitions if t["owner"] == ref],
+            events=[e for e in self.recorder.events if e["owner"] == key],
+            transitions=[t for t in self.recorder.transitions if t["owner"] == key],
             now=self.recorder.t(),
             pods={pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)},
         )
@@ -780,13 +820,143 @@ class World:
     def owned_pods(self, ref: str) -> list[Obj]:
         return owned_pods(self.api.store, self.lookup, ref)
 
+
+class World:
+    """Everything a scenario runs on: the shared Temporal dev server and a ``Member`` per
+    cluster; also what ``rollbackctl run`` starts without a cluster. A one-cluster story's
+    cluster is ``api``, ``recorder``, ``sim``, ``worker``, ``intake`` here too."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        on_line: Callable[[str], None],
+        workdir: Path,
+        temporal_port: int | None = None,
+        ui: bool = False,
+        task_queue: str | None = None,
+        kube_timeout: float = DEFAULT_READ_TIMEOUT,
+        metrics: tuple[str, str] | None = None,
+        engine: bool = True,
+    ) -> None:
+        self.scenario = scenario
+        self.on_line = on_line
+        self.engine = engine  # False: the caller runs the worker and intake (rollbackctl run)
+        self.kube_timeout = kube_timeout
+        self.metrics = metrics  # Prometheus endpoints (worker, intake), host:port; one cluster
+        self.workdir = workdir
+        port = temporal_port or free_port()
+        self.temporal = DevServer(
+            workdir / "temporal", port, headless=not ui, log_path=workdir / "temporal.log"
+        )
+        fleet = scenario.fleet
+        self.members = [
+            Member(
+                self,
+                spec,
+                (task_queue if not fleet and task_queue else task_queue_for(spec.name)),
+                f"{spec.name}/" if fleet else "",
+            )
+            for spec in scenario.members()
+        ]
+        self.by_name = {m.name: m for m in self.members}
+
+    # The one cluster of a one-cluster story (the first of a fleet).
+    @property
+    def first(self) -> Member:
+        return self.members[0]
+
+    @property
+    def api(self) -> KubeEmulator:
+        return self.first.api
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.first.recorder
+
+    @property
+    def sim(self) -> SimulatedCluster:
+        return self.first.sim
+
+    @property
+    def worker(self) -> WorkerProcess | None:
+        return self.first.worker
+
+    @property
+    def intake(self) -> IntakeService | None:
+        return self.first.intake
+
+    @property
+    def lookup(self) -> OwnerLookup:
+        return self.first.lookup
+
+    @property
+    def task_queue(self) -> str:
+        return self.first.task_queue
+
+    async def start(self) -> None:
+        for member in self.members:
+            await member.start()
+        await asyncio.to_thread(self.temporal.start)
+        if self.engine:
+            for member in self.members:
+                await member.start_engine(self.metrics if len(self.members) == 1 else None)
+        self.zero()
+
+    def zero(self) -> None:
+        """Time zero of every cluster's timeline: the clusters and the engines are up."""
+        now = time.monotonic()
+        for member in self.members:
+            member.recorder.start = now
+
+    async def stop(self) -> None:
+        for member in self.members:
+            await member.stop()
+        await asyncio.to_thread(self.temporal.stop)
+        for member in self.members:
+            member.close()
+
+    async def run_step(self, step: Step) -> None:
+        await self.first.run_step(step)
+
+    # --- outcome --------------------------------------------------------------------------------
+
+    def member_of(self, ref: str) -> tuple[Member, str]:
+        """The cluster of an expectation's key and the key within it."""
+        if not self.scenario.fleet:
+            return self.first, ref
+        cluster, _, rest = ref.partition("/")
+        return self.by_name[cluster], rest
+
+    def state_of(self, ref: str) -> Obj | None:
+        member, inner = self.member_of(ref)
+        return member.state_of(inner)
+
+    def problems(self) -> list[str]:
+        found = []
+        for ref, want in self.scenario.expect.items():
+            found += check(ref, want, self.facts(ref))
+        return found
+
+    def facts(self, ref: str) -> Facts:
+        member, inner = self.member_of(ref)
+        return member.facts(inner)
+
+    def owned_pods(self, ref: str) -> list[Obj]:
+        member, inner = self.member_of(ref)
+        return member.owned_pods(inner)
+
     def pods_of(self, ref: str) -> dict[str, Obj]:
         return {pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)}
+
+    def timeline(self, what: str) -> list[Obj]:
+        """Every cluster's ``transitions``, ``events`` or ``pods``, in time order."""
+        merged = [e for m in self.members for e in getattr(m.recorder, what)]
+        return sorted(merged, key=lambda e: e["t"]) if len(self.members) > 1 else merged
 
     def final(self) -> dict[str, Obj]:
         """Per owner: its state, annotations, each pod's resources, and each pod's phase,
         conditions and restarts."""
-        refs = set(self.scenario.expect) | {t["owner"] for t in self.recorder.transitions}
+        refs = set(self.scenario.expect) | {t["owner"] for t in self.timeline("transitions")}
         out: dict[str, Obj] = {}
         for ref in sorted(refs):
             facts = self.facts(ref)
@@ -800,17 +970,24 @@ class World:
 
 
 async def play(world: World) -> None:
-    """Run every step when its trigger holds (``Step``), one step at a time; returns when all
-    have run. A step whose trigger never holds is waited for until the caller gives up."""
-    done = {s.name: asyncio.Event() for s in world.scenario.steps if s.name}
+    """Run every cluster's steps, each when its trigger holds (``Step``), one step of a cluster
+    at a time; returns when all have run. A step whose trigger never holds is waited for until
+    the caller gives up."""
+    await asyncio.gather(*(_play(member) for member in world.members))
+
+
+async def _play(member: Member) -> None:
+    steps = member.spec.steps
+    done = {s.name: asyncio.Event() for s in steps if s.name}
     one_at_a_time = asyncio.Lock()
+    recorder = member.recorder
 
     def reached(when: When) -> bool:
         return any(
-            t["owner"] == when.owner
+            t["owner"] == recorder.prefix + when.owner
             and t["mode"] == when.mode
             and (when.turn is None or t["turn"] == when.turn)
-            for t in world.recorder.transitions
+            for t in recorder.transitions
         )
 
     async def run(step: Step) -> None:
@@ -820,14 +997,14 @@ async def play(world: World) -> None:
         elif step.after is not None:
             await done[step.after].wait()
         else:
-            await asyncio.sleep(max(0.0, step.at - (time.monotonic() - world.recorder.start)))
+            await asyncio.sleep(max(0.0, step.at - (time.monotonic() - recorder.start)))
         await asyncio.sleep(step.delay)
         async with one_at_a_time:
-            await world.run_step(step)
+            await member.run_step(step)
         if step.name:
             done[step.name].set()
 
-    await asyncio.gather(*(run(step) for step in world.scenario.steps))
+    await asyncio.gather(*(run(step) for step in steps))
 
 
 async def run_scenario(
@@ -860,9 +1037,10 @@ async def run_scenario(
                     shutil.copy(log_file, report.logs)
         finally:
             report.duration = time.monotonic() - world.recorder.start
-            report.transitions, report.events = world.recorder.transitions, world.recorder.events
-            report.pods = world.recorder.pods
-            report.requests = list(world.api.journal)
+            report.transitions = world.timeline("transitions")
+            report.events = world.timeline("events")
+            report.pods = world.timeline("pods")
+            report.requests = [r for m in world.members for r in m.api.journal]
             report.final = world.final()
             await world.stop()
         return report

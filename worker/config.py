@@ -40,7 +40,7 @@ from activities.notify import NotificationConfig
 from worker import telemetry
 from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.runner import MAX_CACHED_WORKFLOWS
-from workflows.contract import TASK_QUEUE
+from workflows.contract import TASK_QUEUE, check_cluster, task_queue_for
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +59,54 @@ def _env(env: Mapping[str, str], name: str) -> str | None:
 # --- Temporal -------------------------------------------------------------------------------
 
 
+CLUSTER_HELP = (
+    "this cluster's name, a DNS label such as eu-west-1 (ROLLBACK_CLUSTER): in every workflow"
+    " ID, search attribute, metric, log line and notification; the default task queue is"
+    f" {TASK_QUEUE}-<cluster> (docs/operating/fleet.md)"
+)
+
+
+def cluster_from(args: argparse.Namespace, env: Mapping[str, str], required: bool) -> str | None:
+    """``--cluster`` / ``ROLLBACK_CLUSTER``, checked as a DNS label; required by the worker and
+    the intake (a fleet's clusters share one Temporal: a process must know which it is)."""
+    raw = getattr(args, "cluster", None) or _env(env, "ROLLBACK_CLUSTER")
+    if raw is None:
+        if required:
+            raise ConfigError(
+                "--cluster is required (or ROLLBACK_CLUSTER): the name of the cluster this"
+                " process serves, a DNS label such as eu-west-1 (docs/operating/fleet.md)"
+            )
+        return None
+    try:
+        return check_cluster(raw)
+    except ValueError as exc:
+        raise ConfigError(f"--cluster: {exc}") from None
+
+
 @dataclass(frozen=True)
 class TemporalConfig:
-    """Where Temporal is and how to reach it: an envconfig profile plus our task queue."""
+    """Where Temporal is and how to reach it (an envconfig profile), and our place in it: the
+    cluster this process serves (None: ``rollbackctl`` looking at the whole fleet) and its task
+    queue."""
 
     profile: ClientConfigProfile = field(default_factory=ClientConfigProfile)
     task_queue: str = TASK_QUEUE
+    cluster: str | None = None
 
     @classmethod
-    def at(cls, address: str, task_queue: str = TASK_QUEUE) -> TemporalConfig:
+    def at(
+        cls, address: str, task_queue: str | None = None, cluster: str | None = None
+    ) -> TemporalConfig:
         """A plain, unauthenticated server (the embedded dev server, tests)."""
-        return cls(ClientConfigProfile(address=address), task_queue)
+        queue = task_queue or (task_queue_for(cluster) if cluster else TASK_QUEUE)
+        return cls(ClientConfigProfile(address=address), queue, cluster)
 
     @classmethod
     def from_args(
-        cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ
+        cls,
+        args: argparse.Namespace,
+        env: Mapping[str, str] = os.environ,
+        cluster_required: bool = False,
     ) -> TemporalConfig:
         try:
             profile = ClientConfigProfile.load(
@@ -102,8 +135,10 @@ class TemporalConfig:
         for path in _tls_files(tls):
             if not path.is_file():
                 raise ConfigError(f"TLS file {path} does not exist")
-        task_queue = args.task_queue or _env(env, "ROLLBACK_TASK_QUEUE") or TASK_QUEUE
-        return cls(profile, task_queue)
+        cluster = cluster_from(args, env, cluster_required)
+        default_queue = task_queue_for(cluster) if cluster else TASK_QUEUE
+        task_queue = args.task_queue or _env(env, "ROLLBACK_TASK_QUEUE") or default_queue
+        return cls(profile, task_queue, cluster)
 
     @property
     def address(self) -> str:
@@ -164,7 +199,8 @@ def _tls_files(tls: ClientConfigTLS | None) -> list[Path]:
     return [s for s in sources if isinstance(s, Path)]
 
 
-def add_temporal_flags(parser: argparse.ArgumentParser) -> None:
+def add_temporal_flags(parser: argparse.ArgumentParser, cluster_help: str = CLUSTER_HELP) -> None:
+    parser.add_argument("--cluster", help=cluster_help)
     group = parser.add_argument_group(
         "Temporal connection (flags override TEMPORAL_* variables and the envconfig profile)"
     )
@@ -177,7 +213,8 @@ def add_temporal_flags(parser: argparse.ArgumentParser) -> None:
         "--profile", help="envconfig profile (TEMPORAL_PROFILE; file: TEMPORAL_CONFIG_FILE)"
     )
     group.add_argument(
-        "--task-queue", help=f"task queue (ROLLBACK_TASK_QUEUE, default {TASK_QUEUE})"
+        "--task-queue",
+        help=f"task queue (ROLLBACK_TASK_QUEUE, default {TASK_QUEUE}-<cluster>)",
     )
     group.add_argument(
         "--api-key-file",
@@ -205,6 +242,7 @@ class KubeConfig:
     kubeconfig: str | None = None
     url: str | None = None
     timeout: float = DEFAULT_READ_TIMEOUT
+    context: str | None = None  # the kubeconfig's context (default: its current-context)
     metrics_address: str | None = None
     health_address: str | None = None  # /livez and /readyz (worker.health)
 
@@ -221,6 +259,7 @@ class KubeConfig:
             kubeconfig=args.kubeconfig or _env(env, "KUBECONFIG"),
             url=args.kube_url,
             timeout=timeout,
+            context=getattr(args, "context", None),
             metrics_address=args.metrics_address or _env(env, "ROLLBACK_METRICS_ADDRESS"),
             health_address=args.health_address or _env(env, "ROLLBACK_HEALTH_ADDRESS"),
         )
@@ -230,13 +269,18 @@ class KubeConfig:
         """No cluster named anywhere: ``rollbackctl run`` starts the simulated one."""
         return not (self.kubeconfig or self.url)
 
-    def runtime(self) -> Runtime | None:
-        return telemetry.runtime(self.metrics_address)
+    def runtime(self, cluster: str | None = None) -> Runtime | None:
+        return telemetry.runtime(self.metrics_address, cluster)
 
     def client(self, runtime: Runtime | None = None, user_agent: str | None = None) -> ApiClient:
         try:
             return api_client(
-                self.kubeconfig, self.url, telemetry.meter(runtime), self.timeout, user_agent
+                self.kubeconfig,
+                self.url,
+                telemetry.meter(runtime),
+                self.timeout,
+                user_agent,
+                self.context,
             )
         except Exception as exc:  # kubeconfig loaders raise several kinds
             raise ConfigError(f"Kubernetes configuration: {exc}") from exc
@@ -248,6 +292,7 @@ def add_kube_flags(parser: argparse.ArgumentParser, serving: bool = True) -> Non
     group.add_argument(
         "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
     )
+    group.add_argument("--context", help="the kubeconfig context to use (default: its current)")
     group.add_argument("--kube-url", help="plain-HTTP API server URL (the simulated cluster)")
     group.add_argument(
         "--kube-timeout",
@@ -290,6 +335,18 @@ class WorkerConfig:
     # Worker Versioning (docs/operating/upgrade.md, "Worker versioning"): None runs unversioned.
     deployment: WorkerDeploymentVersion | None = None
     notifications: NotificationConfig = field(default_factory=NotificationConfig)
+    # The worker's own Pod (POD_NAMESPACE, POD_NAME from the downward API): where it tells of a
+    # run it refused (``activities.clusters``); None outside a cluster.
+    pod: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.temporal.cluster is None:
+            raise ConfigError("a worker or intake serves one cluster: name it (--cluster)")
+
+    @property
+    def cluster(self) -> str:
+        assert self.temporal.cluster is not None  # __post_init__
+        return self.temporal.cluster
 
     @classmethod
     def from_args(
@@ -309,13 +366,19 @@ class WorkerConfig:
         if max_cached < 1:
             raise ConfigError(f"--max-cached-workflows must be at least 1, got {max_cached}")
         return cls(
-            TemporalConfig.from_args(args, env),
+            TemporalConfig.from_args(args, env, cluster_required=True),
             KubeConfig.from_args(args, env),
             parsed,
             max_cached,
             _deployment(args, env),
             _notifications(args, env),
+            _own_pod(env),
         )
+
+
+def _own_pod(env: Mapping[str, str]) -> tuple[str, str] | None:
+    namespace, name = _env(env, "POD_NAMESPACE"), _env(env, "POD_NAME")
+    return (namespace, name) if namespace and name else None
 
 
 def _notifications(args: argparse.Namespace, env: Mapping[str, str]) -> NotificationConfig:
@@ -394,12 +457,21 @@ class IntakeConfig:
     lease_namespace: str = "default"
     identity: str = field(default_factory=default_identity)
 
+    def __post_init__(self) -> None:
+        if self.temporal.cluster is None:
+            raise ConfigError("a worker or intake serves one cluster: name it (--cluster)")
+
+    @property
+    def cluster(self) -> str:
+        assert self.temporal.cluster is not None  # __post_init__
+        return self.temporal.cluster
+
     @classmethod
     def from_args(
         cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ
     ) -> IntakeConfig:
         return cls(
-            TemporalConfig.from_args(args, env),
+            TemporalConfig.from_args(args, env, cluster_required=True),
             KubeConfig.from_args(args, env),
             lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
             identity=args.identity or _env(env, "POD_NAME") or default_identity(),

@@ -118,6 +118,7 @@ class Intake:
         core: CoreV1Api,
         custom: CustomObjectsApi,
         temporal: Client,
+        cluster: str,
         task_queue: str,
         loop: asyncio.AbstractEventLoop,
         meter: MetricMeter = MetricMeter.noop,
@@ -131,6 +132,9 @@ class Intake:
         self._fence = fence
         self._stopping = threading.Event()
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
+        # Every run this intake starts or signals is its own cluster's (``rollback_id``): in a
+        # fleet on one Temporal, it never wakes another cluster's run.
+        self.cluster = cluster
         self.owners = WorkloadCache(
             core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
         )
@@ -443,9 +447,9 @@ class Intake:
                     return  # the next leader carries it out: the annotation is still there
                 try:
                     if value == Control.CANCEL:
-                        await control.cancel(self.temporal, owner, CONTROL_REASON)
+                        await control.cancel(self.temporal, self.cluster, owner, CONTROL_REASON)
                     elif value == Control.REOPEN:
-                        await control.reopen(self.temporal, self.task_queue, owner)
+                        await control.reopen(self.temporal, self.cluster, self.task_queue, owner)
                     else:
                         known = ", ".join(c.value for c in Control)
                         refusal = f"unknown value {value!r} (expected one of: {known})"
@@ -541,6 +545,7 @@ class Intake:
                         continue
                     await observe(
                         self.temporal,
+                        self.cluster,
                         self.task_queue,
                         seen.owner,
                         seen.recommendation,

@@ -100,6 +100,7 @@ def api_client(
     metric_meter: MetricMeter | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     user_agent: str | None = None,
+    context: str | None = None,
 ) -> ApiClient:
     """A client; ``user_agent`` names the component to the API server (its audit log, and the
     emulator's journal: ``rightsizing-rollback-intake/<identity>``)."""
@@ -109,11 +110,15 @@ def api_client(
     if url:
         configuration.host = url
     elif path:
-        kube_config.load_kube_config(config_file=path, client_configuration=configuration)
+        kube_config.load_kube_config(
+            config_file=path, context=context, client_configuration=configuration
+        )
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         kube_config.load_incluster_config(client_configuration=configuration)
     elif default.exists():
-        kube_config.load_kube_config(config_file=str(default), client_configuration=configuration)
+        kube_config.load_kube_config(
+            config_file=str(default), context=context, client_configuration=configuration
+        )
     else:
         raise RuntimeError(
             "no Kubernetes configuration: pass --kubeconfig, set KUBECONFIG, or run in a cluster"

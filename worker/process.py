@@ -19,6 +19,7 @@ from temporalio.client import Client
 from temporalio.common import MetricMeter
 from temporalio.service import RPCError
 
+from activities.clusters import ClusterGuard
 from worker import telemetry
 from worker.config import (
     INTAKE_AGENT,
@@ -81,6 +82,7 @@ class IntakeService:
                 CoreV1Api(api),
                 CustomObjectsApi(api),
                 temporal,
+                config.cluster,
                 config.temporal.task_queue,
                 loop,
                 meter,
@@ -126,14 +128,17 @@ class IntakeService:
         self.elector.stop()
 
 
-async def report_workloads(temporal: Client, meter: MetricMeter, every: float = 30.0) -> None:
-    """``rollback_workloads{mode}``: running workflows by the mode of their current run."""
+async def report_workloads(
+    temporal: Client, cluster: str, meter: MetricMeter, every: float = 30.0
+) -> None:
+    """``rollback_workloads{mode}``: this cluster's running workflows by the mode of their
+    current run (the fleet shares the Temporal namespace; each intake counts its own)."""
     gauge = meter.create_gauge("rollback_workloads", "running rollback workflows by mode")
     while True:
         for mode in (m for m in Mode if not m.terminal):
             query = (
-                f'WorkflowType = "{WORKFLOW_NAME}" AND {SearchAttribute.MODE} = "{mode.value}"'
-                ' AND ExecutionStatus = "Running"'
+                f'WorkflowType = "{WORKFLOW_NAME}" AND {SearchAttribute.CLUSTER} = "{cluster}"'
+                f' AND {SearchAttribute.MODE} = "{mode.value}" AND ExecutionStatus = "Running"'
             )
             try:
                 count = (await temporal.count_workflows(query)).count
@@ -154,7 +159,8 @@ async def serve(
     ``ready`` is set once the worker polls and the intake (when leading) has synced."""
     chosen = worker or intake
     assert chosen is not None, "nothing to serve"
-    runtime = chosen.kube.runtime()
+    telemetry.name_cluster(chosen.cluster)
+    runtime = chosen.kube.runtime(chosen.cluster)
     build_info = telemetry.meter(runtime).create_gauge("rollback_build_info", "1, by version")
     for component, config in (("worker", worker), ("intake", intake)):
         if config is not None:
@@ -171,7 +177,11 @@ async def serve(
     service: IntakeService | None = None
     background: list[asyncio.Task[Any]] = []
     if intake is not None:
-        background.append(asyncio.create_task(report_workloads(temporal, telemetry.meter(runtime))))
+        background.append(
+            asyncio.create_task(
+                report_workloads(temporal, intake.cluster, telemetry.meter(runtime))
+            )
+        )
         agent = f"{INTAKE_AGENT}/{intake.identity}"
         service = IntakeService(
             temporal, intake.kube.client(runtime, agent), intake, meter=telemetry.meter(runtime)
@@ -180,12 +190,12 @@ async def serve(
         health.ready("intake", service.ready)
     try:
         if worker is not None:
-            activities = activities_for(
-                worker.kube.client(runtime, WORKER_AGENT), worker.actuation, worker.notifications
-            )
+            kube = worker.kube.client(runtime, WORKER_AGENT)
+            activities = activities_for(kube, worker.actuation, worker.notifications)
             queue = worker.temporal.task_queue
+            guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)
             running = build_worker(
-                temporal, queue, activities, worker.max_cached_workflows, worker.deployment
+                temporal, queue, activities, guard, worker.max_cached_workflows, worker.deployment
             )
             health.live("worker", lambda: None if running.is_running else "worker not running")
             if chosen.kube.health_address:  # nobody asks otherwise: no periodic health RPC
@@ -193,7 +203,7 @@ async def serve(
                 background.append(asyncio.create_task(temporal_ok.watch()))
                 health.ready("temporal", temporal_ok.problem)
             async with running:
-                log.info("worker polling task queue %s", queue)
+                log.info("worker of cluster %s polling task queue %s", worker.cluster, queue)
                 if worker.deployment is not None:
                     background.append(
                         asyncio.create_task(adopt_if_first(temporal, worker.deployment))

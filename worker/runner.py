@@ -18,6 +18,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.clusters import ClusterGuard
 from workflows.notify import NotifyWorkflow
 from workflows.rollback import RollbackWorkflow
 
@@ -60,13 +61,15 @@ def build_worker(
     client: Client,
     task_queue: str,
     activities: object,
+    guard: ClusterGuard,
     max_cached_workflows: int = MAX_CACHED_WORKFLOWS,
     deployment: WorkerDeploymentVersion | None = None,
     workflows: Sequence[type] = (RollbackWorkflow, NotifyWorkflow),
     **options: Any,
 ) -> Worker:
-    """The worker; with ``deployment``, a version of a Worker Deployment whose workflows are
-    pinned to it (docs/operating/upgrade.md, "Worker versioning")."""
+    """The worker of one cluster (``guard`` refuses any other's activities); with
+    ``deployment``, a version of a Worker Deployment whose workflows are pinned to it
+    (docs/operating/upgrade.md, "Worker versioning")."""
     methods = activity_methods(activities)
     sync = any(not inspect.iscoroutinefunction(m) for m in methods)
     return Worker(
@@ -75,6 +78,7 @@ def build_worker(
         workflows=list(workflows),
         activities=methods,
         activity_executor=ThreadPoolExecutor(max_workers=16) if sync else None,
+        interceptors=[guard],
         graceful_shutdown_timeout=timedelta(seconds=20),
         max_cached_workflows=max_cached_workflows,
         workflow_runner=options.pop("workflow_runner", SANDBOXED),

@@ -8,8 +8,12 @@ transitions, attempts,
 rollbacks, time to verdict, sample latency, notifications, Kubernetes requests, owners by policy
 and mode, the oldest transition per mode, intake leadership, workflows by mode, bad objects).
 
+Every metric carries the process's ``cluster`` label (a global tag of the SDK's runtime), and
+every log line its ``cluster`` (``name_cluster``): a fleet's processes share one Prometheus, one
+log store and one Temporal (docs/operating/fleet.md).
+
 Logs: ``--log-format json`` (``ROLLBACK_LOG_FORMAT``) writes one JSON object per line with the
-owner, fingerprint and workflow ID whenever the line is about one.
+cluster, and the owner, fingerprint and workflow ID whenever the line is about one.
 """
 
 from __future__ import annotations
@@ -24,17 +28,40 @@ from typing import Any
 from temporalio.common import MetricMeter
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(cluster)s %(name)s: %(message)s"
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
-def runtime(metrics_address: str | None) -> Runtime | None:
-    """A Temporal runtime exporting Prometheus metrics, or None for the default runtime."""
+def runtime(metrics_address: str | None, cluster: str | None = None) -> Runtime | None:
+    """A Temporal runtime exporting Prometheus metrics, each labelled with ``cluster``, or None
+    for the default runtime."""
     if not metrics_address:
         return None
+    tags = {"cluster": cluster} if cluster else {}
     return Runtime(
-        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_address))
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(bind_address=metrics_address), global_tags=tags
+        )
     )
+
+
+class _ClusterFilter(logging.Filter):
+    """Names the process's cluster on every record (``-`` before it is known)."""
+
+    cluster = "-"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "cluster"):
+            record.cluster = self.cluster
+        return True
+
+
+_CLUSTER = _ClusterFilter()
+
+
+def name_cluster(cluster: str) -> None:
+    """From now on, every log line of this process names ``cluster``."""
+    _CLUSTER.cluster = cluster
 
 
 def meter(rt: Runtime | None) -> MetricMeter:
@@ -68,6 +95,7 @@ def configure_logging(fmt: str | None = None, level: int = logging.INFO) -> None
     """Text or JSON lines on stderr; ``None`` reads ``ROLLBACK_LOG_FORMAT`` (default text)."""
     fmt = fmt or os.environ.get("ROLLBACK_LOG_FORMAT") or "text"
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_CLUSTER)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
@@ -84,8 +112,7 @@ def console_quiet(log_file: Path) -> None:
     for handler in root.handlers:
         handler.setLevel(logging.WARNING)
     to_file = logging.FileHandler(log_file)
+    to_file.addFilter(_CLUSTER)
     formatter = root.handlers[0].formatter if root.handlers else None
-    to_file.setFormatter(
-        formatter or logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    to_file.setFormatter(formatter or logging.Formatter(TEXT_FORMAT))
     root.addHandler(to_file)

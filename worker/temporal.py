@@ -13,13 +13,21 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.fingerprint import Recommendation
 from workflows.machine import RollbackState
 from workflows.rollback import (
+    SA_CLUSTER,
+    SA_NAMESPACE,
+    SA_WORKLOAD,
     CancelSignal,
     ObserveSignal,
     ReopenSignal,
@@ -32,6 +40,7 @@ from workflows.wake import Trigger
 
 async def observe(
     client: Client,
+    cluster: str,
     task_queue: str,
     owner: OwnerRef,
     recommendation: Recommendation,
@@ -41,8 +50,10 @@ async def observe(
     trigger: Trigger = Trigger.OBSERVE,
     rpc_timeout: timedelta | None = None,
 ) -> WorkflowHandle[RollbackWorkflow, RollbackResult]:
-    """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow."""
+    """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow in ``cluster``; a
+    run it starts carries the cluster and the owner as search attributes from its start."""
     start = RollbackInput(
+        cluster=cluster,
         owner=owner,
         recommendation=recommendation,
         trigger=trigger,
@@ -59,13 +70,20 @@ async def observe(
     return await client.start_workflow(
         RollbackWorkflow.run,
         start,
-        id=owner.workflow_id,
+        id=rollback_id(cluster, owner),
         task_queue=task_queue,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_CLUSTER, cluster),
+                SearchAttributePair(SA_NAMESPACE, owner.namespace),
+                SearchAttributePair(SA_WORKLOAD, owner.workload),
+            ]
+        ),
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         start_signal=signal,
         start_signal_args=[signal_arg],
-        static_summary=f"Rollback monitoring of {owner}",
+        static_summary=f"Rollback monitoring of {owner} in {cluster}",
         rpc_timeout=rpc_timeout,
     )
 
@@ -75,34 +93,40 @@ class ControlRefusedError(Exception):
 
 
 async def newest_run(
-    client: Client, owner: OwnerRef
+    client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[WorkflowExecutionStatus | None, RollbackState | None]:
     """Status and state (the ``status`` query: a worker must be up) of the owner's newest run;
     raises ``RPCError`` (NOT_FOUND: no run at all)."""
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     info = await handle.describe()
     return info.status, await handle.query(RollbackWorkflow.status)
 
 
-async def state_of(client: Client, owner: OwnerRef) -> tuple[bool, RollbackState | None]:
+async def state_of(
+    client: Client, cluster: str, owner: OwnerRef
+) -> tuple[bool, RollbackState | None]:
     """(running, state) of the owner's newest run; ``ControlRefusedError`` when it has none."""
     try:
-        status, state = await newest_run(client, owner)
+        status, state = await newest_run(client, cluster, owner)
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
-            raise ControlRefusedError(f"no rollback attempt recorded for {owner}") from None
+            raise ControlRefusedError(
+                f"no rollback attempt recorded for {owner} in cluster {cluster}"
+            ) from None
         raise
     return status is WorkflowExecutionStatus.RUNNING, state
 
 
-async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
+async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> None:
     """Signal ``cancel`` to the running attempt (no query: it needs no worker to be up)."""
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, owner.workflow_id)
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     try:
         info = await handle.describe()
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
-            raise ControlRefusedError(f"no rollback attempt recorded for {owner}") from None
+            raise ControlRefusedError(
+                f"no rollback attempt recorded for {owner} in cluster {cluster}"
+            ) from None
         raise
     if info.status is not WorkflowExecutionStatus.RUNNING:
         status = info.status.name.lower() if info.status else "unknown"
@@ -112,14 +136,14 @@ async def cancel(client: Client, owner: OwnerRef, reason: str) -> None:
     await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason=reason))
 
 
-async def reopen(client: Client, task_queue: str, owner: OwnerRef) -> RollbackState:
+async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef) -> RollbackState:
     """Reopen monitoring of the owner's current recommendation (from its last run) when the
     workflow would act on it; returns the state before the signal."""
-    running, state = await state_of(client, owner)
+    running, state = await state_of(client, cluster, owner)
     if state is None:
         raise ControlRefusedError(f"{owner} has no recorded state to reopen")
     refusal = state.reopen_refusal(running=running)
     if refusal is not None:
         raise ControlRefusedError(f"{owner} cannot be reopened ({state.mode}): {refusal}")
-    await observe(client, task_queue, owner, state.recommendation, trigger=Trigger.REOPEN)
+    await observe(client, cluster, task_queue, owner, state.recommendation, trigger=Trigger.REOPEN)
     return state

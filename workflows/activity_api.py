@@ -26,16 +26,43 @@ class OwnerRef(CamelModel):
     name: str
 
     @property
-    def workflow_id(self) -> str:
-        """``rollback/<namespace>/<Kind>/<name>``: one workflow per owner, readable in the UI."""
-        return f"rollback/{self.namespace}/{self.kind}/{self.name}"
-
-    @property
     def workload(self) -> str:
         return f"{self.kind}/{self.name}"
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.kind}/{self.name}"
+
+
+ROLLBACK_ID_PREFIX = "rollback"
+
+
+def rollback_id(cluster: str, owner: OwnerRef) -> str:
+    """``rollback/<cluster>/<namespace>/<Kind>/<name>``: one workflow per owner per cluster,
+    readable in the UI; two clusters that run the same workload names never share one. A run
+    started before clusters had names (0.1) has no cluster segment (docs/operating/upgrade.md)."""
+    where = f"{cluster}/" if cluster else ""
+    return f"{ROLLBACK_ID_PREFIX}/{where}{owner.namespace}/{owner.kind}/{owner.name}"
+
+
+def parse_rollback_id(workflow_id: str) -> tuple[str, OwnerRef] | None:
+    """``(cluster, owner)`` of a ``rollback_id`` (cluster "" for a 0.1 run), None for any other."""
+    parts = workflow_id.split("/")
+    if parts[0] != ROLLBACK_ID_PREFIX or len(parts) not in (4, 5):
+        return None
+    cluster = parts[1] if len(parts) == 5 else ""
+    namespace, kind, name = parts[-3:]
+    try:
+        return cluster, OwnerRef(namespace=namespace, kind=WorkloadKind(kind), name=name)
+    except ValueError:
+        return None
+
+
+class OwnerInput(CamelModel):
+    """What every activity of a rollback acts on: an owner in a named cluster. A worker runs an
+    activity only for its own cluster (``activities.clusters``)."""
+
+    cluster: str
+    owner: OwnerRef
 
 
 class PolicySettings(PolicyBehaviour):
@@ -56,8 +83,8 @@ class PolicySettings(PolicyBehaviour):
 # --- load_owner ------------------------------------------------------------------------------
 
 
-class LoadOwnerInput(CamelModel):
-    owner: OwnerRef
+class LoadOwnerInput(OwnerInput):
+    """Read the owner's state and resolve its policy when an attempt starts."""
 
 
 class LoadOwnerResult(CamelModel):
@@ -75,8 +102,8 @@ class LoadOwnerResult(CamelModel):
 # --- resolve_policy (turn boundaries) --------------------------------------------------------
 
 
-class ResolvePolicyInput(CamelModel):
-    owner: OwnerRef
+class ResolvePolicyInput(OwnerInput):
+    """Resolve the owner's policy again at a turn boundary."""
 
 
 class ResolvePolicyResult(CamelModel):
@@ -97,8 +124,7 @@ class CohortQuery(CamelModel):
     job_name_pattern: str | None = None
 
 
-class SampleCohortInput(CamelModel):
-    owner: OwnerRef
+class SampleCohortInput(OwnerInput):
     recommendation: Recommendation
     window_started_at: datetime
     cohort: CohortQuery | None = None  # None: read the owner first (first sample of a window)
@@ -124,10 +150,9 @@ class CohortSample(CamelModel):
 # --- record_transition -----------------------------------------------------------------------
 
 
-class RecordTransitionInput(CamelModel):
+class RecordTransitionInput(OwnerInput):
     """Write the owner state and emit one Event, idempotently (``event_id`` names the Event)."""
 
-    owner: OwnerRef
     state: OwnerState | None  # None clears the annotation
     event_reason: EventReason | None = None
     event_message: str = ""
@@ -145,8 +170,7 @@ class RecordTransitionResult(CamelModel):
 # --- roll_back / reapply ---------------------------------------------------------------------
 
 
-class RollBackInput(CamelModel):
-    owner: OwnerRef
+class RollBackInput(OwnerInput):
     target: RollbackTarget
     # For lastSuccessful: the recorded resources. For manifest: None (the activity reads the
     # workload template).
@@ -161,8 +185,9 @@ class ActuationResult(CamelModel):
     message: str = ""
 
 
-class ReapplyInput(CamelModel):
-    owner: OwnerRef
+class ReapplyInput(OwnerInput):
+    """Re-apply the recommendation for the next turn (in-place actuation resizes the pods)."""
+
     recommendation: Recommendation
 
 
@@ -186,6 +211,7 @@ class PermanentError(StrEnum):
     INVALID_OWNER = "InvalidOwnerError"
     API_REJECTED = "ApiRejectedError"
     UNEXPECTED = "UnexpectedError"
+    FOREIGN_CLUSTER = "ForeignClusterError"
 
     @property
     def reason(self) -> FailureReason:
@@ -197,5 +223,6 @@ _PERMANENT_REASONS = {
     PermanentError.INVALID_OWNER: FailureReason.INVALID_OWNER,
     PermanentError.API_REJECTED: FailureReason.API_REJECTED,
     PermanentError.UNEXPECTED: FailureReason.UNEXPECTED_ERROR,
+    PermanentError.FOREIGN_CLUSTER: FailureReason.FOREIGN_CLUSTER,
 }
 NON_RETRYABLE_ERRORS = [e.value for e in PermanentError]

@@ -8,6 +8,7 @@ runs beside this service.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -40,7 +41,28 @@ ROLLBACK_STATE_ANNOTATION = "rightsizing.kubex.ai/rollback-state"
 CONTROL_ANNOTATION = "rightsizing.kubex.ai/rollback-control"
 OBSERVE_ONLY_ANNOTATION = "rightsizing.kubex.ai/observe-only"
 
-TASK_QUEUE = "rightsizing-rollback"
+TASK_QUEUE = "rightsizing-rollback"  # the prefix of each cluster's task queue
+
+# A cluster's name (docs/operating/fleet.md): a DNS label, as Kubernetes names a namespace. It is
+# part of every workflow ID, search attribute, metric, log line and notification, so one Temporal
+# serves a fleet whose clusters run the same workload names.
+CLUSTER_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_CLUSTER = re.compile(CLUSTER_PATTERN)
+
+
+def check_cluster(name: str) -> str:
+    """``name`` if it is a valid cluster name, else ``ValueError`` saying what a name must be."""
+    if not _CLUSTER.match(name):
+        raise ValueError(
+            f"{name!r} is not a cluster name: a DNS label (lower-case letters, digits and '-',"
+            " starting and ending with a letter or digit, at most 63 characters)"
+        )
+    return name
+
+
+def task_queue_for(cluster: str) -> str:
+    """Each cluster's default task queue: its workers poll only its own runs' tasks."""
+    return f"{TASK_QUEUE}-{cluster}"
 
 
 class Control(StrEnum):
@@ -115,6 +137,8 @@ class FailureReason(StrEnum):
     API_REJECTED = "apiRejected"  # the API server refused a request for good (400, 403, 422, ...)
     RETRY_BUDGET_EXHAUSTED = "retryBudgetExhausted"  # transient errors outlasted the budget
     UNEXPECTED_ERROR = "unexpectedError"  # a bug met on this object: logged with its traceback
+    # the run belongs to another cluster than the worker's (a task queue shared by mistake)
+    FOREIGN_CLUSTER = "foreignCluster"
 
 
 class EventReason(StrEnum):
@@ -133,11 +157,15 @@ class EventReason(StrEnum):
     CONTROL_REJECTED = "RollbackControlRejected"  # a control annotation that changed nothing
     NOTIFICATION_FAILED = "RollbackNotificationFailed"  # a receiver never took a notification
     OBJECT_SKIPPED = "RollbackObjectSkipped"
+    # on the worker's own Pod: it refused a run of another cluster (docs/operating/fleet.md)
+    FOREIGN_RUN_REFUSED = "RollbackForeignRunRefused"
 
 
 class SearchAttribute(StrEnum):
-    """Custom search attributes upserted at every transition (registered on the server)."""
+    """Custom search attributes upserted at every transition (registered on the server);
+    ``RollbackCluster`` is set when a run starts."""
 
+    CLUSTER = "RollbackCluster"
     NAMESPACE = "RollbackNamespace"
     WORKLOAD = "RollbackWorkload"
     MODE = "RollbackMode"
@@ -147,6 +175,7 @@ class SearchAttribute(StrEnum):
 
 
 SEARCH_ATTRIBUTE_TYPES = {
+    SearchAttribute.CLUSTER: "Keyword",
     SearchAttribute.NAMESPACE: "Keyword",
     SearchAttribute.WORKLOAD: "Keyword",
     SearchAttribute.MODE: "Keyword",

@@ -73,6 +73,7 @@ class Notification(CamelModel):
     key: str  # the idempotency key: the same for every send of this transition
     severity: Severity
     transition: Mode
+    cluster: str = ""  # "" only in notifications of runs started before clusters had names
     owner: OwnerRef
     policy: PolicyRef | None = None
     turn: int
@@ -87,6 +88,7 @@ class Notification(CamelModel):
     def of(
         cls,
         *,
+        cluster: str,
         owner: OwnerRef,
         mode: Mode,
         turn: int,
@@ -101,11 +103,14 @@ class Notification(CamelModel):
         severity = severity_of(mode)
         if severity is None:
             return None
-        identity = f"{owner}/{mode}/{turn}/{fingerprint}/{time.isoformat()}"
+        # A 0.1 run's key is the one it had then: its replay must start the same child.
+        where = f"{cluster}/" if cluster else ""
+        identity = f"{where}{owner}/{mode}/{turn}/{fingerprint}/{time.isoformat()}"
         return cls(
             key=hashlib.sha256(identity.encode()).hexdigest()[:32],
             severity=severity,
             transition=mode,
+            cluster=cluster,
             owner=owner,
             policy=policy,
             turn=turn,
@@ -118,11 +123,12 @@ class Notification(CamelModel):
         )
 
     def workflow_id_for_child(self) -> str:
-        """``notify/shop/Deployment/api/failedPermanent/turn-2/c8aafc0932a7``: the owner and
-        the transition, readable in the UI; the key's head keeps two transitions apart."""
-        owner = self.owner
+        """``notify/eu-west/shop/Deployment/api/failedPermanent/turn-2/c8aafc0932a7``: the
+        cluster, the owner and the transition, readable in the UI; the key's head keeps two
+        transitions apart."""
+        owner, where = self.owner, f"{self.cluster}/" if self.cluster else ""
         return (
-            f"notify/{owner.namespace}/{owner.kind}/{owner.name}/{self.transition}"
+            f"notify/{where}{owner.namespace}/{owner.kind}/{owner.name}/{self.transition}"
             f"/turn-{self.turn}/{self.key[:12]}"
         )
 
@@ -135,6 +141,10 @@ class SendInput(CamelModel):
     receiver: str
     notification: Notification
     attempts: int = SEND_ATTEMPTS  # the last attempt reports a failure instead of raising
+
+    @property
+    def cluster(self) -> str:
+        return self.notification.cluster
 
 
 class SendResult(CamelModel):
@@ -149,6 +159,10 @@ class ReportInput(CamelModel):
     receiver: str
     notification: Notification
     detail: str
+
+    @property
+    def cluster(self) -> str:
+        return self.notification.cluster
 
 
 @workflow.defn(name=NOTIFY_WORKFLOW)

@@ -5,7 +5,8 @@ a signal) -> ``decide`` -> perform the decision's effects (activities) -> wait f
 mode calls for. All timing is Temporal's (``workflow.now``, timers), so a monitoring window or a
 backoff survives worker crashes, deploys and server restarts.
 
-Workflow ID: ``rollback/<namespace>/<Kind>/<name>``. The intake starts runs with
+Workflow ID: ``rollback/<cluster>/<namespace>/<Kind>/<name>`` (``activity_api.rollback_id``): a
+fleet's clusters share one Temporal and never a run. The intake starts runs with
 signal-with-start (``observe``), so signalling a finished owner starts its next run: the next
 turn after ``backedOff``, a reopen after ``monitoringSucceeded``, or a new recommendation.
 
@@ -20,7 +21,7 @@ from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
@@ -61,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         RollBackInput,
         SampleCohortInput,
     )
-    from workflows.contract import FailureReason, Mode, SearchAttribute
+    from workflows.contract import FailureReason, Mode, SearchAttribute, check_cluster
     from workflows.durations import Duration
     from workflows.fingerprint import Recommendation
     from workflows.machine import (
@@ -151,6 +152,7 @@ NEW_ATTEMPT = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 # "Observe-only policies").
 OBSERVE_ONLY_RESULT = ActuationResult(message="observe-only: nothing written, nothing resized")
 
+SA_CLUSTER = SearchAttributeKey.for_keyword(SearchAttribute.CLUSTER)
 SA_NAMESPACE = SearchAttributeKey.for_keyword(SearchAttribute.NAMESPACE)
 SA_WORKLOAD = SearchAttributeKey.for_keyword(SearchAttribute.WORKLOAD)
 SA_MODE = SearchAttributeKey.for_keyword(SearchAttribute.MODE)
@@ -160,6 +162,9 @@ SA_FINGERPRINT = SearchAttributeKey.for_keyword(SearchAttribute.FINGERPRINT)
 
 
 class RollbackInput(CamelModel):
+    # The cluster the owner lives in (``workflows.contract.check_cluster``); "" only in runs
+    # started before clusters had names (0.1), which a worker refuses to act for.
+    cluster: str = ""
     owner: OwnerRef
     recommendation: Recommendation
     trigger: Trigger = Trigger.OBSERVE
@@ -170,6 +175,11 @@ class RollbackInput(CamelModel):
     max_history_events: int = Field(default=MAX_HISTORY_EVENTS, ge=1)
     retry_budget: Duration = RETRY_BUDGET
     resume: RollbackState | None = None  # set by continue-as-new in a long window
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str) -> str:
+        return check_cluster(value) if value else value
 
 
 class ObserveSignal(CamelModel):
@@ -220,11 +230,11 @@ def _activity_error(name: str) -> ActivityError:
     )
 
 
-def search_attributes(
-    state: RollbackState,
-) -> list[SearchAttributeUpdate[Any]]:
-    """What the UI and ``rollbackctl get`` filter on, e.g. ``RollbackMode = "failedPermanent"``."""
+def search_attributes(state: RollbackState, cluster: str) -> list[SearchAttributeUpdate[Any]]:
+    """What the UI and ``rollbackctl get`` filter on, e.g. ``RollbackMode = "failedPermanent"``
+    (a 0.1 run, with no cluster, upserts what it did then)."""
     return [
+        *([SA_CLUSTER.value_set(cluster)] if cluster else []),
         SA_NAMESPACE.value_set(state.owner.namespace),
         SA_WORKLOAD.value_set(state.owner.workload),
         SA_MODE.value_set(state.mode.value),
@@ -307,7 +317,7 @@ class RollbackWorkflow:
             # The status query answers None until the start has been decided.
             loaded = await self._activity(
                 LOAD_OWNER,
-                LoadOwnerInput(owner=input.owner),
+                LoadOwnerInput(cluster=input.cluster, owner=input.owner),
                 LoadOwnerResult,
                 summary=f"read {input.owner} state and policy",
             )
@@ -341,6 +351,11 @@ class RollbackWorkflow:
     def state(self) -> RollbackState:
         assert self._state is not None
         return self._state
+
+    @property
+    def cluster(self) -> str:
+        assert self._input is not None
+        return self._input.cluster
 
     async def _drain_signals(self) -> None:
         while self._pending and not self.state.mode.terminal:
@@ -408,6 +423,7 @@ class RollbackWorkflow:
         state = self.state
         assert state.window_started_at is not None
         request = SampleCohortInput(
+            cluster=self.cluster,
             owner=state.owner,
             recommendation=state.recommendation,
             window_started_at=state.window_started_at,
@@ -438,7 +454,7 @@ class RollbackWorkflow:
             return
         resolution = await self._activity(
             RESOLVE_POLICY,
-            ResolvePolicyInput(owner=state.owner),
+            ResolvePolicyInput(cluster=self.cluster, owner=state.owner),
             ResolvePolicyResult,
             summary="re-resolve the policy at the turn boundary",
         )
@@ -475,7 +491,7 @@ class RollbackWorkflow:
         # not when a run that wakes nothing ends in the mode it found.
         transitioned = self.state.transitions > (before.transitions if before else 0)
         if shown:
-            workflow.upsert_search_attributes(search_attributes(self.state))
+            workflow.upsert_search_attributes(search_attributes(self.state, self.cluster))
         if transitioned:
             self._count_transition()
         follow: Observation | None = None
@@ -491,7 +507,10 @@ class RollbackWorkflow:
                     result = await self._activity(
                         ROLL_BACK,
                         RollBackInput(
-                            owner=self.state.owner, target=effect.target, resources=effect.resources
+                            cluster=self.cluster,
+                            owner=self.state.owner,
+                            target=effect.target,
+                            resources=effect.resources,
                         ),
                         ActuationResult,
                         summary=f"roll back to {effect.target}",
@@ -500,7 +519,11 @@ class RollbackWorkflow:
                 case Reapply():
                     result = await self._activity(
                         REAPPLY_RECOMMENDATION,
-                        ReapplyInput(owner=self.state.owner, recommendation=effect.recommendation),
+                        ReapplyInput(
+                            cluster=self.cluster,
+                            owner=self.state.owner,
+                            recommendation=effect.recommendation,
+                        ),
                         ActuationResult,
                         summary=f"re-apply {self.state.fingerprint} for the next turn",
                     )
@@ -531,6 +554,7 @@ class RollbackWorkflow:
             return  # runs recorded before notifications replay without them
         info = workflow.info()
         notification = Notification.of(
+            cluster=self.cluster,
             owner=state.owner,
             mode=state.mode,
             turn=state.turn,
@@ -552,6 +576,7 @@ class RollbackWorkflow:
             child_id = notification.workflow_id_for_child()
             attributes = TypedSearchAttributes(
                 [
+                    *([SearchAttributePair(SA_CLUSTER, self.cluster)] if self.cluster else []),
                     SearchAttributePair(SA_NAMESPACE, state.owner.namespace),
                     SearchAttributePair(SA_WORKLOAD, state.owner.workload),
                     SearchAttributePair(SA_FINGERPRINT, state.fingerprint),
@@ -601,6 +626,7 @@ class RollbackWorkflow:
         await self._activity(
             RECORD_TRANSITION,
             RecordTransitionInput(
+                cluster=self.cluster,
                 owner=state.owner,
                 state=None if effect.remove_state else state.owner_state(),
                 event_reason=effect.event_reason,

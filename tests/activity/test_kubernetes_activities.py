@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from activities.kubernetes import KubernetesActivities
 from sim.apiserver import Fault, KubeEmulator
+from tests import CLUSTER
 from tests.activity.builders import NS, node, owner, pod, policy
 from worker.kube import api_client
 from workflows.activity_api import (
@@ -49,7 +50,11 @@ def ref(kind: str = "Deployment", name: str = "web") -> OwnerRef:
 def sample(acts: KubernetesActivities, kind: str = "Deployment", cohort=None):  # type: ignore[no-untyped-def]
     return acts.sample_cohort(
         SampleCohortInput(
-            owner=ref(kind), recommendation=REC, window_started_at=SINCE, cohort=cohort
+            cluster=CLUSTER,
+            owner=ref(kind),
+            recommendation=REC,
+            window_started_at=SINCE,
+            cohort=cohort,
         )
     )
 
@@ -216,7 +221,10 @@ def test_health_reasons(
     api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, **kwargs))
     result = acts.sample_cohort(
         SampleCohortInput(
-            owner=ref(), recommendation=REC, window_started_at=NOW - timedelta(minutes=1)
+            cluster=CLUSTER,
+            owner=ref(),
+            recommendation=REC,
+            window_started_at=NOW - timedelta(minutes=1),
         )
     )
     if reason is None:
@@ -308,6 +316,7 @@ def record(
 ):  # type: ignore[no-untyped-def]
     return acts.record_transition(
         RecordTransitionInput(
+            cluster=CLUSTER,
             owner=ref(),
             state=st,
             event_reason=EventReason.MONITORING_STARTED,
@@ -420,11 +429,13 @@ def test_clearing_state_and_rollback_annotations(
 
 def test_owner_gone_everywhere(acts: KubernetesActivities) -> None:
     gone = ref()
-    assert not acts.load_owner(LoadOwnerInput(owner=gone)).exists
-    assert not acts.resolve_policy(ResolvePolicyInput(owner=gone)).exists
+    assert not acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=gone)).exists
+    assert not acts.resolve_policy(ResolvePolicyInput(cluster=CLUSTER, owner=gone)).exists
     assert not sample(acts).exists
     assert not record(acts, state()).exists
-    assert not acts.roll_back(RollBackInput(owner=gone, target=RollbackTarget.MANIFEST)).exists
+    assert not acts.roll_back(
+        RollBackInput(cluster=CLUSTER, owner=gone, target=RollbackTarget.MANIFEST)
+    ).exists
 
 
 def test_server_errors_raise_for_temporal_to_retry(
@@ -457,7 +468,7 @@ def test_load_owner_reads_state_and_resolves_policy(
     api.store.create(
         policy("RollbackPolicy", "broken", monitoringPeriod="soon")
     )  # invalid: ignored
-    loaded = acts.load_owner(LoadOwnerInput(owner=ref()))
+    loaded = acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=ref()))
     assert loaded.state is not None and loaded.state.mode is Mode.BACKED_OFF
     assert loaded.policy is not None and loaded.policy.ref.name == "local"
     assert loaded.policy.monitoring_period == timedelta(seconds=2)
@@ -469,7 +480,7 @@ def test_unreadable_state_is_reported_not_raised(
     obj = owner("Deployment")
     obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: "{broken"}
     api.store.create(obj)
-    loaded = acts.load_owner(LoadOwnerInput(owner=ref()))
+    loaded = acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=ref()))
     assert loaded.state is None and loaded.state_error is not None and loaded.policy is None
 
 
@@ -494,12 +505,14 @@ def test_rollback_publishes_annotations(
 ) -> None:  # type: ignore[type-arg]
     api.store.create(owner("Deployment"))
     api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC))
-    result = acts.roll_back(RollBackInput(owner=ref(), target=target, resources=resources))
+    result = acts.roll_back(
+        RollBackInput(cluster=CLUSTER, owner=ref(), target=target, resources=resources)
+    )
     annotations = owner_obj(api)["metadata"]["annotations"]
     assert json.loads(annotations[ROLLBACK_REQUESTS_ANNOTATION]) == expected
     assert result.pods_resized == 0 and api.requests("patch", "/resize") == []
     api.clear_journal()
-    acts.roll_back(RollBackInput(owner=ref(), target=target, resources=resources))
+    acts.roll_back(RollBackInput(cluster=CLUSTER, owner=ref(), target=target, resources=resources))
     assert api.requests("patch") == []  # already published: nothing written twice
 
 
@@ -516,7 +529,9 @@ def test_in_place_rollback_resizes_and_filters(
     )
     api.store.create(pod("web-3", WEB, memory="768Mi", rec=REC, node="roomy"))  # already there
     result = in_place.roll_back(
-        RollBackInput(owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD)
+        RollBackInput(
+            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+        )
     )
     assert result.pods_resized == 1 and result.pods_filtered == ["web-1"]
     assert "1 filtered for lack of node capacity (web-1)" in result.message
@@ -529,7 +544,9 @@ def test_in_place_rollback_resizes_and_filters(
     assert api.requests("delete") == []  # filtered, never deleted
     api.clear_journal()
     again = in_place.roll_back(
-        RollBackInput(owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD)
+        RollBackInput(
+            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+        )
     )
     assert again.pods_resized == 0 and api.requests("patch", "/resize$") == []
 
@@ -544,7 +561,9 @@ def test_in_place_reports_restart_container_policy(
     ]
     api.store.create(p)
     result = in_place.roll_back(
-        RollBackInput(owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD)
+        RollBackInput(
+            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+        )
     )
     assert "containers restart to apply (RestartContainer): web-0/app" in result.message
 
@@ -554,8 +573,10 @@ def test_reapply(
 ) -> None:
     api.store.create(owner("Deployment", replicas=1))
     api.store.create(pod("web-0", WEB, memory="768Mi", rec=REC))
-    annotations_mode = acts.reapply_recommendation(ReapplyInput(owner=ref(), recommendation=REC))
+    annotations_mode = acts.reapply_recommendation(
+        ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=REC)
+    )
     assert "applier re-applies" in annotations_mode.message and api.requests("patch") == []
-    in_place.reapply_recommendation(ReapplyInput(owner=ref(), recommendation=REC))
+    in_place.reapply_recommendation(ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=REC))
     resized = api.store.get(api.store.rtype("Pod"), NS, "web-0")
     assert resized["spec"]["containers"][0]["resources"]["requests"]["memory"] == "512Mi"

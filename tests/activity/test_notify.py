@@ -16,8 +16,9 @@ from temporalio.testing import ActivityEnvironment
 from activities.kubernetes import Actuation, KubernetesActivities
 from activities.notify import NotificationConfig
 from sim.apiserver import KubeEmulator
+from tests import CLUSTER
 from worker.kube import api_client
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import EventReason, Mode, WorkloadKind
 from workflows.notify import Notification, ReportInput, SendInput
 
@@ -26,6 +27,7 @@ OWNER = OwnerRef(namespace="shop", kind=WorkloadKind.DEPLOYMENT, name="api")
 
 def notification() -> Notification:
     made = Notification.of(
+        cluster=CLUSTER,
         owner=OWNER,
         mode=Mode.ROLLING_BACK,
         turn=1,
@@ -34,7 +36,7 @@ def notification() -> Notification:
         message="3/3 pods OOMKilled",
         policy=None,
         time=datetime(2026, 1, 1, tzinfo=UTC),
-        workflow_id=OWNER.workflow_id,
+        workflow_id=rollback_id(CLUSTER, OWNER),
         run_id="run",
     )
     assert made is not None

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import Actuation, KubernetesActivities
 from sim.apiserver import KubeEmulator, Request, _resource_parts
+from tests import CLUSTER
 from tests.activity.builders import NS, node, owner, pod, policy
 from tests.activity.test_kubernetes_activities import ALL_KINDS, REC, _pods_for
 from tests.conftest import ROOT
@@ -88,14 +89,20 @@ def exercise_activities(actuation: Actuation) -> list[Request]:
             api.store.create(policy())
             _pods_for(kind, api, 2)
             ref = OwnerRef(namespace=NS, kind=WorkloadKind(kind), name="web")
-            acts.load_owner(LoadOwnerInput(owner=ref))
-            acts.resolve_policy(ResolvePolicyInput(owner=ref))
+            acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=ref))
+            acts.resolve_policy(ResolvePolicyInput(cluster=CLUSTER, owner=ref))
             first = acts.sample_cohort(
-                SampleCohortInput(owner=ref, recommendation=REC, window_started_at=started)
+                SampleCohortInput(
+                    cluster=CLUSTER, owner=ref, recommendation=REC, window_started_at=started
+                )
             )
             acts.sample_cohort(
                 SampleCohortInput(
-                    owner=ref, recommendation=REC, window_started_at=started, cohort=first.cohort
+                    cluster=CLUSTER,
+                    owner=ref,
+                    recommendation=REC,
+                    window_started_at=started,
+                    cohort=first.cohort,
                 )
             )
             state = OwnerState(
@@ -106,6 +113,7 @@ def exercise_activities(actuation: Actuation) -> list[Request]:
             )
             acts.record_transition(
                 RecordTransitionInput(
+                    cluster=CLUSTER,
                     owner=ref,
                     state=state,
                     event_reason=EventReason.MONITORING_STARTED,
@@ -114,10 +122,19 @@ def exercise_activities(actuation: Actuation) -> list[Request]:
                 )
             )
             acts.roll_back(
-                RollBackInput(owner=ref, target=RollbackTarget.LAST_SUCCESSFUL, resources=snapshot)
+                RollBackInput(
+                    cluster=CLUSTER,
+                    owner=ref,
+                    target=RollbackTarget.LAST_SUCCESSFUL,
+                    resources=snapshot,
+                )
             )
-            acts.roll_back(RollBackInput(owner=ref, target=RollbackTarget.MANIFEST))
-            acts.reapply_recommendation(ReapplyInput(owner=ref, recommendation=REC))
+            acts.roll_back(
+                RollBackInput(cluster=CLUSTER, owner=ref, target=RollbackTarget.MANIFEST)
+            )
+            acts.reapply_recommendation(
+                ReapplyInput(cluster=CLUSTER, owner=ref, recommendation=REC)
+            )
             journal += api.journal
     return journal
 
@@ -144,7 +161,12 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
         with KubeEmulator() as api:
             client = kube(api)
             intake = Intake(
-                CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, queue, loop
+                CoreV1Api(client),
+                CustomObjectsApi(client),
+                temporal_env.client,
+                CLUSTER,
+                queue,
+                loop,
             )
             api.store.create(policy(scope={"workloadTypes": ALL_KINDS}))
             intake._on_policy(
@@ -159,7 +181,7 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
     with KubeEmulator() as api:  # informers, a malformed pod, leader election
         client = kube(api)
         intake = Intake(
-            CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, queue, loop
+            CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, CLUSTER, queue, loop
         )
         api.store.create(pod("bad", {"app": "web"}, annotations={REC.requests_key or "": "{oops"}))
         api.store.create(policy())

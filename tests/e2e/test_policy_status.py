@@ -201,7 +201,7 @@ async def test_status_survives_an_intake_restart_without_a_write(world: World) -
     await until(lambda: world.intake is not None and world.intake.intake.status.pending() == 0)
     before = {ns: status(world, ns) for ns in ("ok", "oom", "watch", "ctl", "none")}
     await asyncio.to_thread(world.intake.stop)
-    temporal = TemporalConfig.at(world.temporal.address, world.task_queue)
+    temporal = TemporalConfig.at(world.temporal.address, world.task_queue, world.first.name)
     kube = KubeConfig(url=world.api.url)
     world.intake = IntakeService(
         await temporal.connect(),

@@ -31,6 +31,7 @@ from activities.lookup import read_state
 from activities.owners import cohort_query, desired_replicas, manifest_resources
 from cli.policyfiles import parse_policy
 from sim.apiserver import KubeEmulator
+from tests import CLUSTER
 from worker.informer import Informer
 from worker.intake import Intake, _pod_key, adopted_recommendation
 from worker.kube import api_client
@@ -262,7 +263,7 @@ def intake() -> Iterator[Intake]:
     with KubeEmulator() as api:
         kube = api_client(url=api.url)
         loop = asyncio.new_event_loop()
-        yield Intake(CoreV1Api(kube), CustomObjectsApi(kube), None, "fuzz", loop)  # type: ignore[arg-type]
+        yield Intake(CoreV1Api(kube), CustomObjectsApi(kube), None, CLUSTER, "fuzz", loop)  # type: ignore[arg-type]
         loop.close()
 
 

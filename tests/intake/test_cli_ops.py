@@ -16,9 +16,11 @@ import yaml
 from temporalio.testing import WorkflowEnvironment
 
 from cli.main import main
+from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
 from worker.temporal import observe
+from workflows.activity_api import rollback_id
 from workflows.contract import Mode
 from workflows.rollback import RollbackWorkflow
 
@@ -39,7 +41,7 @@ async def test_get_describe_cancel_reopen(
     recommendation = rec("768Mi")
     owner.apply(recommendation)
     async with running_worker(temporal_env.client, queue, cluster):
-        handle = await observe(temporal_env.client, queue, ref, recommendation)
+        handle = await observe(temporal_env.client, CLUSTER, queue, ref, recommendation)
         await wait_for(handle, lambda s: s.baseline is not None)
 
         code, out = await cli(capsys, temporal_env, queue, "get", "-n", "shop", "-o", "json")
@@ -60,7 +62,9 @@ async def test_get_describe_cancel_reopen(
         assert "Cohort now:   not read (no cluster given" in out
 
         code, out = await cli(capsys, temporal_env, queue, "get", "-A", "-o", "wide")
-        assert code == 0 and "WORKFLOW ID" in out.splitlines()[0] and ref.workflow_id in out
+        assert (
+            code == 0 and "WORKFLOW ID" in out.splitlines()[0] and rollback_id(CLUSTER, ref) in out
+        )
         code, out = await cli(capsys, temporal_env, queue, "get", "-o", "yaml")
         # Other tests' workflows share this dev server: find ours among them.
         mine = [r for r in yaml.safe_load(out) if r["workload"] == ref.workload]
@@ -103,9 +107,11 @@ async def test_get_describe_cancel_reopen(
 
         code, out = await cli(capsys, temporal_env, queue, "reopen", str(ref))
         # Read back, not just sent: the new run's window is open when reopen answers.
-        assert code == 0 and f"{ref.workflow_id}: reopened, turn 1; the window ends" in out
+        assert (
+            code == 0 and f"{rollback_id(CLUSTER, ref)}: reopened, turn 1; the window ends" in out
+        )
         reopened = temporal_env.client.get_workflow_handle_for(
-            RollbackWorkflow.run, ref.workflow_id
+            RollbackWorkflow.run, rollback_id(CLUSTER, ref)
         )
         state = await wait_for(
             reopened, lambda s: s.mode is Mode.MONITORING and s.baseline is not None
@@ -134,18 +140,18 @@ async def test_reopen_of_a_failed_workload_retries_it(
     oom = rec("256Mi")  # below the fake app's working set: OOMKilled
     owner.apply(oom)
     async with running_worker(temporal_env.client, queue, cluster):
-        result = await (await observe(temporal_env.client, queue, ref, oom)).result()
+        result = await (await observe(temporal_env.client, CLUSTER, queue, ref, oom)).result()
         assert result.mode is Mode.FAILED_PERMANENT  # lastSuccessful target, none recorded
         address = temporal_env.client.service_client.config.target_host
         argv = ["reopen", str(ref), "--address", address, "--task-queue", queue]
         code = await asyncio.to_thread(main, argv)
         out, err = capsys.readouterr()
-        assert code == 0 and f"{ref.workflow_id}: reopened, turn 1" in out, err
+        assert code == 0 and f"{rollback_id(CLUSTER, ref)}: reopened, turn 1" in out, err
         again = await temporal_env.client.get_workflow_handle_for(
-            RollbackWorkflow.run, ref.workflow_id
+            RollbackWorkflow.run, rollback_id(CLUSTER, ref)
         ).result()
     assert (again.mode, again.turn) == (Mode.FAILED_PERMANENT, 1)  # still nothing to restore
-    query = f'WorkflowId = "{ref.workflow_id}" AND TaskQueue = "{queue}"'
+    query = f'WorkflowId = "{rollback_id(CLUSTER, ref)}" AND TaskQueue = "{queue}"'
 
     for _ in range(100):  # visibility lags the runs a little
         runs = [wf async for wf in temporal_env.client.list_workflows(query)]

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.testing import WorkflowEnvironment
 
 from sim.apiserver import Fault, KubeEmulator
+from tests import CLUSTER
 from tests.activity.builders import pod, policy
 from tests.intake.test_intake import REC, WEB, add_pods, deployment, eventually
 from worker import informer as informer_module
@@ -67,7 +68,9 @@ def test_the_fence_falls_while_a_renewal_hangs(cluster: tuple[KubeEmulator, ApiC
 
 def _intake(client: ApiClient, temporal: Any = None, fence: Any = lambda: True) -> Intake:
     loop = asyncio.new_event_loop()
-    return Intake(CoreV1Api(client), CustomObjectsApi(client), temporal, "q", loop, fence=fence)
+    return Intake(
+        CoreV1Api(client), CustomObjectsApi(client), temporal, CLUSTER, "q", loop, fence=fence
+    )
 
 
 def test_an_intake_stopped_while_starting_starts_nothing_more(
@@ -104,7 +107,7 @@ async def test_a_fenced_intake_signals_and_writes_nothing(
     with KubeEmulator() as api, api_client(url=api.url) as client:
         queue = f"fenced-{uuid.uuid4().hex[:6]}"
         intake = Intake(
-            CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, queue,
+            CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, CLUSTER, queue,
             asyncio.get_running_loop(), fence=leading.is_set,
         )  # fmt: skip
         api.store.create(policy(monitoringPeriod="2s"))

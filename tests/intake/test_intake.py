@@ -16,15 +16,17 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from activities.clusters import ClusterGuard
 from activities.kubernetes import Actuation
 from sim.apiserver import Fault, KubeEmulator
+from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
 from worker.kube import activities_for, api_client
 from worker.leader import LeaderElector
 from worker.runner import build_worker
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import ROLLBACK_STATE_ANNOTATION, EventReason, Mode, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.rollback import RollbackResult, RollbackWorkflow
@@ -49,11 +51,11 @@ class Env:
         # every signal the intake counted has been accepted by Temporal (it counts on queueing).
         await eventually(lambda: not self.intake._undelivered)
         return await self.client.get_workflow_handle_for(
-            RollbackWorkflow.run, REF.workflow_id
+            RollbackWorkflow.run, rollback_id(CLUSTER, REF)
         ).result()
 
     async def runs(self) -> int:
-        query = f'WorkflowId = "{REF.workflow_id}" AND TaskQueue = "{self.queue}"'
+        query = f'WorkflowId = "{rollback_id(CLUSTER, REF)}" AND TaskQueue = "{self.queue}"'
         return len([wf async for wf in self.client.list_workflows(query)])
 
     def events(self) -> list[str]:
@@ -98,11 +100,15 @@ async def env(temporal_env: WorkflowEnvironment) -> AsyncIterator[Env]:
             CoreV1Api(kube),
             CustomObjectsApi(kube),
             temporal_env.client,
+            CLUSTER,
             queue,
             asyncio.get_running_loop(),
         )
         async with build_worker(
-            temporal_env.client, queue, activities_for(kube, Actuation.ANNOTATIONS)
+            temporal_env.client,
+            queue,
+            activities_for(kube, Actuation.ANNOTATIONS),
+            ClusterGuard(CLUSTER),
         ):
             yield Env(api, intake, temporal_env.client, queue)
             await asyncio.to_thread(intake.stop)

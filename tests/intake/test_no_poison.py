@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from sim.apiserver import Fault, KubeEmulator
 from sim.devserver import DevServer
 from sim.scenario import free_port
+from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
 from tests.intake.test_intake import (  # noqa: F401  (env: the fixture)
     REC,
@@ -135,6 +136,7 @@ async def test_no_adoption_is_lost_while_temporal_is_away(
             CoreV1Api(kube),
             CustomObjectsApi(kube),
             temporal_env.client,
+            CLUSTER,
             queue,
             asyncio.get_running_loop(),
         )
@@ -183,7 +185,9 @@ async def test_intake_probes_reflect_its_informers(
     with KubeEmulator() as api:
         api.store.create(policy())
         config = IntakeConfig(
-            TemporalConfig.at("unused", "q"), KubeConfig(url=api.url), identity="probe-test"
+            TemporalConfig.at("unused", "q", CLUSTER),
+            KubeConfig(url=api.url),
+            identity="probe-test",
         )
         service = process.IntakeService(
             temporal_env.client, api_client(url=api.url), config, lease_duration=3.0
@@ -218,7 +222,7 @@ async def test_worker_probes_reflect_temporal(monkeypatch: pytest.MonkeyPatch) -
         server = DevServer(Path(tmp) / "t", port, headless=True, log_path=Path(tmp) / "log")
         await asyncio.to_thread(server.start)
         config = WorkerConfig(
-            TemporalConfig.at(server.address, f"probe-{uuid.uuid4().hex[:6]}"),
+            TemporalConfig.at(server.address, f"probe-{uuid.uuid4().hex[:6]}", CLUSTER),
             KubeConfig(url=api.url, health_address=f"127.0.0.1:{health_port}"),
         )
         stop = asyncio.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from cli.ops import describe_text
+from tests import CLUSTER
 from tests.unit.test_machine import OWNER, REC, policy
 from workflows.contract import Mode
 from workflows.machine import RollbackState
@@ -26,9 +27,9 @@ def state(mode: Mode) -> RollbackState:
 
 
 def test_deadlines_only_in_their_modes() -> None:
-    monitoring = describe_text(OWNER, "Running", state(Mode.MONITORING))
+    monitoring = describe_text(CLUSTER, OWNER, "Running", state(Mode.MONITORING))
     assert "Window ends:" in monitoring and "Backoff ends:" not in monitoring
-    backing_off = describe_text(OWNER, "Running", state(Mode.BACKING_OFF))
+    backing_off = describe_text(CLUSTER, OWNER, "Running", state(Mode.BACKING_OFF))
     assert "Backoff ends:" in backing_off and "Window ends:" not in backing_off
-    cancelled = describe_text(OWNER, "Completed", state(Mode.CANCELLED))
+    cancelled = describe_text(CLUSTER, OWNER, "Completed", state(Mode.CANCELLED))
     assert "Backoff ends:" not in cancelled and "Window ends:" not in cancelled

@@ -23,24 +23,42 @@ from worker.config import (
 )
 
 
-def args(*argv: str) -> argparse.Namespace:
+def args(*argv: str, cluster: str | None = "eu-west-1") -> argparse.Namespace:
+    """The processes' flags; ``cluster``: the --cluster they are given (None: none)."""
     parser = argparse.ArgumentParser()
     add_temporal_flags(parser)
     add_kube_flags(parser)
     add_worker_flags(parser)
     add_intake_flags(parser)
-    return parser.parse_args(argv)
+    return parser.parse_args([*([f"--cluster={cluster}"] if cluster else []), *argv])
 
 
 def test_defaults_without_flags_or_environment() -> None:
     worker = WorkerConfig.from_args(args(), env={})
     assert worker.temporal.address == "localhost:7233"
-    assert worker.temporal.task_queue == "rightsizing-rollback"
+    assert worker.cluster == "eu-west-1"
+    assert worker.temporal.task_queue == "rightsizing-rollback-eu-west-1"  # one per cluster
     assert worker.actuation is Actuation.ANNOTATIONS
     assert worker.max_cached_workflows == 1_000
     assert worker.kube.timeout == 10.0 and worker.kube.simulated
     intake = IntakeConfig.from_args(args(), env={})
     assert intake.lease_namespace == "default"
+
+
+def test_the_cluster_is_required_and_a_dns_label() -> None:
+    """A fleet's clusters share one Temporal: a worker or intake that does not know its cluster
+    would start and act on runs named for no cluster, so it does not start."""
+    for config in (WorkerConfig, IntakeConfig):
+        with pytest.raises(ConfigError, match="--cluster is required"):
+            config.from_args(args(cluster=None), {})
+    from_env = IntakeConfig.from_args(args(cluster=None), {"ROLLBACK_CLUSTER": "us-east"})
+    assert from_env.cluster == "us-east"
+    assert from_env.temporal.task_queue == "rightsizing-rollback-us-east"
+    for bad in ("EU_West", "-east", "a" * 64, "eu.west"):
+        with pytest.raises(ConfigError, match="--cluster: .* is not a cluster name: a DNS label"):
+            WorkerConfig.from_args(args(cluster=bad), {})
+    # rollbackctl get/describe look at the whole fleet: there the cluster is a filter.
+    assert TemporalConfig.from_args(args(cluster=None), {}).cluster is None
 
 
 def test_environment_then_flags() -> None:

@@ -15,6 +15,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
+from activities.clusters import ClusterGuard
+from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster, FakeOwner
 from worker.runner import build_worker
 from workflows.activity_api import OwnerRef, PolicySettings
@@ -75,7 +77,7 @@ def new_owner(
 async def running_worker(
     client: Client, task_queue: str, cluster: FakeCluster
 ) -> AsyncIterator[None]:
-    worker = build_worker(client, task_queue, cluster)
+    worker = build_worker(client, task_queue, cluster, ClusterGuard(CLUSTER))
     async with worker:
         yield
 

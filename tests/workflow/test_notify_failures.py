@@ -12,8 +12,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
+from activities.clusters import ClusterGuard
+from tests import CLUSTER
 from worker.runner import build_worker
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import Mode, WorkloadKind
 from workflows.notify import (
     REPORT_NOTIFICATION_FAILURE,
@@ -56,9 +58,9 @@ class Failing:
 def notification() -> Notification:
     owner = OwnerRef(namespace="shop", kind=WorkloadKind.DEPLOYMENT, name="api")
     made = Notification.of(
-        owner=owner, mode=Mode.FAILED_PERMANENT, turn=2, fingerprint="f", reason=None,
-        message="failed", policy=None, time=datetime.now(UTC), workflow_id=owner.workflow_id,
-        run_id="r",
+        cluster=CLUSTER, owner=owner, mode=Mode.FAILED_PERMANENT, turn=2, fingerprint="f",
+        reason=None, message="failed", policy=None, time=datetime.now(UTC),
+        workflow_id=rollback_id(CLUSTER, owner), run_id="r",
     )  # fmt: skip
     assert made is not None
     return made
@@ -66,7 +68,9 @@ def notification() -> Notification:
 
 async def _run(env: WorkflowEnvironment, fake: Failing) -> list[SendResult]:
     queue = f"notify-{uuid.uuid4().hex[:6]}"
-    async with build_worker(env.client, queue, fake, workflows=[NotifyWorkflow]):
+    async with build_worker(
+        env.client, queue, fake, ClusterGuard(CLUSTER), workflows=[NotifyWorkflow]
+    ):
         return await env.client.execute_workflow(
             NotifyWorkflow.run, notification(), id=f"notify-{queue}", task_queue=queue
         )

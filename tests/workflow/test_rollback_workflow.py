@@ -16,6 +16,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import (
     HASHED_KEY,
@@ -28,6 +29,7 @@ from tests.workflow.helpers import (
 )
 from worker import temporal as control
 from worker.temporal import observe
+from workflows.activity_api import rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.notify import Severity
 from workflows.rollback import CancelSignal, ReopenSignal, RollbackInput, RollbackWorkflow
@@ -86,7 +88,7 @@ async def test_success_records_last_successful(
 ) -> None:
     ref, owner = new_owner(cluster, settings())
     owner.apply(FITS)
-    result = await (await observe(client, task_queue, ref, FITS)).result()
+    result = await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
 
     assert (result.mode, result.turn, result.failure_reason) == (Mode.MONITORING_SUCCEEDED, 1, None)
     state = owner.state
@@ -99,7 +101,7 @@ async def test_success_records_last_successful(
     ]
     assert span(state, Mode.MONITORING, Mode.MONITORING_SUCCEEDED, 1) >= timedelta(seconds=2)
     assert ("rollback", RollbackTarget.LAST_SUCCESSFUL) not in owner.journal
-    await check_replay(client, ref.workflow_id, "success")
+    await check_replay(client, rollback_id(CLUSTER, ref), "success")
 
 
 async def test_oom_two_turns_then_failed_permanent(
@@ -109,7 +111,7 @@ async def test_oom_two_turns_then_failed_permanent(
         cluster, settings(backoff=1.0, multiply=1, max_attempts=2), state_json=succeeded_before()
     )
     owner.apply(OOM)
-    first = await (await observe(client, task_queue, ref, OOM)).result()
+    first = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
     assert (first.mode, first.turn, first.failure_reason) == (
         Mode.BACKED_OFF,
         1,
@@ -117,7 +119,7 @@ async def test_oom_two_turns_then_failed_permanent(
     )
     # backedOff re-applied the recommendation; the intake sees it adopted again -> turn 2.
     assert all(p.recommendation == OOM for p in owner.pods)
-    second = await (await observe(client, task_queue, ref, OOM)).result()
+    second = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
     assert (second.mode, second.turn, second.failure_reason) == (
         Mode.FAILED_PERMANENT,
         2,
@@ -160,11 +162,11 @@ async def test_oom_two_turns_then_failed_permanent(
     )
     assert len({n.key for n in cluster.notified}) == 3
     assert all(n.reason is FailureReason.OOM_KILLED for n in cluster.notified)
-    assert await check_replay(client, ref.workflow_id, "notified-oom-two-turns") == 2
+    assert await check_replay(client, rollback_id(CLUSTER, ref), "notified-oom-two-turns") == 2
     # The notifications are listed under the owner, readably, and a filter on it finds them.
     query = (
-        f'RollbackWorkload = "{ref.workload}" AND RollbackNamespace = "{ref.namespace}"'
-        ' AND WorkflowType = "NotifyWorkflow"'
+        f'RollbackCluster = "{CLUSTER}" AND RollbackWorkload = "{ref.workload}"'
+        f' AND RollbackNamespace = "{ref.namespace}" AND WorkflowType = "NotifyWorkflow"'
     )
     children: list[str] = []
     for _ in range(100):  # visibility lags a little behind the starts
@@ -172,7 +174,7 @@ async def test_oom_two_turns_then_failed_permanent(
         if len(children) == 3:
             break
         await asyncio.sleep(0.1)
-    prefix = f"notify/{ref.namespace}/{ref.kind}/{ref.name}/"
+    prefix = f"notify/{CLUSTER}/{ref.namespace}/{ref.kind}/{ref.name}/"
     assert sorted(c.removeprefix(prefix).rsplit("/", 1)[0] for c in children) == [
         "failedPermanent/turn-2",
         "rollingBack/turn-1",
@@ -180,13 +182,13 @@ async def test_oom_two_turns_then_failed_permanent(
     ], children
     # A later sighting of the same recommendation wakes nothing: the run it starts ends at once
     # in failedPermanent, and notifies nothing (it used to notify failedPermanent again).
-    again = await observe(client, task_queue, ref, OOM)
+    again = await observe(client, CLUSTER, task_queue, ref, OOM)
     assert (await again.result()).mode is Mode.FAILED_PERMANENT
     events = [e async for e in again.fetch_history_events()]
     assert not any(e.HasField("start_child_workflow_execution_initiated_event_attributes")
                    for e in events)  # fmt: skip
     assert len(cluster.notified) == 3
-    assert await check_replay(client, ref.workflow_id, "wakes-nothing-after-failed") == 3
+    assert await check_replay(client, rollback_id(CLUSTER, ref), "wakes-nothing-after-failed") == 3
 
 
 async def test_reopen_retries_a_failed_permanent_workload(
@@ -199,13 +201,13 @@ async def test_reopen_retries_a_failed_permanent_workload(
         cluster, settings(backoff=0.5, multiply=1, max_attempts=1), state_json=succeeded_before()
     )
     owner.apply(OOM)
-    failed = await (await observe(client, task_queue, ref, OOM)).result()
+    failed = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
     assert (failed.mode, failed.turn) == (Mode.FAILED_PERMANENT, 1)
     assert all(p.requests["app"]["memory"] == "900Mi" for p in owner.pods)  # rolled back
 
-    before = await control.reopen(client, task_queue, ref)  # refuses nothing now
+    before = await control.reopen(client, CLUSTER, task_queue, ref)  # refuses nothing now
     assert before.mode is Mode.FAILED_PERMANENT
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, ref.workflow_id)
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
     retried = await wait_for(handle, lambda s: s.mode is Mode.MONITORING)
     assert retried.turn == 1 and retried.failure_reason is None
     assert ("reapply", OOM.fingerprint) in owner.journal
@@ -213,7 +215,9 @@ async def test_reopen_retries_a_failed_permanent_workload(
     again = await handle.result()  # the fake app still OOMs on it: failed again, one turn
     assert (again.mode, again.turn) == (Mode.FAILED_PERMANENT, 1)
     assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2
-    assert await check_replay(client, ref.workflow_id, "retry-after-failed-permanent") == 2
+    assert (
+        await check_replay(client, rollback_id(CLUSTER, ref), "retry-after-failed-permanent") == 2
+    )
 
 
 async def test_observe_only_decides_the_same_and_writes_no_rollback(
@@ -225,7 +229,7 @@ async def test_observe_only_decides_the_same_and_writes_no_rollback(
         state_json=succeeded_before(),
     )
     owner.apply(OOM)
-    result = await (await observe(client, task_queue, ref, OOM)).result()
+    result = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
     assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
     assert owner.event_reasons() == [
         EventReason.MONITORING_STARTED,
@@ -237,7 +241,7 @@ async def test_observe_only_decides_the_same_and_writes_no_rollback(
     assert not [e for e in owner.journal if e[0] in ("rollback", "reapply")]  # no activity ran
     assert owner.rollback_annotation is None
     assert all(p.recommendation == OOM for p in owner.pods)  # nothing resized
-    await check_replay(client, ref.workflow_id, "observe-only")
+    await check_replay(client, rollback_id(CLUSTER, ref), "observe-only")
 
 
 async def test_adoption_below_threshold_rolls_back_to_manifest(
@@ -247,14 +251,14 @@ async def test_adoption_below_threshold_rolls_back_to_manifest(
     for pod in owner.pods[:2]:
         pod.ignores_resize = True  # 3 of 5 adopt: 60% < 80%
     owner.apply(FITS)
-    result = await (await observe(client, task_queue, ref, FITS)).result()
+    result = await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
     assert (result.mode, result.failure_reason) == (
         Mode.FAILED_PERMANENT,
         FailureReason.ADOPTION_THRESHOLD_NOT_MET,
     )
     assert ("rollback", RollbackTarget.MANIFEST) in owner.journal
     assert all(p.requests["app"]["memory"] == "1Gi" for p in owner.pods)
-    await check_replay(client, ref.workflow_id, "below-threshold-manifest")
+    await check_replay(client, rollback_id(CLUSTER, ref), "below-threshold-manifest")
 
 
 async def test_four_of_five_at_eighty_percent_passes(
@@ -263,7 +267,7 @@ async def test_four_of_five_at_eighty_percent_passes(
     ref, owner = new_owner(cluster, settings())
     owner.pods[0].ignores_resize = True
     owner.apply(FITS)
-    result = await (await observe(client, task_queue, ref, FITS)).result()
+    result = await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
     assert result.mode is Mode.MONITORING_SUCCEEDED
 
 
@@ -278,7 +282,7 @@ async def test_rollback_target(
         cluster, settings(target=target, max_attempts=1), state_json=succeeded_before()
     )
     owner.apply(OOM)
-    await (await observe(client, task_queue, ref, OOM)).result()
+    await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
     assert {p.requests["app"]["memory"] for p in owner.pods} == {memory}
 
 
@@ -287,14 +291,14 @@ async def test_last_successful_unavailable(
 ) -> None:
     ref, owner = new_owner(cluster, settings())
     owner.apply(OOM)
-    result = await (await observe(client, task_queue, ref, OOM)).result()
+    result = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
     assert (result.mode, result.failure_reason) == (
         Mode.FAILED_PERMANENT,
         FailureReason.ROLLBACK_RECOMMENDATION_UNAVAILABLE,
     )
     assert owner.event_reasons()[-1] == EventReason.RECOMMENDATION_UNAVAILABLE
     assert cluster.calls.get("roll_back", 0) == 0
-    await check_replay(client, ref.workflow_id, "last-successful-unavailable")
+    await check_replay(client, rollback_id(CLUSTER, ref), "last-successful-unavailable")
 
 
 async def test_cancel_and_reopen_signals(
@@ -302,7 +306,7 @@ async def test_cancel_and_reopen_signals(
 ) -> None:
     ref, owner = new_owner(cluster, settings(window=30))
     owner.apply(OOM)
-    handle = await observe(client, task_queue, ref, OOM)
+    handle = await observe(client, CLUSTER, task_queue, ref, OOM)
     first = await wait_for(handle, lambda s: s.mode is Mode.MONITORING and s.baseline is not None)
     # The baseline came with the owner read; nothing is sampled until the window ends.
     assert first.baseline == 5 and first.last_sample is None and first.samples_taken == 0
@@ -323,7 +327,7 @@ async def test_cancel_and_reopen_signals(
         EventReason.MONITORING_STARTED,
         EventReason.MONITORING_CANCELLED,
     ]
-    await check_replay(client, ref.workflow_id, "cancel-reopen")
+    await check_replay(client, rollback_id(CLUSTER, ref), "cancel-reopen")
 
 
 async def test_reopen_ignored_when_disabled(
@@ -331,7 +335,7 @@ async def test_reopen_ignored_when_disabled(
 ) -> None:
     ref, owner = new_owner(cluster, settings(window=30, reopen=False))
     owner.apply(FITS)
-    handle = await observe(client, task_queue, ref, FITS)
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS)
     first = await wait_for(handle, lambda s: s.baseline is not None)
     await handle.signal(RollbackWorkflow.reopen, ReopenSignal())
     await handle.signal(RollbackWorkflow.cancel, CancelSignal())
@@ -349,19 +353,25 @@ async def test_replacement_pod_reopens_a_succeeded_turn(
 ) -> None:
     ref, owner = new_owner(cluster, settings(reopen=enabled))
     owner.apply(FITS)
-    await (await observe(client, task_queue, ref, FITS)).result()
+    await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
     succeeded_at = owner.state.last_transition_time if owner.state else None
     assert succeeded_at is not None
     # A duplicate event about an old pod reopens nothing.
     old = await (
         await observe(
-            client, task_queue, ref, FITS, pod_created_at=succeeded_at - timedelta(seconds=5)
+            client,
+            CLUSTER,
+            task_queue,
+            ref,
+            FITS,
+            pod_created_at=succeeded_at - timedelta(seconds=5),
         )
     ).result()
     assert old.mode is Mode.MONITORING_SUCCEEDED
     # A replacement pod created after the success reopens monitoring, when enabled.
     newer = await observe(
         client,
+        CLUSTER,
         task_queue,
         ref,
         FITS,
@@ -379,13 +389,15 @@ async def test_new_fingerprint_supersedes_even_with_equal_values(
 ) -> None:
     ref, owner = new_owner(cluster, settings(window=3))
     owner.apply(FITS)
-    handle = await observe(client, task_queue, ref, FITS)
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS)
     await wait_for(handle, lambda s: s.baseline is not None)
     moved = rec("768Mi", key=HASHED_KEY)  # same values under the hashed key: a new recommendation
     assert moved.fingerprint != FITS.fingerprint
     owner.apply(moved)
-    await observe(client, task_queue, ref, moved)
-    result = await client.get_workflow_handle_for(RollbackWorkflow.run, ref.workflow_id).result()
+    await observe(client, CLUSTER, task_queue, ref, moved)
+    result = await client.get_workflow_handle_for(
+        RollbackWorkflow.run, rollback_id(CLUSTER, ref)
+    ).result()
     assert (result.mode, result.fingerprint, result.turn) == (
         Mode.MONITORING_SUCCEEDED,
         moved.fingerprint,
@@ -399,7 +411,7 @@ async def test_new_fingerprint_supersedes_even_with_equal_values(
         (Mode.MONITORING, moved.fingerprint),
         (Mode.MONITORING_SUCCEEDED, moved.fingerprint),
     ]
-    await check_replay(client, ref.workflow_id, "supersede-key-change")
+    await check_replay(client, rollback_id(CLUSTER, ref), "supersede-key-change")
 
 
 async def test_owner_deleted_mid_window_ends_cleanly(
@@ -407,7 +419,7 @@ async def test_owner_deleted_mid_window_ends_cleanly(
 ) -> None:
     ref, owner = new_owner(cluster, settings(window=30))
     owner.apply(FITS)
-    handle = await observe(client, task_queue, ref, FITS)
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS)
     await wait_for(handle, lambda s: s.baseline is not None)
     owner.exists = False
     result = await handle.result()
@@ -417,7 +429,7 @@ async def test_owner_deleted_mid_window_ends_cleanly(
 async def test_no_policy_retains(client: Client, cluster: FakeCluster, task_queue: str) -> None:
     ref, owner = new_owner(cluster, None)
     owner.apply(FITS)
-    result = await (await observe(client, task_queue, ref, FITS)).result()
+    result = await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
     assert result.mode is Mode.CLEARED and owner.state_json is None and owner.events == {}
 
 
@@ -428,8 +440,8 @@ async def test_long_window_continues_as_new(
     owner.apply(FITS)
     handle = await client.start_workflow(
         RollbackWorkflow.run,
-        RollbackInput(owner=ref, recommendation=FITS, max_history_events=10),
-        id=ref.workflow_id,
+        RollbackInput(cluster=CLUSTER, owner=ref, recommendation=FITS, max_history_events=10),
+        id=rollback_id(CLUSTER, ref),
         task_queue=task_queue,
     )
     result = await handle.result()
@@ -439,7 +451,7 @@ async def test_long_window_continues_as_new(
         EventReason.MONITORING_STARTED,
         EventReason.MONITORING_SUCCEEDED,
     ]
-    assert await check_replay(client, ref.workflow_id, "continue-as-new") >= 2
+    assert await check_replay(client, rollback_id(CLUSTER, ref), "continue-as-new") >= 2
 
 
 @pytest.mark.parametrize(
@@ -458,7 +470,7 @@ async def test_worker_restart(
     )
     owner.apply(OOM)
     async with running_worker(client, task_queue, cluster):
-        handle = await observe(client, task_queue, ref, OOM)
+        handle = await observe(client, CLUSTER, task_queue, ref, OOM)
         await wait_for(handle, lambda s: s.mode is stop_in)
     await asyncio.sleep(2.5)  # the durable timer expires while no worker runs
     async with running_worker(client, task_queue, cluster):
@@ -468,7 +480,7 @@ async def test_worker_restart(
         ("rollback", RollbackTarget.LAST_SUCCESSFUL)
     ]
     assert owner.event_reasons().count(EventReason.ROLLING_BACK_STARTED) == 1
-    await check_replay(client, ref.workflow_id, f"worker-restart-{stop_in}")
+    await check_replay(client, rollback_id(CLUSTER, ref), f"worker-restart-{stop_in}")
 
 
 async def test_explicit_reopen_via_signal_with_start(
@@ -476,7 +488,9 @@ async def test_explicit_reopen_via_signal_with_start(
 ) -> None:
     ref, owner = new_owner(cluster, settings())
     owner.apply(FITS)
-    await (await observe(client, task_queue, ref, FITS)).result()
-    result = await (await observe(client, task_queue, ref, FITS, trigger=Trigger.REOPEN)).result()
+    await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    result = await (
+        await observe(client, CLUSTER, task_queue, ref, FITS, trigger=Trigger.REOPEN)
+    ).result()
     assert result.mode is Mode.MONITORING_SUCCEEDED
     assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2

@@ -19,9 +19,11 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.clusters import ClusterGuard
 from cli.main import main as rollbackctl
 from sim.apiserver import KubeEmulator
 from sim.devserver import search_attribute_args, temporal_binary
+from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, settings
@@ -31,7 +33,7 @@ from worker import process, versioning
 from worker.config import KubeConfig, TemporalConfig, WorkerConfig
 from worker.runner import build_worker
 from worker.temporal import observe
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import Mode, WorkloadKind
 from workflows.rollback import RollbackWorkflow
 
@@ -97,22 +99,22 @@ async def test_attempts_finish_on_the_version_they_started_on(
     cluster = FakeCluster()
     v1 = WorkerDeploymentVersion(DEPLOYMENT, "v1")
     v2 = WorkerDeploymentVersion(DEPLOYMENT, "v2")
-    async with build_worker(client, queue, cluster, deployment=v1):
+    async with build_worker(client, queue, cluster, ClusterGuard(CLUSTER), deployment=v1):
         # The first version of a deployment becomes current by itself.
         assert await versioning.adopt_if_first(client, v1)
         window_ref, window_owner = new_owner(cluster, settings(window=8.0))
         window_owner.apply(FITS)
-        in_window = await observe(client, queue, window_ref, FITS)
+        in_window = await observe(client, CLUSTER, queue, window_ref, FITS)
         backoff_ref, backoff_owner = new_owner(
             cluster,
             settings(window=1.0, backoff=6.0, max_attempts=1),
             state_json=succeeded_before(),
         )
         backoff_owner.apply(OOM)
-        in_backoff = await observe(client, queue, backoff_ref, OOM)
+        in_backoff = await observe(client, CLUSTER, queue, backoff_ref, OOM)
         moving_ref, moving_owner = new_owner(cluster, settings(window=8.0))
         moving_owner.apply(FITS)
-        superseded = await observe(client, queue, moving_ref, FITS)
+        superseded = await observe(client, CLUSTER, queue, moving_ref, FITS)
 
         async def backing_off() -> bool:
             state = await in_backoff.query(RollbackWorkflow.status)
@@ -120,7 +122,12 @@ async def test_attempts_finish_on_the_version_they_started_on(
 
         await eventually(backing_off)
         async with build_worker(
-            client, queue, cluster, deployment=v2, workflows=[RollbackWorkflowV2]
+            client,
+            queue,
+            cluster,
+            ClusterGuard(CLUSTER),
+            deployment=v2,
+            workflows=[RollbackWorkflowV2],
         ):
             # v2 polls; a later version is not made current by itself...
             assert not await versioning.adopt_if_first(client, v2)
@@ -129,13 +136,13 @@ async def test_attempts_finish_on_the_version_they_started_on(
             assert await cli(client, address, "set-current", "v2") == 0
             new_ref, new_owner_ = new_owner(cluster, settings(window=1.0))
             new_owner_.apply(FITS)
-            fresh = await observe(client, queue, new_ref, FITS)
+            fresh = await observe(client, CLUSTER, queue, new_ref, FITS)
             # A new recommendation supersedes a v1 attempt: continue-as-new onto v2 (a new
             # attempt), while the superseded run's history stays all v1.
             moved = rec("700Mi")
             moving_owner.apply(moved)
             first_run = (await superseded.describe()).run_id
-            await observe(client, queue, moving_ref, moved)
+            await observe(client, CLUSTER, queue, moving_ref, moved)
 
             window_result = await in_window.result()
             backoff_result = await in_backoff.result()
@@ -148,10 +155,12 @@ async def test_attempts_finish_on_the_version_they_started_on(
             new = await fresh.fetch_history()
             assert all(builds(h) == {"v1"} and not has_v2_marker(h) for h in old)
             assert builds(new) == {"v2"} and has_v2_marker(new)
-            moving = client.get_workflow_handle_for(RollbackWorkflow.run, moving_ref.workflow_id)
+            moving = client.get_workflow_handle_for(
+                RollbackWorkflow.run, rollback_id(CLUSTER, moving_ref)
+            )
             assert (await moving.result()).mode is Mode.MONITORING_SUCCEEDED
             before = await client.get_workflow_handle(
-                moving_ref.workflow_id, run_id=first_run
+                rollback_id(CLUSTER, moving_ref), run_id=first_run
             ).fetch_history()
             after = await moving.fetch_history()
             assert builds(before) == {"v1"} and builds(after) == {"v2"} and has_v2_marker(after)
@@ -186,7 +195,7 @@ async def test_a_versioned_worker_process_serves_from_its_first_start(
         api.store.create(policy(monitoringPeriod="1s"))
         api.store.create(pod("web-0", {"app": "web"}, memory="768Mi", rec=FITS))
         config = WorkerConfig(
-            TemporalConfig.at(client.service_client.config.target_host, queue),
+            TemporalConfig.at(client.service_client.config.target_host, queue, CLUSTER),
             KubeConfig(url=api.url),
             deployment=version,
         )
@@ -194,7 +203,7 @@ async def test_a_versioned_worker_process_serves_from_its_first_start(
         serving = asyncio.create_task(process.serve(stop, worker=config))
         try:
             ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
-            handle = await observe(client, queue, ref, FITS)
+            handle = await observe(client, CLUSTER, queue, ref, FITS)
             assert (await handle.result()).mode is Mode.MONITORING_SUCCEEDED
             assert builds(await handle.fetch_history()) == {"0.1.0"}
         finally:

@@ -14,15 +14,17 @@ import pytest
 from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
+from activities.clusters import ClusterGuard
 from activities.kubernetes import Actuation
 from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
+from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import end_if_running
 from worker.kube import RETRIES, activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import (
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
@@ -68,9 +70,9 @@ async def test_success_writes_state_and_events(
     queue = f"k8s-{uuid.uuid4().hex[:6]}"
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
     acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
-    async with build_worker(temporal_env.client, queue, acts):
-        await end_if_running(temporal_env.client, ref.workflow_id)
-        result = await (await observe(temporal_env.client, queue, ref, REC)).result()
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
+        result = await (await observe(temporal_env.client, CLUSTER, queue, ref, REC)).result()
         # describe reads the live cohort itself (the status query needs a worker to replay).
         address = temporal_env.client.service_client.config.target_host
         argv = ["describe", str(ref), "--address", address, "--kube-url", api.url, "-o", "json"]
@@ -119,9 +121,9 @@ async def test_oom_rolls_back_in_place_and_backs_off(
     queue = f"k8s-{uuid.uuid4().hex[:6]}"
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
     acts = activities_for(client_for(api), Actuation.IN_PLACE)
-    async with build_worker(temporal_env.client, queue, acts):
-        await end_if_running(temporal_env.client, ref.workflow_id)
-        result = await (await observe(temporal_env.client, queue, ref, REC)).result()
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
+        result = await (await observe(temporal_env.client, CLUSTER, queue, ref, REC)).result()
     assert (result.mode, result.failure_reason) == (Mode.BACKED_OFF, FailureReason.OOM_KILLED)
     assert events(api) == [
         EventReason.MONITORING_STARTED,
@@ -157,12 +159,12 @@ async def run_attempt_with_history(
 ) -> tuple[RollbackResult, list[Any]]:
     queue = f"k8s-{uuid.uuid4().hex[:6]}"
     acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
-    async with build_worker(temporal_env.client, queue, acts):
-        await end_if_running(temporal_env.client, ref.workflow_id)
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
         handle = await temporal_env.client.start_workflow(
             RollbackWorkflow.run,
-            RollbackInput(owner=ref, recommendation=REC, **options),  # type: ignore[arg-type]
-            id=ref.workflow_id,
+            RollbackInput(cluster=CLUSTER, owner=ref, recommendation=REC, **options),  # type: ignore[arg-type]
+            id=rollback_id(CLUSTER, ref),
             task_queue=queue,
         )
         result = await handle.result()
