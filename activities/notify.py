@@ -153,8 +153,9 @@ def slack_payload(n: Notification, url: str | None) -> dict[str, Any]:
     icon = _ICONS.get(n.severity, ":rotating_light:")
     reason = f" ({n.reason})" if n.reason else ""
     link = f" <{url}|workflow>" if url else ""
+    where = f"{n.cluster}/" if n.cluster else ""
     text = (
-        f"{icon} *{n.owner}* {n.transition}{reason}, turn {n.turn}"
+        f"{icon} *{where}{n.owner}* {n.transition}{reason}, turn {n.turn}"
         f" under {n.policy or 'no policy'}{link}\n>{n.message}"
     )
     return {"text": text}

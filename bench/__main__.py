@@ -18,9 +18,14 @@ P3      N workloads monitored at once by one worker process through the real int
         time from the last workload created to all done.
 P4      policy resolution for W workloads x P policies: the intake's index vs a linear scan.
 SQ      the dev server's SQLite with and without the WAL pragmas (P1's workloads on each).
+fleet   N simulated clusters (each its own API server, worker process and intake) with M
+        workloads each, the same names in every cluster, on one Temporal: attempts per second
+        per cluster and in total against one cluster alone in the same run, final modes checked,
+        and what a 50-cluster fleet costs the server at a stated change rate.
 
 One module per benchmark over ``bench.harness``: ``cost``, ``workflow_memory``, ``burst``,
-``status``, ``p4``, ``api_cost`` (P2), ``throughput`` (P1, versioning, SQLite), ``p3``, ``soak``.
+``status``, ``p4``, ``api_cost`` (P2), ``throughput`` (P1, versioning, SQLite), ``p3``, ``fleet``,
+``soak``.
 A target missed says NOT MET on the line of its figure.
 
 ``--write`` replaces, in RESULTS.md, the sections this run measured (each stamped with its
@@ -36,6 +41,7 @@ from datetime import UTC, datetime
 from bench.api_cost import api_cost, writes_per_transition
 from bench.burst import burst
 from bench.cost import attempt_cost, attempt_paths
+from bench.fleet import fleet
 from bench.harness import (
     Lines,
     say,
@@ -50,7 +56,19 @@ from bench.status import status_pass, status_writes
 from bench.throughput import sqlite_wal, throughput, versioning_cost
 from bench.workflow_memory import workflow_memory
 
-SECTIONS = ("cost", "memory", "burst", "status", "p4", "p2", "p1", "versioning", "sqlite", "p3")
+SECTIONS = (
+    "cost",
+    "memory",
+    "burst",
+    "status",
+    "p4",
+    "p2",
+    "p1",
+    "versioning",
+    "sqlite",
+    "p3",
+    "fleet",
+)
 
 
 def main() -> int:
@@ -62,6 +80,12 @@ def main() -> int:
         "--windows", default="20s,5m,1h", help="cost: window lengths (default 20s,5m,1h)"
     )
     parser.add_argument("--p3", type=int, default=5_000, help="P3 workloads (default 5000)")
+    parser.add_argument(
+        "--clusters", type=int, default=4, help="fleet: simulated clusters (default 4)"
+    )
+    parser.add_argument(
+        "--fleet", type=int, default=250, help="fleet: workloads per cluster (default 250)"
+    )
     parser.add_argument(
         "--soak", type=int, default=1_000, help="soak workloads (default 1000; --only soak)"
     )
@@ -125,6 +149,10 @@ def main() -> int:
     if "p3" in only:
         say(lines, "## P3 concurrent workloads on one worker process")
         asyncio.run(concurrent(p3, lines))
+        say(lines)
+    if "fleet" in only:
+        say(lines, "## Fleet: clusters sharing one Temporal")
+        asyncio.run(fleet(2 if quick else args.clusters, 20 if quick else args.fleet, lines))
         say(lines)
     if "soak" in only:
         say(lines, "## Soak: many workloads, many faults at once, an oracle")

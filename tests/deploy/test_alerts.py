@@ -15,7 +15,8 @@ import yaml
 from tests.conftest import ROOT
 
 RULE = ROOT / "deploy" / "components" / "monitoring" / "prometheusrule.yaml"
-QUEUE = 'task_queue="rightsizing-rollback"'
+QUEUE = 'task_queue="rightsizing-rollback-eu"'
+EU = 'cluster="eu"'  # every series carries its process's cluster; alerts fire per cluster
 
 
 def groups() -> list[dict[str, Any]]:
@@ -69,13 +70,17 @@ def case(
     }
 
 
-FAILED = 'rollback_owner_workloads{mode="failedPermanent",policy="RollbackPolicy/shop/p"}'
-MONITORING = 'rollback_owner_workloads{mode="monitoring",policy="RollbackPolicy/shop/p"}'
-SINCE = 'rollback_mode_since_timestamp_seconds{mode="rollingBack"}'
-LEADER = 'rollback_intake_leader{{pod="{}"}}'
-POLLERS = f'temporal_num_pollers{{poller_type="workflow_task",{QUEUE}}}'
-REQUESTS = 'rollback_kube_requests{{code="{}"}}'
-NOTIFIED = 'rollback_notifications{{outcome="{}",receiver="oncall"}}'
+OWNERS = 'rollback_owner_workloads{{cluster="eu",mode="{}",policy="RollbackPolicy/shop/p"}}'
+FAILED = OWNERS.format("failedPermanent")
+MONITORING = OWNERS.format("monitoring")
+SINCE = 'rollback_mode_since_timestamp_seconds{cluster="eu",mode="rollingBack"}'
+LEADER = 'rollback_intake_leader{{cluster="{}",pod="{}"}}'
+POLLERS = f'temporal_num_pollers{{{EU},poller_type="workflow_task",{QUEUE}}}'
+US_POLLERS = POLLERS.replace("eu", "us")
+INTAKE = 'rollback_build_info{{cluster="{}",component="intake",version="1.0.0"}}'
+REQUESTS = 'rollback_kube_requests{{cluster="eu",code="{}"}}'
+ROLLBACKS = 'rollback_rollbacks{cluster="eu",reason="oomKilled"}'
+NOTIFIED = 'rollback_notifications{{cluster="eu",outcome="{}",receiver="oncall"}}'
 
 
 # Each alert: a case where it fires (with the labels it fires with) and one where it does not.
@@ -85,20 +90,20 @@ CASES = {
             {FAILED: "0 1 1"},
             "2m",
             "RollbackWorkloadsFailedPermanent",
-            [{"severity": "warning", "policy": "RollbackPolicy/shop/p"}],
-            "1 workload(s) under RollbackPolicy/shop/p failed permanently",
+            [{"severity": "warning", "policy": "RollbackPolicy/shop/p", "cluster": "eu"}],
+            "1 workload(s) under RollbackPolicy/shop/p in eu failed permanently",
         ),
         case({MONITORING: "3 3 3", FAILED: "1 0 0"}, "2m", "RollbackWorkloadsFailedPermanent", []),
     ],
     "RollbackRateHigh": [
         case(
-            {"rollback_rollbacks": "0+1x60"},
+            {ROLLBACKS: "0+1x60"},
             "50m",
             "RollbackRateHigh",
-            [{"severity": "warning"}],
-            "60 rollbacks per hour across the cluster",
+            [{"severity": "warning", "cluster": "eu"}],
+            "60 rollbacks per hour in eu",
         ),
-        case({"rollback_rollbacks": "0+0.1x60"}, "50m", "RollbackRateHigh", []),  # 6 per hour
+        case({ROLLBACKS: "0+0.1x60"}, "50m", "RollbackRateHigh", []),  # 6 per hour
     ],
     "RollbackStuckRollingBack": [
         # In rollingBack since t=1s (the gauge holds that transition's time): at 20m, stuck.
@@ -106,21 +111,32 @@ CASES = {
             {SINCE: "1x30"},
             "20m",
             "RollbackStuckRollingBack",
-            [{"severity": "warning"}],
-            "A workload has been rollingBack for more than 15 minutes",
+            [{"severity": "warning", "cluster": "eu"}],
+            "A workload in eu has been rollingBack for more than 15 minutes",
         ),
         case({SINCE: "0x30"}, "20m", "RollbackStuckRollingBack", []),  # 0: none rolling back
     ],
     "RollbackNoIntakeLeader": [
-        case(
-            {LEADER.format("a"): "0x10", LEADER.format("b"): "0x10"},
+        case(  # eu's two intakes lead nothing; us has its leader
+            {
+                LEADER.format("eu", "a"): "0x10",
+                LEADER.format("eu", "b"): "0x10",
+                LEADER.format("us", "a"): "1x10",
+            },
+            "5m",
+            "RollbackNoIntakeLeader",
+            [{"severity": "critical", "cluster": "eu"}],
+            "No rollback intake holds the lease in eu",
+        ),
+        case(  # no intake reports at all
+            {"up": "1x10"},
             "5m",
             "RollbackNoIntakeLeader",
             [{"severity": "critical"}],
             "No rollback intake holds the lease",
         ),
         case(
-            {LEADER.format("a"): "1x10", LEADER.format("b"): "0x10"},
+            {LEADER.format("eu", "a"): "1x10", LEADER.format("eu", "b"): "0x10"},
             "5m",
             "RollbackNoIntakeLeader",
             [],
@@ -134,15 +150,27 @@ CASES = {
             [{"severity": "critical"}],
             "No rollback worker polls the task queue",
         ),
-        case({POLLERS: "2x10"}, "8m", "RollbackNoWorkerPolling", []),
+        case(  # us's intake runs, its workers poll nothing; eu's do
+            {POLLERS: "2x10", INTAKE.format("eu"): "1x10", INTAKE.format("us"): "1x10"},
+            "8m",
+            "RollbackNoWorkerPolling",
+            [{"severity": "critical", "cluster": "us"}],
+            "No rollback worker polls the task queue of us",
+        ),
+        case(
+            {POLLERS: "2x10", US_POLLERS: "1x10", INTAKE.format("us"): "1x10"},
+            "8m",
+            "RollbackNoWorkerPolling",
+            [],
+        ),
     ],
     "RollbackKubeApiErrors": [
         case(
             {REQUESTS.format("200"): "0+10x30", REQUESTS.format("503"): "0+2x30"},
             "25m",
             "RollbackKubeApiErrors",
-            [{"severity": "warning"}],
-            "16.67% of Kubernetes API requests fail",
+            [{"severity": "warning", "cluster": "eu"}],
+            "16.67% of Kubernetes API requests fail in eu",
         ),
         case(
             {REQUESTS.format("200"): "0+100x30", REQUESTS.format("503"): "0+1x30"},  # 1%
@@ -157,8 +185,8 @@ CASES = {
             {NOTIFIED.format("failed"): "_x5 1x10"},
             "8m",
             "RollbackNotificationsFailing",
-            [{"severity": "warning", "receiver": "oncall"}],
-            "Notifications to oncall are not delivered",
+            [{"severity": "warning", "receiver": "oncall", "cluster": "eu"}],
+            "Notifications to oncall from eu are not delivered",
         ),
         case(
             {NOTIFIED.format("failed"): "1x60", NOTIFIED.format("sent"): "0+1x60"},

@@ -50,12 +50,17 @@ def helm() -> str:
     return found
 
 
+# The one value an install must give (the chart refuses to render without it).
+CLUSTER = "eu-west-1"
+
+
 def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=120, check=False)
 
 
 def template(*values: Path, sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     args = ["template", "rr", str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    args += ["--set", f"cluster={CLUSTER}"]
     for path in values:
         args += ["--values", str(path)]
     for s in sets:
@@ -66,11 +71,25 @@ def template(*values: Path, sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
 
 
 def test_lints_strictly() -> None:
-    out = run_helm("lint", "--strict", str(CHART))
+    out = run_helm("lint", "--strict", str(CHART), "--set", f"cluster={CLUSTER}")
     assert out.returncode == 0, out.stdout + out.stderr
     for example in EXAMPLES:
-        out = run_helm("lint", "--strict", str(CHART), "--values", str(example))
+        out = run_helm(
+            "lint", "--strict", str(CHART), "--values", str(example), "--set", f"cluster={CLUSTER}"
+        )
         assert out.returncode == 0, (example.name, out.stdout + out.stderr)
+
+
+def test_the_cluster_is_required_and_a_dns_label() -> None:
+    """A fleet's clusters share one Temporal: an install that does not name its cluster is
+    refused at install, saying what to set; so is a name that is no DNS label."""
+    out = run_helm("template", "rr", str(CHART))
+    assert out.returncode != 0 and "cluster is required" in out.stderr, out.stderr
+    out = run_helm("template", "rr", str(CHART), "--set", "cluster=EU_West")
+    assert out.returncode != 0 and "cluster" in out.stderr and "pattern" in out.stderr, out.stderr
+    (config,) = [o for o in template() if o["metadata"]["name"] == "rightsizing-rollback"]
+    assert config["data"]["ROLLBACK_CLUSTER"] == CLUSTER
+    assert "ROLLBACK_TASK_QUEUE" not in config["data"]  # one per cluster, from its name
 
 
 @pytest.mark.parametrize("values", [None, *EXAMPLES], ids=["defaults", *(p.stem for p in EXAMPLES)])
@@ -107,6 +126,10 @@ def _by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[st
 def test_chart_and_kustomize_agree_object_for_object(example: str | None) -> None:
     chart = _by_identity(template(*([CHART / "examples" / example] if example else [])))
     kustomize = _by_identity(render(ROOT / "deploy" / "overlays" / SAME_AS_OVERLAY[example]))
+    # The one value kustomize leaves to the installer (empty: the processes refuse to start).
+    config = kustomize[("ConfigMap", "rightsizing-rollback")]["data"]
+    assert config["ROLLBACK_CLUSTER"] == ""
+    config["ROLLBACK_CLUSTER"] = CLUSTER
     # Helm installs into the release's namespace (`--create-namespace`); it does not own it.
     kustomize.pop(("Namespace", NAMESPACE))
     assert sorted(chart) == sorted(kustomize)

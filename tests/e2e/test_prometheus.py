@@ -21,7 +21,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from sim.scenario import Apply, Scenario, Step, World, free_port
+from sim.scenario import DEFAULT_CLUSTER, Apply, Scenario, Step, World, free_port
 from tests.conftest import ROOT
 from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
 from workflows.contract import TASK_QUEUE
@@ -38,7 +38,8 @@ def alert_rules() -> list[dict[str, Any]]:
 def dashboard_queries() -> list[str]:
     dashboard = json.loads((MONITORING / "dashboard.json").read_text())
     return [
-        t["expr"].replace("$__rate_interval", "1m")  # Grafana's variable, as Grafana fills it
+        # Grafana's variables, as Grafana fills them (the cluster picked: the scenario's)
+        t["expr"].replace("$__rate_interval", "1m").replace("$cluster", DEFAULT_CLUSTER)
         for panel in dashboard["panels"]
         for t in panel["targets"]
     ]
@@ -169,6 +170,11 @@ async def test_alerts_and_dashboard_read_what_the_engine_exports(
             assert missing() == []
             up = prometheus.query("up")
             assert sorted(s["value"][1] for s in up) == ["1", "1"], up  # both scraped
+            # Every series of ours and of the SDK names the cluster its process serves.
+            unnamed = prometheus.query(
+                f'{{__name__=~"(rollback|temporal)_.+", cluster!="{DEFAULT_CLUSTER}"}}'
+            )
+            assert unnamed == [], [s["metric"] for s in unnamed][:5]
             for rule in alert_rules():
                 prometheus.query(rule["expr"])  # parses and evaluates
             # The rule group loaded and evaluated cleanly; this story fires exactly the one alert

@@ -151,10 +151,11 @@ async def test_each_transition_reaches_each_receiver_once(
             for m in messages:
                 assert m["header"] == m["key"]
                 assert m["owner"] == {"namespace": NS, "kind": "Deployment", "name": "api"}
+                assert m["cluster"] == "sim"  # the scenario's cluster: a fleet tells them apart
                 assert m["policy"] == {"kind": "RollbackPolicy", "namespace": NS, "name": "policy"}
                 assert (m["reason"], m["turn"]) == ("oomKilled", 1)
                 assert m["workflowUrl"].startswith(
-                    "http://localhost:8233/namespaces/default/workflows/rollback%2Fshop%2FDeployment%2Fapi/"
+                    "http://localhost:8233/namespaces/default/workflows/rollback%2Fsim%2Fshop%2FDeployment%2Fapi/"
                 )
             assert "OOMKilled" in messages[0]["message"]
             assert messages[0]["severity"] == "warning" and messages[1]["severity"] == "critical"
@@ -162,7 +163,7 @@ async def test_each_transition_reaches_each_receiver_once(
                 m["key"] for m in messages
             }
             slack = receivers.stored["slack"][0]["text"]
-            assert slack.startswith(":warning: *shop/Deployment/api* rollingBack (oomKilled)")
+            assert slack.startswith(":warning: *sim/shop/Deployment/api* rollingBack (oomKilled)")
 
             # A receiver that refuses for good is reported on the owner, once per transition.
             def failures() -> list[dict[str, Any]]:

@@ -15,10 +15,12 @@ import pytest
 import yaml
 from temporalio.testing import WorkflowEnvironment
 
+from activities.clusters import ClusterGuard
 from cli.main import main
 from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
+from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import rollback_id
 from workflows.contract import Mode
@@ -80,7 +82,7 @@ async def test_get_describe_cancel_reopen(
         lines: queue_module.Queue[str] = queue_module.Queue()
         assert watcher.stdout is not None
         threading.Thread(target=lambda: [lines.put(x) for x in watcher.stdout], daemon=True).start()
-        assert lines.get(timeout=30).split()[:3] == ["NAMESPACE", "WORKLOAD", "MODE"]
+        assert lines.get(timeout=30).split()[:3] == ["CLUSTER", "NAMESPACE", "WORKLOAD"]
 
         def next_line_of_ours() -> str:  # other tests' rows share the dev server
             while ref.workload not in (line := lines.get(timeout=30)):
@@ -159,3 +161,47 @@ async def test_reopen_of_a_failed_workload_retries_it(
             break
         await asyncio.sleep(0.1)
     assert len(runs) == 2
+
+
+async def test_the_same_workload_in_two_clusters(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fleet on one Temporal: ``get`` names each run's cluster and filters by it; a workload
+    named without its cluster is found when one cluster has it, and refused, naming both, when
+    two do; ``[CLUSTER/]`` and ``--cluster`` reach the right cluster's run."""
+    fake, queues = FakeCluster(), {c: f"cli-{c}-{uuid.uuid4().hex[:4]}" for c in ("us", "eu")}
+    ref, owner = new_owner(fake, settings(window=60))
+    recommendation = rec("768Mi")
+    owner.apply(recommendation)
+    workers = [
+        build_worker(temporal_env.client, q, fake, ClusterGuard(c)) for c, q in queues.items()
+    ]
+    async with workers[0], workers[1]:
+        handles = {
+            c: await observe(temporal_env.client, c, q, ref, recommendation)
+            for c, q in queues.items()
+        }
+        for handle in handles.values():
+            await wait_for(handle, lambda s: s.baseline is not None)
+        code, out = await cli(capsys, temporal_env, "q", "get", "-o", "json")
+        clusters = sorted(r["cluster"] for r in json.loads(out) if r["workload"] == ref.workload)
+        assert code == 0 and clusters == ["eu", "us"]
+        code, out = await cli(capsys, temporal_env, "q", "get", "--cluster", "eu")
+        assert (
+            code == 0
+            and ref.workload in out
+            and all(line.startswith("eu ") for line in out.splitlines()[1:])
+        ), out
+
+        address = temporal_env.client.service_client.config.target_host
+        code = await asyncio.to_thread(main, ["describe", str(ref), "--address", address])
+        err = capsys.readouterr().err
+        assert code == 1 and f"{ref} has attempts in clusters eu, us: name one" in err, err
+        code, out = await cli(capsys, temporal_env, "q", "describe", f"us/{ref}")
+        assert code == 0 and "Cluster:      us" in out and rollback_id("us", ref) in out
+        code, out = await cli(capsys, temporal_env, "q", "cancel", str(ref), "--cluster", "eu")
+        assert code == 0 and f"cancel signalled to {rollback_id('eu', ref)}" in out
+        assert (await handles["eu"].result()).mode is Mode.CANCELLED
+        assert (await handles["us"].describe()).status.name == "RUNNING"  # untouched
+        await handles["us"].signal(RollbackWorkflow.cancel, {"reason": "done"})
+        await handles["us"].result()
