@@ -76,7 +76,7 @@ MONITORING = OWNERS.format("monitoring")
 SINCE = 'rollback_mode_since_timestamp_seconds{cluster="eu",mode="rollingBack"}'
 LEADER = 'rollback_intake_leader{{cluster="{}",pod="{}"}}'
 POLLERS = f'temporal_num_pollers{{{EU},poller_type="workflow_task",{QUEUE}}}'
-US_POLLERS = POLLERS.replace("eu", "us")
+US_POLLERS = POLLERS.replace('"eu"', '"us"').replace('-eu"', '-us"')
 INTAKE = 'rollback_build_info{{cluster="{}",component="intake",version="1.0.0"}}'
 REQUESTS = 'rollback_kube_requests{{cluster="eu",code="{}"}}'
 ROLLBACKS = 'rollback_rollbacks{cluster="eu",reason="oomKilled"}'
@@ -202,7 +202,7 @@ def test_every_alert_has_firing_and_quiet_cases() -> None:
     assert set(CASES) == set(alerts())
     for name, cases in CASES.items():
         fired = [bool(c["alert_rule_test"][0]["exp_alerts"]) for c in cases]
-        assert sorted(fired) == [False, True], name
+        assert False in fired and True in fired, name
 
 
 def test_promtool_unit_tests_of_every_alert(rules_file: Path, tmp_path: Path) -> None:

@@ -32,6 +32,8 @@ def test_a_worker_with_an_api_key_file_shows_it_nowhere(tmp_path: Path) -> None:
                 sys.executable,
                 "-m",
                 "worker",
+                "--cluster",
+                "test",
                 "--address",
                 f"127.0.0.1:{free_port()}",  # nobody there: the worker keeps retrying, logging
                 "--tls-cert",

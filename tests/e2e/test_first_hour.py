@@ -187,7 +187,7 @@ def test_the_first_hour_as_printed(clone: Path) -> None:
     run = Process(["bash", "-c", setup[0]], clone, _env(KUBECONFIG=str(stale)))
     try:
         banner = run.wait_for("Look with:")
-        assert "simulated cluster at" in run.wait_for("is running")
+        assert "simulated cluster sim at" in run.wait_for("is running")
         run.wait_for("-> failedPermanent turn 2")
         look = [c.strip() for c in banner.split("Look with:", 1)[1].split("|")]
         kubectl_line = run.wait_for("kubectl: export KUBECONFIG=")

@@ -203,7 +203,7 @@ async def test_status_survives_an_intake_restart_without_a_write(world: World) -
     await asyncio.to_thread(world.intake.stop)
     temporal = TemporalConfig.at(world.temporal.address, world.task_queue, world.first.name)
     kube = KubeConfig(url=world.api.url)
-    world.intake = IntakeService(
+    world.first.intake = IntakeService(
         await temporal.connect(),
         kube.client(),
         IntakeConfig(temporal, kube, identity="restarted"),

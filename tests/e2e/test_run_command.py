@@ -59,6 +59,8 @@ def test_run_against_a_kubeconfig(tmp_path: Path) -> None:
                 "--log-format",
                 "json",
                 "run",
+                "--cluster",
+                "test",
                 "--kubeconfig",
                 str(kubeconfig),
                 "--data-dir",
@@ -184,7 +186,7 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
     # The console shows the timeline only; the engine's log lines go to a file.
     stderr.close()
     assert " INFO " not in (tmp_path / "stderr").read_text()
-    assert " INFO worker.intake: intake started" in (tmp_path / "rollback.log").read_text()
+    assert " INFO sim worker.intake: intake started" in (tmp_path / "rollback.log").read_text()
 
 
 def _children(pid: int) -> set[int]:

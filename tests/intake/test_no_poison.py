@@ -163,7 +163,7 @@ async def test_no_adoption_is_lost_while_temporal_is_away(
             ids = {
                 wf.id async for wf in temporal_env.client.list_workflows(f'TaskQueue = "{queue}"')
             }
-            assert ids == {f"rollback/{NS}/Deployment/{n}" for n in names}
+            assert ids == {f"rollback/{CLUSTER}/{NS}/Deployment/{n}" for n in names}
         finally:
             await asyncio.to_thread(intake.stop)
             await terminate_running(temporal_env.client, queue)
