@@ -55,7 +55,7 @@ def test_the_cluster_is_required_and_a_dns_label() -> None:
     assert from_env.cluster == "us-east"
     assert from_env.temporal.task_queue == "rightsizing-rollback-us-east"
     for bad in ("EU_West", "-east", "a" * 64, "eu.west"):
-        with pytest.raises(ConfigError, match="--cluster: .* is not a cluster name: a DNS label"):
+        with pytest.raises(ConfigError, match=r"--cluster: .* is not a cluster name: a DNS label"):
             WorkerConfig.from_args(args(cluster=bad), {})
     # rollbackctl get/describe look at the whole fleet: there the cluster is a filter.
     assert TemporalConfig.from_args(args(cluster=None), {}).cluster is None
