@@ -189,10 +189,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     _refuse_unusable_flags(args, simulated)
     scenario = _played(args, simulated)
-    if scenario is not None and not scenario.fleet:
+    fleet = scenario is not None and scenario.fleet
+    if scenario is not None and not fleet:
         args.cluster = args.cluster or scenario.cluster  # run names its simulated cluster
-    worker = WorkerConfig.from_args(args)
-    intake = IntakeConfig.from_args(args)
+    # A fleet's engines are each cluster's own (``_run_fleet``); the rest take these settings.
+    worker = None if fleet else WorkerConfig.from_args(args)
+    intake = None if fleet else IntakeConfig.from_args(args)
     try:
         held = localrun.claim(data_dir)
     except localrun.RunInUseError as exc:
@@ -200,12 +202,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
     try:
-        if scenario is not None and scenario.fleet:
+        if scenario is not None and fleet:
             asyncio.run(_run_fleet(args, held, scenario))
-        elif scenario is not None:
-            asyncio.run(_run_simulated(args, held, scenario, worker, intake))
-        else:
-            asyncio.run(_run_on_cluster(args, held, worker, intake))
+        elif worker is not None and intake is not None:
+            if scenario is not None:
+                asyncio.run(_run_simulated(args, held, scenario, worker, intake))
+            else:
+                asyncio.run(_run_on_cluster(args, held, worker, intake))
         print("Stopped.", flush=True)
     except DevServerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -256,3 +257,67 @@ def test_a_restart_starts_a_fresh_demo(tmp_path: Path) -> None:
             assert fresh and str(tmp_path / "temporal.previous") in fresh[0]
             assert (tmp_path / "temporal.previous" / "temporal.sqlite").exists()
             assert (tmp_path / "temporal" / "temporal.sqlite").exists()
+
+
+def test_the_fleet_demo_as_printed(tmp_path: Path) -> None:
+    """``rollbackctl run --play fleet``: two simulated clusters with the same workload on one
+    Temporal, each ending in its own mode; the banner's commands work as printed, from the
+    directory it runs in, and the kubeconfig has a context per cluster."""
+    port = free_port()
+    env = {k: v for k, v in {**os.environ, "PYTHONUNBUFFERED": "1"}.items() if k != "KUBECONFIG"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "run", "--play", "fleet", "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 90
+        ends = {"us-east/shop/Deployment/api  -> monitoringSucceeded",
+                "eu-west/shop/Deployment/api  -> failedPermanent"}  # fmt: skip
+        for line in process.stdout:
+            lines.append(line)
+            if all(e in "".join(lines) for e in ends) or time.monotonic() > deadline:
+                break
+        text = "".join(lines)
+        assert all(e in text for e in ends), text
+        assert "clusters us-east, eu-west on one Temporal" in text
+        look = next(line for line in lines if line.startswith("Look with: "))
+        get, describe = (shlex.split(c) for c in look.removeprefix("Look with: ").split("   |   "))
+
+        def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+            )
+
+        listed = run(get)
+        assert listed.returncode == 0, listed.stderr
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        assert sorted((r[0], r[3]) for r in rows) == [
+            ("eu-west", "failedPermanent"),
+            ("us-east", "monitoringSucceeded"),
+        ], listed.stdout
+        described = run(describe)
+        assert described.returncode == 0 and "Cluster:      us-east" in described.stdout
+        assert "Mode:         monitoringSucceeded" in described.stdout
+        ambiguous = run([*describe[:-1], "shop/Deployment/api"])
+        assert ambiguous.returncode == 1 and "in clusters eu-west, us-east" in ambiguous.stderr
+        exported = next(line for line in lines if line.startswith("kubectl: export KUBECONFIG="))
+        kubeconfig = exported.split("=", 1)[1].split()[0]
+        for cluster in ("us-east", "eu-west"):
+            seen = subprocess.run(
+                [kubectl(), "--context", cluster, "get", "events", "-n", "shop", "-o", "name"],
+                env={**env, "KUBECONFIG": kubeconfig},
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert seen.returncode == 0 and "event/" in seen.stdout, seen.stderr
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
