@@ -426,6 +426,25 @@ def cmd_versions(args: argparse.Namespace) -> int:
     return _ops(args, action)
 
 
+def cmd_upgrade_check(args: argparse.Namespace) -> int:
+    """0 when no attempt started before clusters had names (0.1) is running, else 1 with them."""
+
+    async def action(client: Client, _: TemporalConfig) -> int:
+        rows = await ops.unnamed_running(client)
+        if not rows:
+            print("No 0.1 attempt is running: install 1.0 (docs/operating/upgrade.md).")
+            return 0
+        print(f"{len(rows)} attempt(s) started by 0.1 still running; keep a 0.1 worker until"
+              " they end (the 0.1 intake stopped):")  # fmt: skip
+        for row in rows:
+            print(
+                f"  {row.workflow_id}  {row.mode or '-'}  started {row.started:%Y-%m-%dT%H:%M:%SZ}"
+            )
+        return 1
+
+    return _ops(args, action)
+
+
 def versioning_table(rows: list[versioning.VersionRow]) -> str:
     body = [
         (
@@ -544,6 +563,12 @@ def _add_versions(sub: Any) -> None:
     ramping.add_argument("build_id", metavar="BUILD")
     ramping.add_argument("percent", type=float, metavar="PERCENT")
     versions.set_defaults(handler=cmd_versions, action="list")
+    check = sub.add_parser(
+        "upgrade-check",
+        help="exit 0 once no attempt started by 0.1 (IDs without a cluster) runs, else list them",
+    )
+    add_temporal_flags(check)
+    check.set_defaults(handler=cmd_upgrade_check)
 
 
 def _add_local(sub: Any) -> None:

@@ -228,6 +228,15 @@ async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef)
     )
 
 
+async def unnamed_running(client: Client) -> list[Row]:
+    """The running attempts started before clusters had names (0.1: an ID without a cluster),
+    which a 1.0 worker refuses to act for: an upgrade waits until there are none
+    (docs/operating/upgrade.md, "From 0.1 to 1.0")."""
+    query = f"{list_query()} AND ExecutionStatus = 'Running'"
+    rows = [r async for r in _rows(client, query) if not r.cluster]
+    return sorted(rows, key=lambda r: r.workflow_id)
+
+
 async def tracked(client: Client, policy: str, cluster: str | None = None) -> list[Row]:
     """The workloads whose current attempt runs under ``policy`` (``RollbackPolicy/ns/name``)
     in ``cluster`` (a policy lives in one cluster; None: every cluster's of that name):

@@ -22,9 +22,9 @@ from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
 from worker.runner import build_worker
 from worker.temporal import observe
-from workflows.activity_api import rollback_id
-from workflows.contract import Mode
-from workflows.rollback import RollbackWorkflow
+from workflows.activity_api import OwnerRef, rollback_id
+from workflows.contract import Mode, WorkloadKind
+from workflows.rollback import RollbackInput, RollbackWorkflow
 
 
 async def cli(
@@ -205,3 +205,31 @@ async def test_the_same_workload_in_two_clusters(
         assert (await handles["us"].describe()).status.name == "RUNNING"  # untouched
         await handles["us"].signal(RollbackWorkflow.cancel, {"reason": "done"})
         await handles["us"].result()
+
+
+async def test_upgrade_check_waits_for_attempts_started_by_0_1(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run named for no cluster (0.1's IDs) keeps ``upgrade-check`` at 1, listing it, until it
+    ends: the drain the upgrade page prescribes, told by the tool, not guessed."""
+    ref = OwnerRef(
+        namespace="shop", kind=WorkloadKind.DEPLOYMENT, name=f"old-{uuid.uuid4().hex[:6]}"
+    )
+    old = await temporal_env.client.start_workflow(
+        RollbackWorkflow.run,
+        RollbackInput(owner=ref, recommendation=rec("768Mi")),  # 0.1: no cluster
+        id=rollback_id("", ref),
+        task_queue=f"rightsizing-rollback-0-1-{uuid.uuid4().hex[:4]}",  # its 0.1 worker is away
+    )
+    address = temporal_env.client.service_client.config.target_host
+    code = await asyncio.to_thread(main, ["upgrade-check", "--address", address])
+    out = capsys.readouterr().out
+    assert code == 1 and f"rollback/shop/Deployment/{ref.name}" in out, out
+    await old.terminate("drained")
+    for _ in range(50):  # visibility lags the end a little
+        code = await asyncio.to_thread(main, ["upgrade-check", "--address", address])
+        out = capsys.readouterr().out
+        if code == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert code == 0 and "No 0.1 attempt is running" in out, out
