@@ -127,10 +127,6 @@ class Workload:
     def ref(self) -> str:
         return f"{self.namespace}/{self.kind}/{self.name}"
 
-    @property
-    def workflow_id(self) -> str:
-        return f"rollback/{CLUSTER}/{self.ref}"
-
 
 def _policy(
     kind: str,
@@ -330,6 +326,7 @@ class SoakResult:
     wall: float
     settled: bool
     logs: str | None = None  # where the processes' logs were kept, when it failed
+    cluster: str = ""
 
     @property
     def passed(self) -> bool:
@@ -337,8 +334,21 @@ class SoakResult:
 
 
 class Soak:
-    def __init__(self, count: int, workdir: Path, seed: int = 1) -> None:
+    def __init__(
+        self,
+        count: int,
+        workdir: Path,
+        seed: int = 1,
+        cluster: str = CLUSTER,
+        temporal: DevServer | None = None,
+        restarts_temporal: bool = True,
+    ) -> None:
+        """``cluster``: the cluster it plays; ``temporal``: a dev server its caller runs (a
+        fleet: every cluster on one Temporal, the same workload names in each), restarted as a
+        fault by this soak only if ``restarts_temporal``."""
+        self.restarts_temporal = restarts_temporal
         self.workdir = workdir
+        self.cluster = cluster
         self.namespaces = max(2, min(50, count // 20))
         self.workloads = plan(count, self.namespaces)
         self.api = KubeEmulator(seed=seed)
@@ -350,10 +360,11 @@ class Soak:
         self.acted_backoff = f"{max(15, count // 50)}s"
         self.timeline = Timeline()
         self.api.store.listeners.append(self.timeline)
-        self.temporal = DevServer(
+        self.owns_temporal = temporal is None
+        self.temporal = temporal or DevServer(
             workdir / "temporal", free_port(), headless=True, log_path=workdir / "temporal.log"
         )
-        self.queue = "soak"
+        self.queue = f"soak-{cluster}"
         self.faults: Counter[str] = Counter()
         self.api_faults: list[tuple[str, Fault]] = []
         self.children: dict[str, Child] = {}
@@ -422,20 +433,20 @@ class Soak:
                 }
             )
         )
-        common = ["--cluster", CLUSTER, "--address", address, "--task-queue", self.queue, "--kube-url", url,
+        common = ["--cluster", self.cluster, "--address", address, "--task-queue", self.queue, "--kube-url", url,
                   "--kube-timeout", str(KUBE_TIMEOUT)]  # fmt: skip
         for name in ("worker-a", "worker-b"):
             self.children[name] = Child(
                 name,
                 [sys.executable, "-m", "worker", *common, "--notifications", str(receivers)],
-                self.workdir / f"{name}.log",
+                self.workdir / f"{self.cluster}-{name}.log",
             )
         for name in ("intake-a", "intake-b"):
             self.children[name] = Child(
                 name,
                 [sys.executable, "-m", "cli.main", "intake", *common, "--identity", name,
                  "--lease-namespace", "default"],
-                self.workdir / f"{name}.log",
+                self.workdir / f"{self.cluster}-{name}.log",
             )  # fmt: skip
         for child in self.children.values():
             child.start()
@@ -612,7 +623,7 @@ class Soak:
                 await asyncio.sleep(20)
                 with self.api._lock:
                     self.api.faults.remove(partition)
-        elif what == "restart temporal":
+        elif what == "restart temporal" and self.restarts_temporal:
             await asyncio.to_thread(self.temporal.stop)
             self.faults["Temporal restart"] += 1
             await asyncio.sleep(3)
@@ -625,7 +636,8 @@ class Soak:
         self.build()
         self.api.start()
         self.sim.start()
-        await asyncio.to_thread(self.temporal.start)
+        if self.owns_temporal:
+            await asyncio.to_thread(self.temporal.start)
         self._engine()
         spread = min(30.0, 0.03 * len(self.workloads) + 5)
         fault_window = spread + 40.0
@@ -669,7 +681,8 @@ class Soak:
         finally:
             for child in self.children.values():
                 child.stop()
-            await asyncio.to_thread(self.temporal.stop)
+            if self.owns_temporal:
+                await asyncio.to_thread(self.temporal.stop)
             self.receiver.shutdown()
             self.sim.stop()
             self.api.stop()
@@ -715,6 +728,7 @@ class Soak:
             wf.id
             async for wf in client.list_workflows(
                 f'WorkflowType = "{WORKFLOW_NAME}" AND ExecutionStatus = "Running"'
+                f' AND RollbackCluster = "{self.cluster}"'
             )
         }
         outcomes: Counter[str] = Counter()
@@ -724,9 +738,9 @@ class Soak:
             wrong = self._wrong_end(w)
             if wrong:
                 bad("wrongEnd", f"{w.ref} ({w.fate.name}): {wrong}; actions {w.actions}")
-            if w.fate.terminal and w.workflow_id in running:
+            if w.fate.terminal and self._id(w) in running:
                 bad("lostOrStuck", f"{w.ref} ({w.fate.name}): still running")
-            if not w.fate.terminal and w.workflow_id not in running:
+            if not w.fate.terminal and self._id(w) not in running:
                 bad("lostOrStuck", f"{w.ref} ({w.fate.name}): not running")
             entered = Counter(
                 (s or {}).get("turn")
@@ -739,6 +753,7 @@ class Soak:
         self._notifications(bad)
         self._writes(bad)
         await self._signals(client, bad)
+        await self._crossed(client, bad)
         relists = sum(
             1 for r in self.api.journal
             if r.agent.startswith(INTAKE_AGENT) and r.verb == "list"
@@ -747,7 +762,7 @@ class Soak:
             {kind: fault.hits for kind, fault in self.api_faults if fault.hits}
         )
         names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
-                 "nonLeaderWrites", "nonLeaderSignals")  # fmt: skip
+                 "nonLeaderWrites", "nonLeaderSignals", "crossedClusters")  # fmt: skip
         return SoakResult(
             len(self.workloads),
             {n: counts[n] for n in names},
@@ -759,11 +774,34 @@ class Soak:
             {n: c.peak_rss_mib for n, c in self.children.items()} | {"soak": peak_rss(os.getpid())},
             wall,
             settled,
+            cluster=self.cluster,
         )
+
+    def _id(self, w: Workload) -> str:
+        return f"rollback/{self.cluster}/{w.ref}"
+
+    async def _crossed(self, client: Client, bad: Any) -> None:
+        """No run crosses clusters: every run named for this cluster carries its cluster's
+        search attribute and ran on its task queue, and its workers refused nothing (a refusal
+        is a run of another cluster reaching them: ``activities.clusters``)."""
+        prefix = f"rollback/{self.cluster}/"
+        async for wf in client.list_workflows(f'WorkflowType = "{WORKFLOW_NAME}"'):
+            attrs = {p.key.name: p.value for p in wf.typed_search_attributes}
+            ours_by_id = wf.id.startswith(prefix)
+            ours_by_attribute = attrs.get("RollbackCluster") == self.cluster
+            if ours_by_id != ours_by_attribute or (ours_by_id and wf.task_queue != self.queue):
+                bad(
+                    "crossedClusters", f"{wf.id}: {attrs.get('RollbackCluster')} on {wf.task_queue}"
+                )
+        for name, child in self.children.items():
+            if name.startswith("worker") and "ForeignClusterError" in child.log.read_text():
+                bad("crossedClusters", f"{self.cluster} {name} refused another cluster's run")
 
     def _notifications(self, bad: Any) -> None:
         keys: dict[tuple[str, str, int], set[str]] = defaultdict(set)
         for key, body in Receiver.received:
+            if body.get("cluster") != self.cluster:
+                continue  # another cluster's, on the same receiver
             owner = body.get("owner") or {}
             ref = f"{owner.get('namespace')}/{owner.get('kind')}/{owner.get('name')}"
             keys[(ref, str(body.get("transition")), int(body.get("turn") or 0))].add(key)
@@ -795,8 +833,8 @@ class Soak:
     async def _signals(self, client: Client, bad: Any) -> None:
         intakes = {"intake-a", "intake-b"}
         for w in self.workloads:
-            async for run in client.list_workflows(f'WorkflowId = "{w.workflow_id}"'):
-                handle = client.get_workflow_handle(w.workflow_id, run_id=run.run_id)
+            async for run in client.list_workflows(f'WorkflowId = "{self._id(w)}"'):
+                handle = client.get_workflow_handle(self._id(w), run_id=run.run_id)
                 async for event in handle.fetch_history_events():
                     for field_name in ("workflow_execution_signaled_event_attributes",
                                        "workflow_execution_started_event_attributes"):  # fmt: skip
@@ -824,10 +862,40 @@ async def soak(count: int, deadline: float = 900.0, seed: int = 1) -> SoakResult
         return result
 
 
+async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> list[SoakResult]:
+    """The soak in ``clusters`` clusters at once, ``count`` workloads each with the same names,
+    on one Temporal (restarted by the first cluster's script): each cluster's oracle, plus
+    ``crossedClusters``."""
+    Receiver.received = []
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="rollback-soak-fleet-") as tmp:
+        server = DevServer(
+            Path(tmp) / "temporal", free_port(), headless=True, log_path=Path(tmp) / "temporal.log"
+        )
+        await asyncio.to_thread(server.start)
+        try:
+            soaks = [
+                Soak(count, Path(tmp), seed=i + 1, cluster=f"soak-{i}", temporal=server,
+                     restarts_temporal=i == 0)
+                for i in range(clusters)
+            ]  # fmt: skip
+            results = list(await asyncio.gather(*(s.run(deadline) for s in soaks)))
+        finally:
+            await asyncio.to_thread(server.stop)
+        if not all(r.passed for r in results):
+            logs = tempfile.mkdtemp(prefix="rollback-soak-fleet-logs-")
+            for log_file in Path(tmp).glob("*.log"):
+                shutil.copy(log_file, logs)
+            for r in results:
+                r.logs = logs
+        return results
+
+
 def report(result: SoakResult) -> list[str]:
     """The soak's lines for bench/RESULTS.md."""
     lines = [
-        f"  {result.workloads} workloads, {len(FATES)} scripted fates, 2 workers + 2 intakes"
+        f"  cluster {result.cluster}: {result.workloads} workloads, {len(FATES)} scripted fates,"
+        " 2 workers + 2 intakes"
         f" (leader-elected), wall time {result.wall:.0f}s"
         + ("" if result.settled else " (NOT SETTLED: the story did not reach its end in time)"),
         "  | invariant (must be 0) | count |",

@@ -5,8 +5,9 @@ Every invariant must be 0. The oracle's own checks are tested on a journal made 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from bench.soak import INTAKE_AGENT, Soak, Timeline, report, soak
+from bench.soak import INTAKE_AGENT, Child, Soak, Timeline, report, soak, soak_fleet
 from sim.apiserver import Request
 
 
@@ -44,3 +45,38 @@ def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: obj
     ]  # fmt: skip
     Soak._writes(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert len(found) == 1 and found[0].startswith("nonLeaderWrites: intake-a PATCH")
+
+
+async def test_two_clusters_on_one_temporal_never_cross() -> None:
+    """A fleet: two clusters with the same workload names, each with its workers and intakes,
+    on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
+    and no run crosses clusters."""
+    results = await soak_fleet(40, clusters=2, deadline=200.0)
+    lines = "\n".join(line for r in results for line in report(r))
+    assert [r.cluster for r in results] == ["soak-0", "soak-1"]
+    for result in results:
+        assert result.settled, lines
+        assert result.invariants["crossedClusters"] == 0, lines
+        assert all(n == 0 for n in result.invariants.values()), lines
+    assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
+
+
+async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:
+    """``crossedClusters`` fires on a worker that refused another cluster's run."""
+    log = tmp_path / "worker-a.log"
+    log.write_text("ERROR ... ApplicationError: ForeignClusterError: refused load_owner of ...")
+
+    class Fake:
+        cluster, queue = "soak-0", "soak-soak-0"
+
+        def __init__(self) -> None:
+            self.children = {"worker-a": Child("worker-a", [], log)}
+
+    class NoRuns:
+        async def list_workflows(self, query: str):  # type: ignore[no-untyped-def]
+            for _ in ():
+                yield _
+
+    found: list[str] = []
+    await Soak._crossed(Fake(), NoRuns(), lambda kind, what: found.append(kind))  # type: ignore[arg-type]
+    assert found == ["crossedClusters"]
