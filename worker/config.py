@@ -326,8 +326,23 @@ def package_version() -> str:
         return "dev"
 
 
+class _OneCluster:
+    """A process's configuration: it serves one cluster, named (``--cluster``)."""
+
+    temporal: TemporalConfig
+
+    def __post_init__(self) -> None:
+        if self.temporal.cluster is None:
+            raise ConfigError("a worker or intake serves one cluster: name it (--cluster)")
+
+    @property
+    def cluster(self) -> str:
+        assert self.temporal.cluster is not None  # __post_init__
+        return self.temporal.cluster
+
+
 @dataclass(frozen=True)
-class WorkerConfig:
+class WorkerConfig(_OneCluster):
     temporal: TemporalConfig
     kube: KubeConfig
     actuation: Actuation = Actuation.ANNOTATIONS
@@ -338,15 +353,6 @@ class WorkerConfig:
     # The worker's own Pod (POD_NAMESPACE, POD_NAME from the downward API): where it tells of a
     # run it refused (``activities.clusters``); None outside a cluster.
     pod: tuple[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.temporal.cluster is None:
-            raise ConfigError("a worker or intake serves one cluster: name it (--cluster)")
-
-    @property
-    def cluster(self) -> str:
-        assert self.temporal.cluster is not None  # __post_init__
-        return self.temporal.cluster
 
     @classmethod
     def from_args(
@@ -451,20 +457,11 @@ def default_identity() -> str:
 
 
 @dataclass(frozen=True)
-class IntakeConfig:
+class IntakeConfig(_OneCluster):
     temporal: TemporalConfig
     kube: KubeConfig
     lease_namespace: str = "default"
     identity: str = field(default_factory=default_identity)
-
-    def __post_init__(self) -> None:
-        if self.temporal.cluster is None:
-            raise ConfigError("a worker or intake serves one cluster: name it (--cluster)")
-
-    @property
-    def cluster(self) -> str:
-        assert self.temporal.cluster is not None  # __post_init__
-        return self.temporal.cluster
 
     @classmethod
     def from_args(
