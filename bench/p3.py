@@ -103,7 +103,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 json.loads(
                     (
                         api.store.get(
-                            api.store.rtype("Deployment"), wid.split("/")[1], wid.split("/")[3]
+                            api.store.rtype("Deployment"), wid.split("/")[2], wid.split("/")[4]
                         )["metadata"].get("annotations")
                         or {}
                     ).get("rightsizing.kubex.ai/rollback-state", "{}")

@@ -75,7 +75,8 @@ async def test_success_writes_state_and_events(
         result = await (await observe(temporal_env.client, CLUSTER, queue, ref, REC)).result()
         # describe reads the live cohort itself (the status query needs a worker to replay).
         address = temporal_env.client.service_client.config.target_host
-        argv = ["describe", str(ref), "--address", address, "--kube-url", api.url, "-o", "json"]
+        argv = ["describe", f"{CLUSTER}/{ref}", "--address", address, "--kube-url", api.url]
+        argv += ["-o", "json"]
         code = await asyncio.to_thread(cli_main, argv)
     described = json.loads(capsys.readouterr().out)
     assert code == 0 and described["state"]["mode"] == "monitoringSucceeded"
