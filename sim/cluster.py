@@ -487,9 +487,15 @@ class SimulatedCluster:
         name: str,
         node: str | None = None,
     ) -> None:
-        """Admission: the owner's current target resources and recommendation annotations."""
-        requests, limits, stamped = self.target(owner)
+        """Admission: the owner's current target resources and recommendation annotations.
+
+        The owner is read again here, as a real admission webhook reads it when the pod is
+        created: the tick's snapshot may predate a change made since (a recommendation applied
+        and the old pods deleted while this tick ran would otherwise admit the replacements on
+        the old resources)."""
         meta = owner["metadata"]
+        owner = self._get(owner["kind"], meta.get("namespace", ""), meta["name"]) or owner
+        requests, limits, stamped = self.target(owner)
         workload = self.workloads.get((owner["kind"], meta.get("namespace", ""), meta["name"]))
         if workload is not None:
             self._pod_workload[(parent["metadata"]["namespace"], name)] = workload
