@@ -79,6 +79,7 @@ from workflows.notify import (
     SendInput,
     SendResult,
 )
+from workflows.selection import PROTECTED, Protection
 from workflows.state import ResourceSnapshot
 
 log = logging.getLogger(__name__)
@@ -129,10 +130,11 @@ class KubernetesActivities:
         actuation: Actuation = Actuation.ANNOTATIONS,
         instance: str | None = None,
         notifications: NotificationConfig | None = None,
+        protection: Protection = PROTECTED,
     ) -> None:
         self.core = core
         self.actuation = actuation
-        self.lookup = OwnerLookup(core, custom)
+        self.lookup = OwnerLookup(core, custom, protection)
         self.writer = OwnerWriter(core, custom, self.lookup, instance or socket.gethostname())
         self.notifier = Notifier(notifications or NotificationConfig(), self.lookup, self.writer)
 

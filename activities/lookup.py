@@ -38,7 +38,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.policy import POLICY_KINDS, AnyPolicy
-from workflows.selection import WorkloadRef, resolve
+from workflows.selection import PROTECTED, Protection, WorkloadRef, resolve
 from workflows.state import OwnerState, PolicyRef
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,12 @@ def read_state(obj: Obj) -> tuple[OwnerState | None, str | None]:
 
 
 class OwnerLookup:
-    def __init__(self, core: CoreV1Api, custom: CustomObjectsApi) -> None:
+    def __init__(
+        self, core: CoreV1Api, custom: CustomObjectsApi, protection: Protection = PROTECTED
+    ) -> None:
         self.core = core
         self.custom = custom
+        self.protection = protection  # namespaces where no policy applies
         self._parents: dict[tuple[str, str, str], Obj | None] = {}
 
     def get(self, owner: OwnerRef) -> Obj | None:
@@ -141,7 +144,8 @@ class OwnerLookup:
                     "ignoring invalid policy %s: %s", doc.get("metadata", {}).get("name"), exc
                 )
         labels = obj["metadata"].get("labels") or {}
-        winner = resolve(policies, WorkloadRef(owner.kind, owner.namespace, owner.name, labels))
+        workload = WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
+        winner = resolve(policies, workload, self.protection)
         if winner.policy is None:
             return None
         log.info("%s: policy %s applies", owner, PolicyRef.of(winner.policy))

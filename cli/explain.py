@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from cli.policyfiles import load_documents, load_policies
+from worker.config import ConfigError, protection_from
 from workflows.backoff import backoff_schedule
 from workflows.durations import format_duration
 from workflows.selection import Resolution, WorkloadRef, resolve
@@ -37,6 +39,7 @@ def explain_json(workload: WorkloadRef, resolution: Resolution) -> dict[str, Any
             "name": workload.name,
         },
         "policy": PolicyRef.of(winner).model_dump() if winner else None,
+        "protected": resolution.protected,
         "candidates": [
             {**PolicyRef.of(c.policy).model_dump(), "matched": c.matched, "reason": c.reason}
             for c in resolution.candidates
@@ -51,7 +54,12 @@ def explain_text(workload: WorkloadRef, resolution: Resolution) -> str:
     labels = ", ".join(f"{k}={v}" for k, v in sorted(workload.labels.items())) or "none"
     lines = [f"Workload:  {workload.kind} {workload.namespace}/{workload.name} (labels: {labels})"]
     winner = resolution.policy
-    if winner is None:
+    if resolution.protected is not None:
+        lines.append(
+            f"Policy:    none: {resolution.protected} (--protected-namespaces);"
+            " the workload is retained (no monitoring, rollback or retry)"
+        )
+    elif winner is None:
         lines.append(
             "Policy:    none matches: the workload is retained (no monitoring, rollback or retry)"
         )
@@ -101,7 +109,12 @@ def cmd_policy_explain(args: argparse.Namespace) -> int:
         print(problem)
     if problems or workload is None:
         return 1
-    resolution = resolve(policies, workload)
+    try:
+        protection = protection_from(args, os.environ)
+    except ConfigError as exc:
+        print(f"error: {exc}")
+        return 1
+    resolution = resolve(policies, workload, protection)
     if args.output == "json":
         print(json.dumps(explain_json(workload, resolution), indent=2))
     else:

@@ -169,6 +169,7 @@ ENGINE_FLAGS = {
     "notifications": "--notifications",
     "metrics_address": "--metrics-address",
     "health_address": "--health-address",
+    "protected_namespaces": "--protected-namespaces",
     "cluster": "--cluster",
     "task_queue": "--task-queue",
     "identity": "--identity",

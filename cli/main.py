@@ -39,6 +39,7 @@ from cli.ops import OpsError
 from worker import telemetry, versioning
 from worker.config import (
     DEFAULT_DEPLOYMENT_NAME,
+    PROTECTED_HELP,
     ConfigError,
     IntakeConfig,
     KubeConfig,
@@ -647,6 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--namespace", help="namespace of the workload (default: its manifest's, else 'default')"
     )
+    explain.add_argument("--protected-namespaces", metavar="PATTERNS", help=PROTECTED_HELP)
     explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
     explain.set_defaults(handler=cmd_policy_explain)
 

@@ -41,6 +41,7 @@ from worker import telemetry
 from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.runner import MAX_CACHED_WORKFLOWS
 from workflows.contract import TASK_QUEUE, check_cluster, task_queue_for
+from workflows.selection import PROTECTED, Protection
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +237,9 @@ def add_temporal_flags(parser: argparse.ArgumentParser, cluster_help: str = CLUS
 
 @dataclass(frozen=True)
 class KubeConfig:
-    """How to reach the API server (``worker.kube`` says in which order), and where the process
-    serves its metrics and health endpoints."""
+    """How to reach the API server (``worker.kube`` says in which order), where the process
+    serves its metrics and health endpoints, and the namespaces it keeps out of (protected: no
+    policy applies there)."""
 
     kubeconfig: str | None = None
     url: str | None = None
@@ -245,6 +247,7 @@ class KubeConfig:
     context: str | None = None  # the kubeconfig's context (default: its current-context)
     metrics_address: str | None = None
     health_address: str | None = None  # /livez and /readyz (worker.health)
+    protection: Protection = PROTECTED
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> KubeConfig:
@@ -262,6 +265,7 @@ class KubeConfig:
             context=getattr(args, "context", None),
             metrics_address=args.metrics_address or _env(env, "ROLLBACK_METRICS_ADDRESS"),
             health_address=args.health_address or _env(env, "ROLLBACK_HEALTH_ADDRESS"),
+            protection=protection_from(args, env),
         )
 
     @property
@@ -286,6 +290,26 @@ class KubeConfig:
             raise ConfigError(f"Kubernetes configuration: {exc}") from exc
 
 
+def protection_from(args: argparse.Namespace, env: Mapping[str, str]) -> Protection:
+    """``--protected-namespaces`` / ``ROLLBACK_PROTECTED_NAMESPACES`` (set but empty: none)."""
+    raw = getattr(args, "protected_namespaces", None)
+    if raw is None:
+        raw = env.get("ROLLBACK_PROTECTED_NAMESPACES")
+    if raw is None:
+        return PROTECTED
+    try:
+        return Protection.parse(raw)
+    except ValueError as exc:
+        raise ConfigError(f"--protected-namespaces: {exc}") from None
+
+
+PROTECTED_HELP = (
+    "comma-separated namespaces or patterns (* any run of characters) where no policy applies,"
+    " as Kubex's protectedNamespacePatterns; empty: none (ROLLBACK_PROTECTED_NAMESPACES,"
+    f" default {','.join(PROTECTED.patterns)})"
+)
+
+
 def add_kube_flags(parser: argparse.ArgumentParser, serving: bool = True) -> None:
     """The API server flags; ``serving``: the metrics and health endpoints too (processes)."""
     group = parser.add_argument_group("Kubernetes")
@@ -300,8 +324,9 @@ def add_kube_flags(parser: argparse.ArgumentParser, serving: bool = True) -> Non
         f" (ROLLBACK_KUBE_TIMEOUT, default {DEFAULT_READ_TIMEOUT})",
     )
     if not serving:
-        parser.set_defaults(metrics_address=None, health_address=None)
+        parser.set_defaults(metrics_address=None, health_address=None, protected_namespaces=None)
         return
+    group.add_argument("--protected-namespaces", metavar="PATTERNS", help=PROTECTED_HELP)
     parser.add_argument(
         "--metrics-address",
         help="serve Prometheus /metrics on host:port, e.g. 0.0.0.0:9464 (ROLLBACK_METRICS_ADDRESS)",

@@ -72,7 +72,7 @@ from workflows.fingerprint import (
     recommendations_from_annotations,
 )
 from workflows.policy import POLICY_KINDS
-from workflows.selection import PolicyIndex, WorkloadRef
+from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
 from workflows.state import OwnerState
 from workflows.wake import LastAttempt, Sighting, Trigger, Wake, wake
 
@@ -123,6 +123,7 @@ class Intake:
         loop: asyncio.AbstractEventLoop,
         meter: MetricMeter = MetricMeter.noop,
         fence: Callable[[], bool] = lambda: True,
+        protection: Protection = PROTECTED,
     ) -> None:
         self.core, self.custom = core, custom
         # The leader's fence (``LeaderElector.holds``), checked right before every write and
@@ -138,8 +139,10 @@ class Intake:
         self.owners = WorkloadCache(
             core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
         )
-        self.status = StatusWriter(custom, self.owners.views, meter=meter, fence=self.acting)
-        self.index = PolicyIndex()
+        self.status = StatusWriter(
+            custom, self.owners.views, meter=meter, fence=self.acting, protection=protection
+        )
+        self.index = PolicyIndex(protection)
         self.stats: Counter[str] = Counter()
         self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on
         self._batch: dict[tuple[OwnerRef, str], Observation] = {}

@@ -27,6 +27,7 @@ from urllib3.util.retry import Retry
 
 from activities.kubernetes import Actuation, KubernetesActivities
 from activities.notify import NotificationConfig
+from workflows.selection import PROTECTED, Protection
 
 kube_config: Any = _kube_config  # the config loaders are untyped
 
@@ -134,8 +135,15 @@ def api_client(
 
 
 def activities_for(
-    client: ApiClient, actuation: Actuation, notifications: NotificationConfig | None = None
+    client: ApiClient,
+    actuation: Actuation,
+    notifications: NotificationConfig | None = None,
+    protection: Protection = PROTECTED,
 ) -> KubernetesActivities:
     return KubernetesActivities(
-        CoreV1Api(client), CustomObjectsApi(client), actuation, notifications=notifications
+        CoreV1Api(client),
+        CustomObjectsApi(client),
+        actuation,
+        notifications=notifications,
+        protection=protection,
     )

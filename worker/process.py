@@ -87,6 +87,7 @@ class IntakeService:
                 loop,
                 meter,
                 fence=self.elector.holds,
+                protection=config.kube.protection,
             )
 
         self._term = term
@@ -191,7 +192,9 @@ async def serve(
     try:
         if worker is not None:
             kube = worker.kube.client(runtime, WORKER_AGENT)
-            activities = activities_for(kube, worker.actuation, worker.notifications)
+            activities = activities_for(
+                kube, worker.actuation, worker.notifications, worker.kube.protection
+            )
             queue = worker.temporal.task_queue
             guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)
             running = build_worker(

@@ -34,7 +34,7 @@ from workflows.policy_status import (
     status_of,
     tally,
 )
-from workflows.selection import PolicyIndex, WorkloadRef
+from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
 from workflows.state import OwnerState, PolicyRef
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,10 @@ class StatusWriter:
         period: float = STATUS_PERIOD,
         meter: MetricMeter = MetricMeter.noop,
         fence: Callable[[], bool] = lambda: True,
+        protection: Protection = PROTECTED,
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
+        self.protection = protection
         self.fence = fence  # checked before each write: only the acting leader writes
         self._owners_gauge = meter.create_gauge(
             "rollback_owner_workloads", "owners by the policy and mode of their stored state"
@@ -155,7 +157,7 @@ class StatusWriter:
     def _due(self, now: datetime, export: bool = False) -> list[tuple[Known, PolicyStatus]]:
         with self._lock:
             known = list(self._policies.values())
-        index = PolicyIndex()
+        index = PolicyIndex(self.protection)
         for k in known:
             if k.policy is not None:
                 index.upsert(k.policy)

@@ -12,15 +12,17 @@ engine's (docs/concepts/status-and-control.md, "Policy status"):
   ``invalid: <error>``. It is kept when the problem's state is later replaced (the newest one
   seen, by its leading time), so a success does not erase why the previous turn rolled back.
 - ``conditions`` (``metav1.Condition``): ``Ready`` (False: ``Invalid`` or ``Shadowed``) and
-  ``WorkloadsMatched`` (False: ``NoMatchingWorkloads``, ``Shadowed`` or ``Invalid``). A
-  condition keeps its ``lastTransitionTime`` while its status does not change.
+  ``WorkloadsMatched`` (False: ``NoMatchingWorkloads``, ``ProtectedNamespaces``, ``Shadowed`` or
+  ``Invalid``); its message names the protected namespaces the scope reaches, where the policy
+  leaves workloads alone. A condition keeps its ``lastTransitionTime`` while its status does not
+  change.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -87,6 +89,7 @@ class Tally:
     selected: int = 0  # workloads the policy's scope selects
     applies: int = 0  # of those, the ones where it wins precedence
     taken_by: str | None = None  # a policy that won one of its selected workloads
+    protected: set[str] = field(default_factory=set)  # protected namespaces its scope reaches
     active: int = 0
     failed: int = 0
     newest_problem: tuple[datetime, str] | None = None
@@ -96,9 +99,17 @@ def tally(index: PolicyIndex, workloads: Iterable[Workload]) -> dict[str, Tally]
     """Per policy (keyed ``str(PolicyRef)``): what it selects, wins and tracks."""
     found: dict[str, Tally] = defaultdict(Tally)
     names: dict[int, str] = {}  # id(policy) -> its ref, built once per pass
+    protected: dict[str, bool] = {}  # namespace -> protected, decided once per pass
     for w in workloads:
         matched = [p for p in index.candidates(w.ref.namespace) if mismatch(p, w.ref) is None]
-        if matched:
+        ns = w.ref.namespace
+        if ns not in protected:
+            protected[ns] = index.protection.pattern_for(ns) is not None
+        if matched and protected[ns]:
+            for p in matched:
+                name = names.get(id(p)) or names.setdefault(id(p), str(PolicyRef.of(p)))
+                found[name].protected.add(ns)
+        elif matched:
             winner = min(matched, key=precedence_key)
             for p in matched:
                 name = names.get(id(p)) or names.setdefault(id(p), str(PolicyRef.of(p)))
@@ -154,8 +165,21 @@ def status_of(
         matched = ("False", "Shadowed", shadowed)
     else:
         ready = ("True", "Valid", mode or "valid and in effect")
+        spared = ", ".join(sorted(counts.protected)[:5]) + (
+            ", ..." if len(counts.protected) > 5 else ""
+        )
         if counts.applies:
-            matched = ("True", "Matched", f"applies to {counts.applies} workload(s)")
+            message = f"applies to {counts.applies} workload(s)"
+            if counts.protected:
+                message += f"; leaves alone those in protected namespaces ({spared})"
+            matched = ("True", "Matched", message)
+        elif counts.protected:
+            matched = (
+                "False",
+                "ProtectedNamespaces",
+                f"selects workloads only in protected namespaces ({spared}), where no policy"
+                " applies",
+            )
         else:
             kinds = ", ".join(policy.spec.scope.workload_types)
             matched = ("False", "NoMatchingWorkloads", f"no workload in scope (kinds: {kinds})")

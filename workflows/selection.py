@@ -7,19 +7,65 @@ policies of one kind, the higher ``weight`` wins, then the older ``creationTimes
 name (a stable tie-break when timestamps are missing or equal). No match: the workload is
 retained, nothing is monitored.
 
+Protected namespaces (``Protection``, Kubex's ``protectedNamespacePatterns``, default ``kube-*``,
+``openshift-*``, ``gmp-*``) come before all of it: no policy applies there, however broad its
+selector, and every candidate says so.
+
 ``resolve`` returns the winner together with every candidate and the reason it matched, lost or
 did not match, which ``rollbackctl policy explain`` prints as is.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from workflows.contract import WorkloadKind
-from workflows.policy import AnyPolicy, ClusterRollbackPolicy, RollbackPolicy
+from workflows.policy import (
+    NAMESPACE_PATTERN,
+    AnyPolicy,
+    ClusterRollbackPolicy,
+    RollbackPolicy,
+    glob_match,
+)
 from workflows.state import PolicyRef
+
+DEFAULT_PROTECTED_NAMESPACES = ("kube-*", "openshift-*", "gmp-*")  # Kubex's defaults
+
+
+@dataclass(frozen=True)
+class Protection:
+    """Namespaces no policy applies in, as Kubex's ``protectedNamespacePatterns``: names or
+    patterns where ``*`` matches any run of characters. ``Protection(())`` protects none."""
+
+    patterns: tuple[str, ...] = DEFAULT_PROTECTED_NAMESPACES
+
+    @classmethod
+    def parse(cls, text: str) -> Protection:
+        """``kube-*,openshift-*`` (comma-separated; empty: none), each checked as a pattern."""
+        patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+        for p in patterns:
+            if len(p) > 63 or not re.fullmatch(NAMESPACE_PATTERN, p):
+                raise ValueError(
+                    f"{p!r} is not a namespace name or pattern (lower-case letters, digits,"
+                    " '-' and '*', at most 63 characters)"
+                )
+        return cls(patterns)
+
+    def pattern_for(self, namespace: str) -> str | None:
+        """The first pattern that protects ``namespace``, or None."""
+        return next((p for p in self.patterns if glob_match(p, namespace)), None)
+
+    def reason(self, namespace: str) -> str | None:
+        pattern = self.pattern_for(namespace)
+        if pattern is None:
+            return None
+        return f"namespace {namespace!r} is protected ({pattern}): no policy applies there"
+
+
+PROTECTED = Protection()
 
 
 @dataclass(frozen=True)
@@ -117,11 +163,17 @@ class Candidate:
 class Resolution:
     policy: AnyPolicy | None
     candidates: list[Candidate]
+    protected: str | None = None  # why none applies: the workload's namespace is protected
 
 
-def resolve(policies: Iterable[AnyPolicy], workload: WorkloadRef) -> Resolution:
+def resolve(
+    policies: Iterable[AnyPolicy], workload: WorkloadRef, protection: Protection = PROTECTED
+) -> Resolution:
     """The winning policy for ``workload`` (or ``None``: retain) and every candidate's story."""
     ordered = sorted(policies, key=precedence_key)
+    protected = protection.reason(workload.namespace)
+    if protected is not None:
+        return Resolution(None, [Candidate(p, False, protected) for p in ordered], protected)
     reasons = {id(p): mismatch(p, workload) for p in ordered}
     winner = next((p for p in ordered if reasons[id(p)] is None), None)
     candidates = []
@@ -145,7 +197,8 @@ class PolicyIndex:
     when a cluster policy changes). Upserts and removals come from the intake's watches.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, protection: Protection = PROTECTED) -> None:
+        self.protection = protection
         self._namespaced: dict[str, dict[str, RollbackPolicy]] = {}
         self._cluster: dict[str, ClusterRollbackPolicy] = {}
         self._cluster_for: dict[str, list[ClusterRollbackPolicy]] = {}
@@ -183,4 +236,4 @@ class PolicyIndex:
         return namespaced + list(self._cluster_for[namespace])
 
     def resolve(self, workload: WorkloadRef) -> Resolution:
-        return resolve(self.candidates(workload.namespace), workload)
+        return resolve(self.candidates(workload.namespace), workload, self.protection)

@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubernetes.client import CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.kubernetes import KubernetesActivities
@@ -35,6 +35,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.fingerprint import Recommendation
+from workflows.selection import Protection
 from workflows.state import OwnerState, ResourceSnapshot
 
 KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
@@ -472,6 +473,25 @@ def test_load_owner_reads_state_and_resolves_policy(
     assert loaded.state is not None and loaded.state.mode is Mode.BACKED_OFF
     assert loaded.policy is not None and loaded.policy.ref.name == "local"
     assert loaded.policy.monitoring_period == timedelta(seconds=2)
+
+
+def test_no_policy_resolves_in_a_protected_namespace(
+    api: KubeEmulator, client: ApiClient, acts: KubernetesActivities
+) -> None:
+    """The worker resolves again at each attempt: a run the intake should never have started
+    (or one started before the namespace was protected) finds no policy there."""
+    obj = owner("Deployment")
+    obj["metadata"]["namespace"] = "kube-system"
+    api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-system"}})
+    api.store.create(obj)
+    api.store.create(policy("ClusterRollbackPolicy", "everywhere"))
+    protected = OwnerRef(namespace="kube-system", kind=WorkloadKind.DEPLOYMENT, name="web")
+    assert acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=protected)).policy is None
+    unprotected = KubernetesActivities(
+        CoreV1Api(client), CustomObjectsApi(client), protection=Protection(())
+    )
+    loaded = unprotected.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=protected))
+    assert loaded.policy is not None and loaded.policy.ref.name == "everywhere"
 
 
 def test_unreadable_state_is_reported_not_raised(

@@ -24,6 +24,7 @@ from activities.kubernetes import Actuation
 from activities.notify import NotificationConfig, Receiver
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
+from workflows.selection import PROTECTED, Protection
 
 CHART = ROOT / "charts" / "rightsizing-rollback"
 EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
@@ -90,6 +91,31 @@ def test_the_cluster_is_required_and_a_dns_label() -> None:
     (config,) = [o for o in template() if o["metadata"]["name"] == "rightsizing-rollback"]
     assert config["data"]["ROLLBACK_CLUSTER"] == CLUSTER
     assert "ROLLBACK_TASK_QUEUE" not in config["data"]  # one per cluster, from its name
+
+
+def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -> None:
+    """The chart, kustomize and the processes protect the same namespaces by default; a value
+    replaces them, and the schema refuses what the processes would."""
+
+    def protected(objects: list[dict[str, Any]]) -> Protection:
+        (config,) = [
+            o for o in objects
+            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rightsizing-rollback"
+        ]  # fmt: skip
+        return Protection.parse(config["data"]["ROLLBACK_PROTECTED_NAMESPACES"])
+
+    assert protected(template()) == PROTECTED
+    assert protected(render(ROOT / "deploy" / "base")) == PROTECTED
+    mine = template(sets=("protectedNamespacePatterns={kube-system,platform-*}",))
+    assert protected(mine).patterns == ("kube-system", "platform-*")
+    none = tmp_path / "none.yaml"
+    none.write_text("protectedNamespacePatterns: []\n")
+    assert protected(template(none)).patterns == ()
+    out = run_helm(
+        "template", "rr", str(CHART), "--set", f"cluster={CLUSTER}",
+        "--set", "protectedNamespacePatterns={Kube_System}",
+    )  # fmt: skip
+    assert out.returncode != 0 and "protectedNamespacePatterns" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("values", [None, *EXAMPLES], ids=["defaults", *(p.stem for p in EXAMPLES)])

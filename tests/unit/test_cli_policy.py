@@ -149,7 +149,7 @@ def test_explain_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_explain_retained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     workload = write(
-        tmp_path, "w.yaml", "kind: DaemonSet\nmetadata: {name: agent, namespace: kube-system}\n"
+        tmp_path, "w.yaml", "kind: DaemonSet\nmetadata: {name: agent, namespace: monitoring}\n"
     )
     code, out = run(
         capsys,
@@ -174,6 +174,47 @@ def test_explain_retained(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         workload,
     )
     assert "none matches: the workload is retained (no monitoring, rollback or retry)" in out[1]
+
+
+def test_explain_says_a_protected_namespace_is_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scope = {"namespaceSelector": {"operator": "NotIn", "values": ["dev-*"]}}
+    policies = write(
+        tmp_path,
+        "p.yaml",
+        yaml.safe_dump(policy_doc("ClusterRollbackPolicy", "broad", scope=scope)),
+    )
+    workload = write(
+        tmp_path, "w.yaml", "kind: DaemonSet\nmetadata: {name: agent, namespace: kube-system}\n"
+    )
+    explain = ["policy", "explain", "--policies", policies, "--workload", workload]
+    code, out = run(capsys, *explain)
+    assert code == 0
+    assert out[1] == (
+        "Policy:    none: namespace 'kube-system' is protected (kube-*): no policy applies there"
+        " (--protected-namespaces); the workload is retained (no monitoring, rollback or retry)"
+    )
+    assert (
+        "  - ClusterRollbackPolicy/broad: namespace 'kube-system' is protected (kube-*)"
+        in "\n".join(out)
+    )
+    code, out = run(capsys, *explain, "-o", "json")
+    assert json.loads("\n".join(out))["protected"].startswith(
+        "namespace 'kube-system' is protected"
+    )
+    # The same setting as the worker's and the intake's: the flag, else the environment.
+    code, out = run(capsys, *explain, "--protected-namespaces", "")
+    assert out[1].startswith("Policy:    ClusterRollbackPolicy/broad")
+    monkeypatch.setenv("ROLLBACK_PROTECTED_NAMESPACES", "team-*")
+    code, out = run(capsys, *explain)
+    assert out[1].startswith("Policy:    ClusterRollbackPolicy/broad")
+    code, out = run(capsys, *explain, "--protected-namespaces", "Kube")
+    assert code == 1
+    assert out == [
+        "error: --protected-namespaces: 'Kube' is not a namespace name or pattern (lower-case"
+        " letters, digits, '-' and '*', at most 63 characters)"
+    ]
 
 
 def test_explain_rejects_bad_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

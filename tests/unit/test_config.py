@@ -180,6 +180,24 @@ def test_worker_versioning_settings() -> None:
         WorkerConfig.from_args(args(), {"ROLLBACK_WORKER_VERSIONING": "maybe"})
 
 
+def test_protected_namespaces_default_to_kubex_and_are_a_setting_of_both_processes() -> None:
+    for config in (WorkerConfig, IntakeConfig):
+        assert config.from_args(args(), {}).kube.protection.patterns == (
+            "kube-*",
+            "openshift-*",
+            "gmp-*",
+        )
+        env = {"ROLLBACK_PROTECTED_NAMESPACES": "kube-system,platform-*"}
+        assert config.from_args(args(), env).kube.protection.patterns == (
+            "kube-system",
+            "platform-*",
+        )
+        flagged = config.from_args(args("--protected-namespaces", ""), env)
+        assert flagged.kube.protection.patterns == ()  # the flag wins: none protected
+    with pytest.raises(ConfigError, match="--protected-namespaces: 'kube_system' is not a"):
+        WorkerConfig.from_args(args("--protected-namespaces", "kube_system"), {})
+
+
 def test_namespace_is_the_kubernetes_one_as_in_kubectl() -> None:
     """`rollbackctl get --namespace shop` filters Kubernetes namespace shop; it used to name the
     Temporal namespace and fail with "Namespace shop is not found"."""

@@ -145,3 +145,26 @@ def test_a_foreign_status_is_not_ours() -> None:
     assert PolicyStatus.read({"conditions": [{"type": "Ready"}]}) is None
     assert PolicyStatus.read(None) is None
     assert PolicyStatus.read({}) is None
+
+
+def test_a_scope_reaching_protected_namespaces_says_so() -> None:
+    broad = POLICY_KINDS["ClusterRollbackPolicy"].model_validate(
+        policy_doc("ClusterRollbackPolicy", "broad")
+    )
+    name = "ClusterRollbackPolicy/broad"
+
+    def at(namespace: str) -> Workload:
+        return Workload(WorkloadRef(WorkloadKind.DEPLOYMENT, namespace, "w", {}), None)
+
+    both = tally(index(broad), [at("shop"), at("kube-system"), at("gmp-system")])
+    status = status_of(broad, both[name], None, T0)
+    assert conditions(status)[MATCHED] == ("True", "Matched")
+    assert status.conditions[1].message == (
+        "applies to 1 workload(s); leaves alone those in protected namespaces"
+        " (gmp-system, kube-system)"
+    )
+    only = tally(index(broad), [at("kube-system")])
+    status = status_of(broad, only[name], None, T0)
+    assert conditions(status)[MATCHED] == ("False", "ProtectedNamespaces")
+    assert "(kube-system), where no policy applies" in status.conditions[1].message
+    jsonschema.validate(status.body(), STATUS_SCHEMA)

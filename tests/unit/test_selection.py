@@ -10,7 +10,7 @@ import yaml
 from tests.conftest import EXAMPLES, policy_doc
 from workflows.contract import WorkloadKind
 from workflows.policy import POLICY_KINDS, AnyPolicy, LabelSelector, NamespaceSelector
-from workflows.selection import PolicyIndex, WorkloadRef, resolve
+from workflows.selection import PolicyIndex, Protection, WorkloadRef, resolve
 from workflows.state import PolicyRef
 
 
@@ -235,3 +235,51 @@ def test_policy_index_matches_a_linear_resolve() -> None:
     assert index.resolve(workload(namespace="dev")).policy is None
     index.forget_namespace("production")
     assert index.resolve(workload(namespace="production")).policy is None
+
+
+# --- protected namespaces ----------------------------------------------------------------------
+
+BROAD = {"namespaceSelector": {"operator": "NotIn", "values": ["dev-*"]}}
+
+
+@pytest.mark.parametrize(
+    ("namespace", "pattern"),
+    [
+        pytest.param("kube-system", "kube-*", id="kube-system"),
+        pytest.param("openshift-monitoring", "openshift-*", id="openshift"),
+        pytest.param("gmp-public", "gmp-*", id="gmp"),
+        pytest.param("shop", None, id="not-protected"),
+        pytest.param("kube", None, id="no-dash"),
+    ],
+)
+def test_kubex_default_patterns_protect_namespaces_from_a_broad_policy(
+    namespace: str, pattern: str | None
+) -> None:
+    broad = build(policy_doc("ClusterRollbackPolicy", "broad", scope=BROAD))
+    found = resolve([broad], workload(namespace=namespace))
+    if pattern is None:
+        assert found.policy is broad and found.protected is None
+        return
+    assert found.policy is None
+    assert (
+        found.protected
+        == f"namespace {namespace!r} is protected ({pattern}): no policy applies there"
+    )
+    assert [(c.matched, c.reason) for c in found.candidates] == [(False, found.protected)]
+
+
+def test_protection_is_a_setting_and_the_index_keeps_it() -> None:
+    broad = build(policy_doc("ClusterRollbackPolicy", "broad", scope=BROAD))
+    mine = Protection.parse(" platform-* , kube-system")
+    assert mine.patterns == ("platform-*", "kube-system")
+    index = PolicyIndex(mine)
+    index.upsert(broad)
+    assert index.resolve(workload(namespace="platform-a")).policy is None
+    assert index.resolve(workload(namespace="kube-public")).policy is broad  # not in this list
+    assert resolve([broad], workload(namespace="kube-system"), Protection.parse("")).policy is broad
+
+
+@pytest.mark.parametrize("bad", ["Kube-*", "kube_system", "-kube", "a" * 64])
+def test_a_bad_protected_pattern_is_refused_with_the_rule(bad: str) -> None:
+    with pytest.raises(ValueError, match="is not a namespace name or pattern"):
+        Protection.parse(f"kube-*,{bad}")
