@@ -12,7 +12,10 @@ A pod is *not counted* for one reason, checked in this order (the first that app
     OOMKilled     a container was OOMKilled during this window (its last termination, or now)
     CrashLoopBackOff
     Unschedulable PodScheduled=False with reason Unschedulable
-    NotReady      Ready is not True (a Pending pod without another reason, a failing probe)
+    NotReady      Ready is not True (a Pending pod without another reason, a failing probe),
+                  or Ready for less than the minimum ready duration (Kubex's
+                  ``minReadyDuration``, 10 s by default): a pod that turned Ready a moment
+                  before the verdict has not shown it stays up
     resize        PodResizePending Infeasible/Deferred, PodResizeInProgress Error (the pod is
                   fine, the resize is not happening)
 
@@ -26,12 +29,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from activities.kubetime import parse_kube_time
 from activities.owners import JOB_NAME_LABEL, resources_of
 from workflows.activity_api import CohortQuery
 from workflows.contract import FailureReason, Obj
+from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation, Resources, recommendations_from_annotations
 
 REASON_LABELS = {
@@ -46,12 +50,16 @@ REASON_LABELS = {
 }
 
 
+DEFAULT_MIN_READY = timedelta(seconds=10)  # Kubex's minReadyDuration
+
+
 @dataclass(frozen=True)
 class PodVerdict:
     name: str
     adopted: bool
     reason: FailureReason | None  # None: healthy
     containers: tuple[str, ...] = ()  # the containers the reason is about
+    ready_too_recently: bool = False  # NotReady only because Ready for less than the minimum
 
     @property
     def counts(self) -> bool:
@@ -85,8 +93,11 @@ def _condition(pod: Obj, kind: str) -> Obj | None:
     )
 
 
-def health(pod: Obj, since: datetime) -> tuple[FailureReason | None, tuple[str, ...]]:
-    """Why the pod is unhealthy (with the containers concerned), or ``(None, ())``."""
+def health(
+    pod: Obj, since: datetime, ready_by: datetime | None = None
+) -> tuple[FailureReason | None, tuple[str, ...]]:
+    """Why the pod is unhealthy (with the containers concerned), or ``(None, ())``; a pod
+    Ready only since after ``ready_by`` is ``NotReady`` (``ready_too_recently`` tells it)."""
     status = pod.get("status") or {}
     phase = status.get("phase")
     if phase == "Succeeded":
@@ -117,9 +128,19 @@ def health(pod: Obj, since: datetime) -> tuple[FailureReason | None, tuple[str, 
     ):
         return FailureReason.UNSCHEDULABLE, ()
     ready = _condition(pod, "Ready")
-    if not ready or ready.get("status") != "True":
+    if not ready or ready.get("status") != "True" or ready_too_recently(pod, ready_by):
         return FailureReason.NOT_READY, ()
     return None, ()
+
+
+def ready_too_recently(pod: Obj, ready_by: datetime | None) -> bool:
+    """Whether the pod turned Ready after ``ready_by`` (its Ready condition's transition time;
+    a pod that does not say when counts as Ready long enough)."""
+    ready = _condition(pod, "Ready")
+    if ready_by is None or not ready or ready.get("status") != "True":
+        return False
+    since = parse_kube_time(ready.get("lastTransitionTime"))
+    return since is not None and since > ready_by
 
 
 def pod_state(pod: Obj) -> str:
@@ -155,14 +176,19 @@ def resize_blocked(pod: Obj) -> FailureReason | None:
     return None
 
 
-def judge(pod: Obj, recommendation: Recommendation, since: datetime) -> PodVerdict:
+def judge(
+    pod: Obj, recommendation: Recommendation, since: datetime, ready_by: datetime | None = None
+) -> PodVerdict:
+    """``since``: the window's start (an OOM kill since then counts); ``ready_by``: the latest
+    a pod may have turned Ready to count (the sample's time less the minimum ready duration)."""
     name = pod["metadata"]["name"]
     has = carries(pod, recommendation)
     adopted = has and recommendation.equals_resources(*actual_resources(pod))
-    reason, containers = health(pod, since)
+    reason, containers = health(pod, since, ready_by)
     if reason is None and not adopted:
         reason = resize_blocked(pod)
-    return PodVerdict(name, adopted, reason, containers)
+    recent = reason is FailureReason.NOT_READY and ready_too_recently(pod, ready_by)
+    return PodVerdict(name, adopted, reason, containers, recent)
 
 
 def in_cohort(pod: Obj, query: CohortQuery) -> bool:
@@ -180,20 +206,30 @@ class Tally:
     adopted_healthy: int = 0
     reasons: Counter[FailureReason] = field(default_factory=Counter)
     containers: dict[FailureReason, set[str]] = field(default_factory=dict)
+    ready_too_recently: int = 0  # of the NotReady: Ready, for less than the minimum
+    min_ready: timedelta = DEFAULT_MIN_READY  # named in the message
 
     def add(self, verdict: PodVerdict) -> None:
         self.pods += 1
         self.adopted += verdict.adopted
         self.adopted_healthy += verdict.counts
+        self.ready_too_recently += verdict.ready_too_recently
         if verdict.reason is not None:
             self.reasons[verdict.reason] += 1
             self.containers.setdefault(verdict.reason, set()).update(verdict.containers)
 
     def message(self) -> str:
-        """``2/5 pods OOMKilled (app); 1/5 pods Unschedulable``, most frequent first."""
+        """``2/5 pods OOMKilled (app); 1/5 pods Unschedulable``, most frequent first; NotReady
+        says how many of them were Ready, but too recently: ``2/5 pods NotReady (1 Ready for
+        less than 10s)``."""
         parts = []
         for reason, count in self.reasons.most_common():
             names = sorted(self.containers.get(reason) or ())
             suffix = f" ({', '.join(names)})" if names else ""
+            if reason is FailureReason.NOT_READY and self.ready_too_recently:
+                suffix = (
+                    f" ({self.ready_too_recently} Ready for less than"
+                    f" {format_duration(self.min_ready)})"
+                )
             parts.append(f"{count}/{self.pods} pods {REASON_LABELS[reason]}{suffix}")
         return "; ".join(parts)

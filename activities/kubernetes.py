@@ -27,7 +27,7 @@ import json
 import logging
 import socket
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
@@ -100,12 +100,15 @@ def cohort_sample(
     input: SampleCohortInput,
     desired: int | None,
     query: CohortQuery,
+    min_ready: timedelta = timedelta(0),
 ) -> CohortSample:
-    """The cohort judged (``activities.cohort``): counts and the reasons pods do not count."""
-    tally = Tally()
+    """The cohort judged (``activities.cohort``): counts and the reasons pods do not count; a
+    pod counts only once Ready for ``min_ready``."""
+    now = datetime.now(UTC)
+    tally = Tally(min_ready=min_ready)
     for pod in pods:
         try:
-            tally.add(judge(pod, input.recommendation, input.window_started_at))
+            tally.add(judge(pod, input.recommendation, input.window_started_at, now - min_ready))
         except MalformedRecommendationError as exc:
             error = f"pod {pod['metadata']['name']}: malformed recommendation: {exc}"
             log.warning("%s: %s", owner, error)
@@ -117,7 +120,7 @@ def cohort_sample(
         adopted_healthy=tally.adopted_healthy,
         unhealthy=dict(tally.reasons),
         message=tally.message(),
-        observed_at=datetime.now(UTC),
+        observed_at=now,
         cohort=query,
     )
 
@@ -131,9 +134,13 @@ class KubernetesActivities:
         instance: str | None = None,
         notifications: NotificationConfig | None = None,
         protection: Protection = PROTECTED,
+        min_ready: timedelta = timedelta(0),
     ) -> None:
         self.core = core
         self.actuation = actuation
+        # How long a pod must have been Ready to count; the worker's configuration gives
+        # Kubex's 10 s by default (``--min-ready-duration``).
+        self.min_ready = min_ready
         self.lookup = OwnerLookup(core, custom, protection)
         self.writer = OwnerWriter(core, custom, self.lookup, instance or socket.gethostname())
         self.notifier = Notifier(notifications or NotificationConfig(), self.lookup, self.writer)
@@ -198,7 +205,7 @@ class KubernetesActivities:
                 return CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
             query, desired = self.lookup.cohort_query(owner, obj), desired_replicas(owner.kind, obj)
         pods = self.lookup.pods(owner.namespace, query)
-        return cohort_sample(owner, pods, input, desired, query)
+        return cohort_sample(owner, pods, input, desired, query, self.min_ready)
 
     @activity.defn(name=RECORD_TRANSITION)
     def record_transition(self, input: RecordTransitionInput) -> RecordTransitionResult:

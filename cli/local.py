@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Awaitable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import yaml
@@ -31,6 +32,7 @@ from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker import telemetry
 from worker.config import ConfigError, IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
 from worker.process import serve, stop_on_signals
+from workflows.durations import format_duration
 
 DEMO = SCENARIOS / "oom-rollback.yaml"
 
@@ -170,6 +172,7 @@ ENGINE_FLAGS = {
     "metrics_address": "--metrics-address",
     "health_address": "--health-address",
     "protected_namespaces": "--protected-namespaces",
+    "min_ready_duration": "--min-ready-duration",
     "cluster": "--cluster",
     "task_queue": "--task-queue",
     "identity": "--identity",
@@ -193,6 +196,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     fleet = scenario is not None and scenario.fleet
     if scenario is not None and not fleet:
         args.cluster = args.cluster or scenario.cluster  # run names its simulated cluster
+        # The story's time scale, unless the flag says otherwise.
+        args.min_ready_duration = args.min_ready_duration or format_duration(
+            timedelta(seconds=scenario.min_ready_duration)
+        )
     # A fleet's engines are each cluster's own (``_run_fleet``); the rest take these settings.
     worker = None if fleet else WorkerConfig.from_args(args)
     intake = None if fleet else IntakeConfig.from_args(args)

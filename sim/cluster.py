@@ -137,6 +137,19 @@ def _condition(kind: str, true: bool, reason: str, message: str, before: list[Ob
     }
 
 
+def _pod_conditions(before: list[Obj], *conditions: Obj) -> list[Obj]:
+    """Pod conditions as the kubelet writes them: each with its ``lastTransitionTime``, kept
+    while its status holds (a judge reads how long a pod has been Ready)."""
+    old = {c.get("type"): c for c in before}
+    stamped = []
+    for c in conditions:
+        prior = old.get(c["type"])
+        held = prior is not None and prior.get("status") == c["status"]
+        since = prior.get("lastTransitionTime") if held and prior else None
+        stamped.append({**c, "lastTransitionTime": since or kube_now()})
+    return stamped
+
+
 def _deployment_conditions(
     owner: Obj, current: str, desired: int, updated: int, ready: int
 ) -> list[Obj]:
@@ -704,19 +717,21 @@ class SimulatedCluster:
         status = copy.deepcopy(pod.get("status") or {})
         uid, now = meta["uid"], time.monotonic()
         phase = status.get("phase", "Pending")
+        before = status.get("conditions") or []
         if phase in ("Succeeded", "Failed"):
             return
         if not spec.get("nodeName"):
             node = self._schedule(pod)
             if node is None:
-                status["conditions"] = [
+                status["conditions"] = _pod_conditions(
+                    before,
                     {
                         "type": "PodScheduled",
                         "status": "False",
                         "reason": "Unschedulable",
                         "message": "0/N nodes are available: insufficient resources",
-                    }
-                ]
+                    },
+                )
                 status["phase"] = "Pending"
                 self._write_status(pod, status)
                 return
@@ -731,10 +746,11 @@ class SimulatedCluster:
         startup = max(self._behaviour(pod, c["name"]).startup for c in spec["containers"])
         started = self._clock.setdefault(uid, now)
         if phase == "Pending" and now - started < startup:
-            status["conditions"] = [
+            status["conditions"] = _pod_conditions(
+                before,
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Ready", "status": "False"},
-            ]
+            )
             self._write_status(pod, status)
             return
         status["phase"] = "Running"
@@ -768,7 +784,7 @@ class SimulatedCluster:
                 "status": "True" if ready and status["phase"] == "Running" else "False",
             }
         )
-        status["conditions"] = conditions
+        status["conditions"] = _pod_conditions(before, *conditions)
         self._write_status(pod, status)
 
     def _run_container(

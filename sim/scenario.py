@@ -49,6 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -87,7 +88,7 @@ from workflows.contract import (
     WorkloadKind,
     task_queue_for,
 )
-from workflows.durations import parse_duration
+from workflows.durations import format_duration, parse_duration
 from workflows.fingerprint import is_recommendation_key
 from workflows.policy import POLICY_KINDS
 
@@ -264,6 +265,9 @@ class Scenario(ClusterSpec):
     timeout: Seconds = 60.0
     settle: Seconds = 1.0
     actuation: str = "annotations"
+    # How long a pod must have been Ready to count at a verdict. A story compresses time (its
+    # windows last seconds), so 0 unless it says: the engine's own default is Kubex's 10s.
+    min_ready_duration: Seconds = 0.0
     clusters: list[ClusterSpec] = Field(default_factory=list)
     expect: dict[str, Expectation] = Field(default_factory=dict)
 
@@ -300,7 +304,7 @@ class Scenario(ClusterSpec):
         ]
         return [m.model_copy(update={"actuation": m.actuation or self.actuation}) for m in members]
 
-    @field_validator("timeout", "settle", mode="before")
+    @field_validator("timeout", "settle", "min_ready_duration", mode="before")
     @classmethod
     def _durations(cls, value: Any) -> float:
         return _seconds(value)
@@ -551,6 +555,7 @@ class WorkerProcess:
         kube_timeout: float = DEFAULT_READ_TIMEOUT,
         metrics_address: str | None = None,
         cluster: str = DEFAULT_CLUSTER,
+        min_ready: float = 0.0,
     ) -> None:
         self.command = [
             sys.executable,
@@ -568,6 +573,8 @@ class WorkerProcess:
             actuation,
             "--kube-timeout",
             str(kube_timeout),
+            "--min-ready-duration",
+            format_duration(timedelta(seconds=min_ready)),
         ] + (["--metrics-address", metrics_address] if metrics_address else [])
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -661,6 +668,7 @@ class Member:
             world.kube_timeout,
             metrics[0] if metrics else None,
             cluster=self.name,
+            min_ready=world.scenario.min_ready_duration,
         )
         self.worker.start()
         temporal = TemporalConfig.at(world.temporal.address, self.task_queue, self.name)

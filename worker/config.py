@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.runtime import Runtime
 
+from activities.cohort import DEFAULT_MIN_READY
 from activities.kubernetes import Actuation
 from activities.notify import NotificationConfig
 from worker import telemetry
 from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.runner import MAX_CACHED_WORKFLOWS
 from workflows.contract import TASK_QUEUE, check_cluster, task_queue_for
+from workflows.durations import format_duration, parse_duration
 from workflows.selection import PROTECTED, Protection
 
 log = logging.getLogger(__name__)
@@ -378,6 +381,8 @@ class WorkerConfig(_OneCluster):
     # The worker's own Pod (POD_NAMESPACE, POD_NAME from the downward API): where it tells of a
     # run it refused (``activities.clusters``); None outside a cluster.
     pod: tuple[str, str] | None = None
+    # How long a pod must have been Ready to count at the verdict (Kubex's minReadyDuration).
+    min_ready: timedelta = DEFAULT_MIN_READY
 
     @classmethod
     def from_args(
@@ -404,7 +409,20 @@ class WorkerConfig(_OneCluster):
             _deployment(args, env),
             _notifications(args, env),
             _own_pod(env),
+            _min_ready(args, env),
         )
+
+
+def _min_ready(args: argparse.Namespace, env: Mapping[str, str]) -> timedelta:
+    raw = getattr(args, "min_ready_duration", None) or _env(env, "ROLLBACK_MIN_READY_DURATION")
+    if raw is None:
+        return DEFAULT_MIN_READY
+    if raw.strip() in ("0", "0s"):
+        return timedelta(0)
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise ConfigError(f"--min-ready-duration: {exc}") from None
 
 
 def _own_pod(env: Mapping[str, str]) -> tuple[str, str] | None:
@@ -463,6 +481,13 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
         "--max-cached-workflows",
         help="workflows kept in memory between tasks (about 110 KiB each; a waiting window needs"
         f" none) (ROLLBACK_MAX_CACHED_WORKFLOWS, default {MAX_CACHED_WORKFLOWS})",
+    )
+    group.add_argument(
+        "--min-ready-duration",
+        metavar="DURATION",
+        help="how long a pod must have been Ready to count at the verdict, e.g. 30s; 0s: Ready"
+        " is enough (ROLLBACK_MIN_READY_DURATION, default"
+        f" {format_duration(DEFAULT_MIN_READY)}, as Kubex's minReadyDuration)",
     )
     group.add_argument(
         "--notifications",

@@ -17,6 +17,7 @@ Every client built here:
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +140,7 @@ def activities_for(
     actuation: Actuation,
     notifications: NotificationConfig | None = None,
     protection: Protection = PROTECTED,
+    min_ready: timedelta = timedelta(0),
 ) -> KubernetesActivities:
     return KubernetesActivities(
         CoreV1Api(client),
@@ -146,4 +148,5 @@ def activities_for(
         actuation,
         notifications=notifications,
         protection=protection,
+        min_ready=min_ready,
     )

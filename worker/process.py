@@ -193,7 +193,11 @@ async def serve(
         if worker is not None:
             kube = worker.kube.client(runtime, WORKER_AGENT)
             activities = activities_for(
-                kube, worker.actuation, worker.notifications, worker.kube.protection
+                kube,
+                worker.actuation,
+                worker.notifications,
+                worker.kube.protection,
+                worker.min_ready,
             )
             queue = worker.temporal.task_queue
             guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)

@@ -171,6 +171,10 @@ RECENT = (NOW - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
 OLD = "2025-01-01T00:00:00Z"
 
 
+def kube_time(seconds_ago: float) -> str:
+    return (datetime.now(UTC) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "reason"),
     [
@@ -232,6 +236,36 @@ def test_health_reasons(
         assert result.adopted_healthy == 1 and result.unhealthy == {}
     else:
         assert result.adopted_healthy == 0 and result.unhealthy == {reason: 1}
+
+
+def test_a_pod_counts_only_once_ready_for_the_minimum(api: KubeEmulator, client: ApiClient) -> None:
+    """Kubex's minReadyDuration: a pod that turned Ready 1 s before the sample is NotReady, and
+    the verdict's message says how many were Ready, too recently; a pod Ready for longer, or
+    one that does not say since when, counts."""
+    acts = KubernetesActivities(
+        CoreV1Api(client), CustomObjectsApi(client), min_ready=timedelta(seconds=10)
+    )
+    api.store.create(owner("Deployment", replicas=3))
+
+    def ready_since(seconds: float | None) -> list[dict[str, str]]:
+        at = {} if seconds is None else {"lastTransitionTime": kube_time(seconds)}
+        return [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True", **at},
+        ]
+
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, conditions=ready_since(1)))
+    api.store.create(pod("web-1", WEB, memory="512Mi", rec=REC, conditions=ready_since(60)))
+    api.store.create(pod("web-2", WEB, memory="512Mi", rec=REC, conditions=ready_since(None)))
+    window = SampleCohortInput(
+        cluster=CLUSTER, owner=ref(), recommendation=REC, window_started_at=NOW
+    )
+    result = acts.sample_cohort(window)
+    assert (result.adopted, result.adopted_healthy) == (3, 2)
+    assert result.unhealthy == {FailureReason.NOT_READY: 1}
+    assert result.message == "1/3 pods NotReady (1 Ready for less than 10s)"
+    anyway = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client))  # 0: Ready is enough
+    assert anyway.sample_cohort(window).adopted_healthy == 3
 
 
 @pytest.mark.parametrize(

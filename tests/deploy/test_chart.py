@@ -20,10 +20,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from activities.cohort import DEFAULT_MIN_READY
 from activities.kubernetes import Actuation
 from activities.notify import NotificationConfig, Receiver
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
+from workflows.durations import DURATION_PATTERN, parse_duration
 from workflows.selection import PROTECTED, Protection
 
 CHART = ROOT / "charts" / "rightsizing-rollback"
@@ -116,6 +118,31 @@ def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -
         "--set", "protectedNamespacePatterns={Kube_System}",
     )  # fmt: skip
     assert out.returncode != 0 and "protectedNamespacePatterns" in out.stderr, out.stderr
+
+
+def test_min_ready_duration_is_kubex_s_default_and_a_duration() -> None:
+    def setting(objects: list[dict[str, Any]]) -> str:
+        (config,) = [
+            o for o in objects
+            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rightsizing-rollback"
+        ]  # fmt: skip
+        return str(config["data"]["ROLLBACK_MIN_READY_DURATION"])
+
+    assert parse_duration(setting(template())) == DEFAULT_MIN_READY
+    assert parse_duration(setting(render(ROOT / "deploy" / "base"))) == DEFAULT_MIN_READY
+    assert setting(template(sets=("minReadyDuration=0s",))) == "0s"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["minReadyDuration"]["pattern"].endswith(DURATION_PATTERN)
+    out = run_helm(
+        "template",
+        "rr",
+        str(CHART),
+        "--set",
+        f"cluster={CLUSTER}",
+        "--set",
+        "minReadyDuration=soon",
+    )
+    assert out.returncode != 0 and "minReadyDuration" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("values", [None, *EXAMPLES], ids=["defaults", *(p.stem for p in EXAMPLES)])

@@ -5,6 +5,7 @@ profiles), and one clear error per bad value."""
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,16 @@ def test_protected_namespaces_default_to_kubex_and_are_a_setting_of_both_process
         assert flagged.kube.protection.patterns == ()  # the flag wins: none protected
     with pytest.raises(ConfigError, match="--protected-namespaces: 'kube_system' is not a"):
         WorkerConfig.from_args(args("--protected-namespaces", "kube_system"), {})
+
+
+def test_min_ready_duration_defaults_to_kubex_s_and_is_a_go_duration() -> None:
+    assert WorkerConfig.from_args(args(), {}).min_ready == timedelta(seconds=10)
+    env = {"ROLLBACK_MIN_READY_DURATION": "30s"}
+    assert WorkerConfig.from_args(args(), env).min_ready == timedelta(seconds=30)
+    flagged = WorkerConfig.from_args(args("--min-ready-duration", "0s"), env)
+    assert flagged.min_ready == timedelta(0)  # the flag wins: Ready is enough
+    with pytest.raises(ConfigError, match="--min-ready-duration: invalid duration 'soon'"):
+        WorkerConfig.from_args(args("--min-ready-duration", "soon"), {})
 
 
 def test_namespace_is_the_kubernetes_one_as_in_kubectl() -> None:
