@@ -65,6 +65,7 @@ from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    EventReason,
     Obj,
     RollbackTarget,
 )
@@ -79,6 +80,7 @@ from workflows.notify import (
     SendInput,
     SendResult,
 )
+from workflows.pause import Pause
 from workflows.selection import PROTECTED, Protection
 from workflows.state import ResourceSnapshot
 
@@ -198,14 +200,46 @@ class KubernetesActivities:
                     ).record(int((time.monotonic() - started) * 1000))
 
     def _sample(self, input: SampleCohortInput) -> CohortSample:
-        owner, desired, query = input.owner, None, input.cohort
-        if query is None:
+        owner, desired, query, obj = input.owner, None, input.cohort, None
+        if query is None or input.final:  # the verdict reads the owner's pause too
             obj = self.lookup.get(owner)
             if obj is None:
                 return CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
+        if query is None:
+            assert obj is not None
             query, desired = self.lookup.cohort_query(owner, obj), desired_replicas(owner.kind, obj)
         pods = self.lookup.pods(owner.namespace, query)
-        return cohort_sample(owner, pods, input, desired, query, self.min_ready)
+        sample = cohort_sample(owner, pods, input, desired, query, self.min_ready)
+        if obj is not None and input.final:
+            paused = self._paused(owner, obj, pods, "verdict", input.recommendation.fingerprint)
+            if paused is not None:
+                return sample.model_copy(update={"paused": paused})
+        return sample
+
+    def _paused(
+        self, owner: OwnerRef, obj: Obj, pods: list[Obj], step: str, attempt: str
+    ) -> Pause | None:
+        """The pause in force on ``owner`` (``workflows.pause``), told where it holds ``step``
+        of the attempt on ``attempt`` (a fingerprint): one Warning Event per pause, a log line,
+        the ``rollback_holds`` metric."""
+        paused = self.lookup.pause(owner, obj, pods)
+        if paused is None:
+            return None
+        message = f"{step} held: {paused.describe()}"
+        log.warning("%s: %s", owner, message)
+        if activity.in_activity():
+            activity.metric_meter().create_counter(
+                "rollback_holds", "verdicts and actuations held by a pause, by its scope"
+            ).add(1, {"scope": paused.scope.value, "step": step})
+        self.writer.event(
+            owner,
+            obj["metadata"].get("uid"),
+            f"{owner}/{attempt}/{step}/paused/{paused.model_dump_json()}",
+            EventReason.PAUSED,
+            message,
+            "Warning",
+        )
+        return paused
 
     @activity.defn(name=RECORD_TRANSITION)
     def record_transition(self, input: RecordTransitionInput) -> RecordTransitionResult:
@@ -236,6 +270,10 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
+            pods = self._cohort(input.owner, obj)
+            paused = self._paused(input.owner, obj, pods, "rollback", input.target.value)
+            if paused is not None:
+                return ActuationResult(paused=paused, message=paused.describe())
             if input.target is RollbackTarget.MANIFEST:
                 manifest = manifest_resources(input.owner.kind, obj)
                 if manifest is None:
@@ -259,7 +297,7 @@ class KubernetesActivities:
                 applied=ResourceSnapshot.of(requests, limits),
                 message=f"rollback recommendation ({input.target}) published on the owner",
             )
-            return self._actuate(input.owner, written, requests, limits, result)
+            return self._actuate(input.owner, pods, requests, limits, result)
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
     def reapply_recommendation(self, input: ReapplyInput) -> ActuationResult:
@@ -274,12 +312,22 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
-            return self._actuate(input.owner, obj, rec.requests, rec.limits, result)
+            pods = self._cohort(input.owner, obj)
+            paused = self._paused(input.owner, obj, pods, "re-apply", rec.fingerprint)
+            if paused is not None:
+                return ActuationResult(paused=paused, message=paused.describe())
+            return self._actuate(input.owner, pods, rec.requests, rec.limits, result)
+
+    def _cohort(self, owner: OwnerRef, obj: Obj) -> list[Obj]:
+        """The running cohort where this worker resizes it (in place), else none is read."""
+        if self.actuation is not Actuation.IN_PLACE:
+            return []
+        return self.lookup.pods(owner.namespace, self.lookup.cohort_query(owner, obj))
 
     def _actuate(
         self,
         owner: OwnerRef,
-        obj: Obj,
+        pods: list[Obj],
         requests: Resources,
         limits: Resources,
         result: ActuationResult,
@@ -287,7 +335,6 @@ class KubernetesActivities:
         """In-place mode: resize the running cohort to the target and say what happened."""
         if self.actuation is not Actuation.IN_PLACE:
             return result
-        pods = self.lookup.pods(owner.namespace, self.lookup.cohort_query(owner, obj))
         done = resize_pods(self.core, owner.namespace, pods, requests, limits)
         return result.model_copy(
             update={

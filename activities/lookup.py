@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
@@ -37,6 +38,7 @@ from workflows.contract import (
     Obj,
     WorkloadKind,
 )
+from workflows.pause import Pause, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy
 from workflows.selection import PROTECTED, Protection, WorkloadRef, resolve
 from workflows.state import OwnerState, PolicyRef
@@ -163,6 +165,23 @@ class OwnerLookup:
             )
             jobs = [j["metadata"]["name"] for j in listed.get("items", [])]
         return cohort_query(owner.kind, obj, jobs)
+
+    def pause(self, owner: OwnerRef, obj: Obj, pods: list[Obj]) -> Pause | None:
+        """The pause holding the owner now (``workflows.pause``), from its annotations, its
+        pods' (as listed) and its namespace's (one GET)."""
+        try:
+            namespace: Any = self.core.read_namespace(owner.namespace, _preload_content=False)
+            ns_annotations = body(namespace)["metadata"].get("annotations")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            ns_annotations = None
+        return effective_pause(
+            [(p["metadata"]["name"], p["metadata"].get("annotations")) for p in pods],
+            (str(owner), obj["metadata"].get("annotations")),
+            (owner.namespace, ns_annotations),
+            datetime.now(UTC),
+        )
 
     def pods(self, namespace: str, query: CohortQuery) -> list[Obj]:
         """The cohort in one LIST: the selector server-side, the Job-name pattern client-side."""

@@ -273,7 +273,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
     async def action(client: Client, _: TemporalConfig) -> int:
         cluster, owner = await _owner(args, client, args.target[0])
-        status, state = await ops.describe(client, cluster, owner)
+        status, state, held = await ops.describe(client, cluster, owner)
         cohort = None
         if state is not None:
             cohort = await asyncio.to_thread(_live_cohort, args, cluster, state)
@@ -285,13 +285,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 "workflowId": rollback_id(cluster, owner),
                 "cluster": cluster,
                 "status": status,
+                "held": held.model_dump(mode="json", by_alias=True) if held else None,
                 "state": body,
             }
             if isinstance(cohort, ops.LiveCohort):
                 doc["cohort"] = cohort.as_json()
             print(json.dumps(doc, indent=2))
         else:
-            print(ops.describe_text(cluster, owner, status, state, cohort))
+            print(ops.describe_text(cluster, owner, status, state, cohort, held))
         return 0
 
     return _ops(args, action)

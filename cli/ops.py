@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.converter import decode_search_attributes
 from temporalio.service import RPCError
 
@@ -41,6 +41,7 @@ from workflows.activity_api import (
 )
 from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind, check_cluster
 from workflows.machine import RollbackState
+from workflows.pause import Pause
 from workflows.rollback import WORKFLOW_NAME
 from workflows.state import ResourceSnapshot
 
@@ -188,12 +189,15 @@ async def get(
 
 async def describe(
     client: Client, cluster: str, owner: OwnerRef
-) -> tuple[str, RollbackState | None]:
+) -> tuple[str, RollbackState | None, Pause | None]:
+    """The newest run's status and state, and the pause it is held by, if any."""
     try:
         status, state = await control.newest_run(client, cluster, owner)
     except RPCError as exc:
         raise OpsError(f"{rollback_id(cluster, owner)}: {exc.message}") from exc
-    return (status.name.title() if status else "Unknown"), state
+    running = status is WorkflowExecutionStatus.RUNNING
+    pause = await control.held(client, cluster, owner) if running else None
+    return (status.name.title() if status else "Unknown"), state, pause
 
 
 async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> None:
@@ -217,7 +221,7 @@ async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef)
         raise OpsError(f"{workflow_id}: {exc.message}") from exc
     deadline = asyncio.get_running_loop().time() + READ_BACK_SECONDS
     while asyncio.get_running_loop().time() < deadline:
-        _, now = await describe(client, cluster, owner)
+        _, now, _ = await describe(client, cluster, owner)
         opened = now.window_started_at if now is not None else None
         if now is not None and opened is not None and opened != state.window_started_at:
             return now
@@ -422,8 +426,10 @@ def describe_text(
     status: str,
     state: RollbackState | None,
     cohort: LiveCohort | str | None = None,
+    held: Pause | None = None,
 ) -> str:
-    """``cohort``: the live cohort, or why it could not be read (None: not asked for)."""
+    """``cohort``: the live cohort, or why it could not be read (None: not asked for);
+    ``held``: the pause the run waits on."""
     workflow_id = rollback_id(cluster, owner)
     if state is None:
         return f"{workflow_id}: {status}, no state yet"
@@ -435,6 +441,8 @@ def describe_text(
         f"Policy:       {state.policy.ref if state.policy else '-'}",
         f"Fingerprint:  {state.fingerprint}",
     ]
+    if held is not None:
+        lines.append(f"Held:         {held.describe()}; nothing is written until it ends")
     if state.failure_reason:
         lines.append(f"Failure:      {state.failure_reason}: {state.failure_message or ''}")
     # Deadlines of the mode the workload is in only: none after a cancel or a verdict.

@@ -49,7 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Self
 
@@ -80,6 +80,8 @@ from worker.process import IntakeService
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
     CLUSTER_PATTERN,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
     RECOMMENDATION_SUFFIX_LIMITS,
     RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
@@ -90,6 +92,7 @@ from workflows.contract import (
 )
 from workflows.durations import format_duration, parse_duration
 from workflows.fingerprint import is_recommendation_key
+from workflows.pause import INFINITE
 from workflows.policy import POLICY_KINDS
 
 log = logging.getLogger(__name__)
@@ -152,14 +155,27 @@ class Apply(Model):
     digest: str | None = None  # multi-policy hashed key h<digest>
 
 
-class Annotate(Model):
-    """Set (or, with null, remove) annotations and labels of any object."""
+class Target(Model):
+    """Any object: a namespace (``kind: Namespace``), an owner or a pod."""
 
     kind: str
     namespace: str | None = None
     name: str
+
+
+class Annotate(Target):
+    """Set (or, with null, remove) annotations and labels of any object."""
+
     annotations: dict[str, str | None] = Field(default_factory=dict)
     labels: dict[str, str | None] = Field(default_factory=dict)
+
+
+class PauseStep(Target):
+    """Kubex's pause on the object: ``for`` a while (``pause-until`` that long from now, an
+    RFC 3339 time) or ``infinite``, with an optional ``reason``. ``unpause`` removes it."""
+
+    for_: str = Field(alias="for", pattern=r"^(infinite|[0-9.hms]+)$")
+    reason: str | None = None
 
 
 class Rollout(Model):
@@ -199,6 +215,8 @@ class Step(Model):
     kill_worker: Obj | None = None
     restart_temporal: Obj | None = None
     annotate: Annotate | None = None
+    pause: PauseStep | None = None
+    unpause: Target | None = None
     rollout: Rollout | None = None
 
     @field_validator("at", "delay", mode="before")
@@ -699,14 +717,34 @@ class Member:
         return kind, namespace, name
 
     def _edit(self, step: Step) -> None:
-        """The ``annotate`` and ``rollout`` steps."""
+        """The ``annotate``, ``pause``, ``unpause`` and ``rollout`` steps."""
         store = self.api.store
         line = self.recorder.on_line
+        edits: list[tuple[Target, dict[str, str | None], dict[str, str | None], str]] = []
         if step.annotate is not None:
             a = step.annotate
-            metadata = {"annotations": a.annotations, "labels": a.labels}
-            store.patch(store.rtype(a.kind), a.namespace, a.name, {"metadata": metadata}, MERGE)
-            line(f"{self.recorder.t():7.2f}s  {self._where()}step: {a.kind} {a.name} annotated")
+            edits.append((a, a.annotations, a.labels, "annotated"))
+        if step.pause is not None:
+            p = step.pause
+            # RFC 3339 to the second, rounded up: the pause lasts at least ``for``.
+            until = INFINITE
+            if p.for_ != INFINITE:
+                ends = datetime.now(UTC) + timedelta(seconds=_seconds(p.for_) + 0.999999)
+                until = ends.strftime("%Y-%m-%dT%H:%M:%SZ")
+            pause = {PAUSE_UNTIL_ANNOTATION: until, PAUSE_REASON_ANNOTATION: p.reason}
+            edits.append((p, pause, {}, f"paused until {until}"))
+        if step.unpause is not None:
+            lifted: dict[str, str | None] = {
+                PAUSE_UNTIL_ANNOTATION: None,
+                PAUSE_REASON_ANNOTATION: None,
+            }
+            edits.append((step.unpause, lifted, {}, "unpaused"))
+        for obj, notes, labels, what in edits:
+            metadata = {"annotations": notes, "labels": labels}
+            store.patch(
+                store.rtype(obj.kind), obj.namespace, obj.name, {"metadata": metadata}, MERGE
+            )
+            line(f"{self.recorder.t():7.2f}s  {self._where()}step: {obj.kind} {obj.name} {what}")
         if step.rollout is not None:
             kind, ns, name = self._owner(step.rollout.workload)
             template = step.rollout.template or {

@@ -24,6 +24,9 @@ newer pod, or start the next turn after ``backedOff``.
   gets a ``RollbackControlRejected`` Event saying why (docs/concepts/status-and-control.md,
   "Control from kubectl").
 - Each policy's ``status`` is kept by ``worker.status`` from these same watches.
+- A pause annotation (``rightsizing.kubex.ai/pause-until``, ``workflows.pause``) that goes or
+  changes on a namespace, an owner or a pod signals ``resume`` to the runs it may hold (owners
+  with an active state there), so a held verdict or rollback looks again within seconds.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ from workflows.contract import (
     API_VERSION,
     CONTROL_ANNOTATION,
     GROUP_VERSION,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
     Control,
     EventReason,
     Obj,
@@ -158,6 +163,8 @@ class Intake:
         # Controls carried out whose annotation is not yet seen removed: not carried out twice.
         self._carried_out: dict[OwnerRef, str] = {}
         self._policies_handled: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}
+        # Pause annotations as last seen, of the objects that carry one (bounded by them).
+        self._pauses: dict[tuple[str, str, str], tuple[str, str | None]] = {}
         self.pending: set[Future[None]] = set()
         self._bad_objects = meter.create_counter(
             "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
@@ -309,11 +316,53 @@ class Intake:
         )
 
     def _on_namespace(self, kind: str, obj: Obj, initial: bool) -> None:
+        name = obj["metadata"]["name"]
         if kind == "DELETED":
             with self._lock:
-                self.index.forget_namespace(obj["metadata"]["name"])
+                self.index.forget_namespace(name)
+        if self._pause_lifted(("Namespace", "", name), kind, obj):
+            self._resume(
+                [o for o, view in self.owners.views() if o.namespace == name and _active(view)]
+            )
+
+    # --- pauses -------------------------------------------------------------------------------
+
+    def _pause_lifted(self, key: tuple[str, str, str], kind: str, obj: Obj) -> bool:
+        """Whether ``obj``'s pause went or changed since last seen (a held run looks again)."""
+        annotations = obj["metadata"].get("annotations") or {}
+        until = None if kind == "DELETED" else annotations.get(PAUSE_UNTIL_ANNOTATION)
+        now = None if until is None else (until, annotations.get(PAUSE_REASON_ANNOTATION))
+        with self._lock:
+            before = self._pauses.pop(key, None) if now is None else self._pauses.get(key)
+            if now is not None:
+                self._pauses[key] = now
+        return before is not None and before != now
+
+    def _resume(self, owners: list[OwnerRef]) -> None:
+        if owners:
+            self._spawn(self._send_resumes(owners))
+
+    async def _send_resumes(self, owners: list[OwnerRef]) -> None:
+        """``resume`` to each owner's run; one that fails is left to the run's own look again
+        (``PAUSE_RECHECK``)."""
+        for owner in owners:
+            if not self.acting():
+                return
+            try:
+                await control.resume(self.temporal, self.cluster, owner, SIGNAL_TIMEOUT)
+                self.stats["resumes"] += 1
+            except Exception as exc:  # RPC errors of every kind: the run looks again itself
+                log.warning("%s: resume not sent (%s); the run looks again by itself", owner, exc)
 
     def _on_pod(self, kind: str, pod: Obj, initial: bool) -> None:
+        meta = pod["metadata"]
+        key = ("Pod", meta.get("namespace") or "", meta["name"])
+        paused = PAUSE_UNTIL_ANNOTATION in (meta.get("annotations") or {})
+        if (paused or key in self._pauses) and self._pause_lifted(key, kind, pod):
+            owner = self.owners.owner_of(pod)
+            view = self.owners.get(owner) if owner is not None else None
+            if owner is not None and view is not None and _active(view):
+                self._resume([owner])
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         if kind == "DELETED":
             self._adopted.pop(uid, None)
@@ -412,6 +461,9 @@ class Intake:
         self.status.changed()
 
     def _on_owner(self, kind: str, owner: OwnerRef, obj: Obj) -> None:
+        key = (owner.kind.value, owner.namespace, owner.name)
+        if self._pause_lifted(key, kind, obj) and kind != "DELETED" and _active(obj):
+            self._resume([owner])
         value = (obj["metadata"].get("annotations") or {}).get(CONTROL_ANNOTATION)
         with self._lock:
             if kind == "DELETED":  # what was signalled for it no longer matters
@@ -622,6 +674,12 @@ class Intake:
         except ApiException as err:
             if not already_exists(err):
                 raise  # transient: the informer retries the event
+
+
+def _active(owner: Obj) -> bool:
+    """Whether the owner's stored state is in an active mode (a run may be held)."""
+    state, _ = read_state(owner)
+    return state is not None and not state.mode.terminal
 
 
 def _pod_key(pod: Obj) -> Obj:

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -24,6 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.fingerprint import Recommendation
 from workflows.machine import RollbackState
+from workflows.pause import Pause
 from workflows.rollback import (
     SA_CLUSTER,
     SA_NAMESPACE,
@@ -31,6 +38,7 @@ from workflows.rollback import (
     CancelSignal,
     ObserveSignal,
     ReopenSignal,
+    ResumeSignal,
     RollbackInput,
     RollbackResult,
     RollbackWorkflow,
@@ -102,6 +110,16 @@ async def newest_run(
     return info.status, await handle.query(RollbackWorkflow.status)
 
 
+async def held(client: Client, cluster: str, owner: OwnerRef) -> Pause | None:
+    """The pause the owner's running attempt waits on (the ``held`` query), None when it
+    waits on none, or its run has ended or predates pauses."""
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
+    try:
+        return await handle.query(RollbackWorkflow.held)
+    except (RPCError, WorkflowQueryRejectedError, WorkflowQueryFailedError):
+        return None
+
+
 async def state_of(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[bool, RollbackState | None]:
@@ -134,6 +152,19 @@ async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> 
             f"no attempt is running for {owner} ({status}): nothing to cancel"
         )
     await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason=reason))
+
+
+async def resume(client: Client, cluster: str, owner: OwnerRef, rpc_timeout: float) -> None:
+    """Signal ``resume`` to the owner's running attempt (a pause annotation went: a held step
+    looks again); an owner without a running attempt is left alone."""
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
+    try:
+        await handle.signal(
+            RollbackWorkflow.resume, ResumeSignal(), rpc_timeout=timedelta(seconds=rpc_timeout)
+        )
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
 
 
 async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef) -> RollbackState:

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field
 
 from workflows.contract import EventReason, FailureReason, RollbackTarget, WorkloadKind
 from workflows.fingerprint import Recommendation
+from workflows.pause import Pause
 from workflows.policy import AnyPolicy, PolicyBehaviour
 from workflows.state import CamelModel, OwnerState, PolicyRef, ResourceSnapshot
 
@@ -128,6 +129,7 @@ class SampleCohortInput(OwnerInput):
     recommendation: Recommendation
     window_started_at: datetime
     cohort: CohortQuery | None = None  # None: read the owner first (first sample of a window)
+    final: bool = False  # the verdict's: a pause in force is looked for and held on
 
 
 class CohortSample(CamelModel):
@@ -145,6 +147,7 @@ class CohortSample(CamelModel):
     cohort: CohortQuery | None = None
     observed_at: datetime | None = None
     error: str | None = None  # e.g. a malformed recommendation annotation on the pods
+    paused: Pause | None = None  # a verdict's sample: the pause in force, the verdict waits
 
 
 # --- record_transition -----------------------------------------------------------------------
@@ -183,6 +186,7 @@ class ActuationResult(CamelModel):
     pods_resized: int = 0
     pods_filtered: list[str] = Field(default_factory=list)
     message: str = ""
+    paused: Pause | None = None  # nothing was written: a pause is in force, the step waits
 
 
 class ReapplyInput(OwnerInput):

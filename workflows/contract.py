@@ -40,6 +40,10 @@ ROLLBACK_STATE_ANNOTATION = "rightsizing.kubex.ai/rollback-state"
 # makes it observe-only (monitor, decide and report; write no rollback, resize nothing).
 CONTROL_ANNOTATION = "rightsizing.kubex.ai/rollback-control"
 OBSERVE_ONLY_ANNOTATION = "rightsizing.kubex.ai/observe-only"
+# Kubex's pause, on a namespace, an owner or a pod (``workflows.pause``): ``infinite`` or an
+# RFC 3339 time, with an optional reason. The one annotation stops both engines.
+PAUSE_UNTIL_ANNOTATION = "rightsizing.kubex.ai/pause-until"
+PAUSE_REASON_ANNOTATION = "rightsizing.kubex.ai/pause-reason"
 
 TASK_QUEUE = "rightsizing-rollback"  # the prefix of each cluster's task queue
 
@@ -142,6 +146,7 @@ class FailureReason(StrEnum):
 
 
 class EventReason(StrEnum):
+    PAUSED = "RollbackPaused"  # a verdict or an actuation held by a pause (workflows.pause)
     MONITORING_STARTED = "RollbackMonitoringStarted"
     MONITORING_SUCCEEDED = "RollbackMonitoringSucceeded"
     ROLLING_BACK_STARTED = "RollbackRollingBackStarted"

@@ -12,7 +12,14 @@ turn after ``backedOff``, a reopen after ``monitoringSucceeded``, or a new recom
 
 Signals: ``observe`` (pods carry a recommendation: the same fingerprint joins the window, a new
 one supersedes the run), ``cancel`` (stop, leave resources as they are), ``reopen`` (fresh
-window for the same fingerprint, unless the policy disables it). Query: ``status``.
+window for the same fingerprint, unless the policy disables it), ``resume`` (a pause
+annotation went: a held step looks again). Queries: ``status``, ``held``.
+
+Pauses (``workflows.pause``): the verdict's sample, the rollback and the re-apply find the pause
+in force, if any, and write nothing; the run then holds, durably, until the pause's time, the
+intake's ``resume``, or ``PAUSE_RECHECK`` (a resume the intake could not send), and looks again:
+a verdict decides on what it sees then. Runs recorded before pauses never held, and replay as
+they ran (the hold is taken only on a result that says ``paused``).
 """
 
 from __future__ import annotations
@@ -89,6 +96,7 @@ with workflow.unsafe.imports_passed_through():
         news_after_start,
     )
     from workflows.notify import Notification, NotifyWorkflow, severity_of
+    from workflows.pause import Pause
     from workflows.state import CamelModel
     from workflows.wake import Sighting, Trigger
 
@@ -116,6 +124,9 @@ LEAN_ATTEMPTS = "lean-attempts"
 # Patch: only a transition notifies. Before it, a run that woke nothing and ended at once in the
 # mode it found (say failedPermanent) notified that mode again, under a new key.
 NOTIFY_TRANSITIONS = "notify-transitions-only"
+# A held step looks again at least this often: the intake signals ``resume`` when a pause
+# annotation goes, but a term that ended before it could is caught up with here.
+PAUSE_RECHECK = timedelta(minutes=10)
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -196,6 +207,10 @@ class ReopenSignal(CamelModel):
     reason: str = ""
 
 
+class ResumeSignal(CamelModel):
+    reason: str = ""
+
+
 class RollbackResult(CamelModel):
     owner: OwnerRef
     mode: Mode
@@ -263,6 +278,8 @@ class RollbackWorkflow:
         self._input: RollbackInput | None = None
         self._samples_this_run = 0
         self._lean = False
+        self._held: Pause | None = None  # the pause a step waits on now
+        self._resumes = 0  # resume signals received
 
     # --- signals and query -------------------------------------------------------------------
 
@@ -278,9 +295,18 @@ class RollbackWorkflow:
     def reopen(self, signal: ReopenSignal) -> None:
         self._pending.append(Reopen(workflow.now()))
 
+    @workflow.signal
+    def resume(self, signal: ResumeSignal) -> None:
+        self._resumes += 1
+
     @workflow.query
     def status(self) -> RollbackState | None:
         return self._state
+
+    @workflow.query
+    def held(self) -> Pause | None:
+        """The pause a step of this run waits on now (None: none)."""
+        return self._held
 
     # --- run ---------------------------------------------------------------------------------
 
@@ -415,9 +441,30 @@ class RollbackWorkflow:
             workflow.set_current_details(self._details())
             await self._wait(due, "window ends" if final else "next cohort sample")
             return
-        await self._step(state, await self._sample(final=workflow.now() >= state.window_ends_at))
+        sampled = await self._sample(final=workflow.now() >= state.window_ends_at)
+        if isinstance(sampled, Sampled) and sampled.sample.paused is not None:
+            await self._hold(sampled.sample.paused, "verdict", wake_on_signals=True)
+        else:
+            await self._step(state, sampled)
         self._samples_this_run += 1
         self._maybe_continue_as_new()
+
+    async def _hold(self, pause: Pause, step: str, wake_on_signals: bool) -> None:
+        """Wait, durably, while ``pause`` holds ``step``: until its time, a ``resume``, or
+        ``PAUSE_RECHECK``; with ``wake_on_signals``, also for any signal (a cancel)."""
+        self._held = pause
+        resumes = self._resumes
+        wait = PAUSE_RECHECK
+        if pause.until is not None:
+            wait = min(wait, max(pause.until - workflow.now(), timedelta(seconds=1)))
+        workflow.set_current_details(f"**Held**: the {step} waits, {pause.describe()}")
+        with suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: self._resumes > resumes or (wake_on_signals and bool(self._pending)),
+                timeout=wait,
+                timeout_summary="pause ends, or look again",
+            )
+        self._held = None
 
     async def _sample(self, final: bool) -> Sampled | SampleFailed:
         state = self.state
@@ -428,6 +475,7 @@ class RollbackWorkflow:
             recommendation=state.recommendation,
             window_started_at=state.window_started_at,
             cohort=state.last_sample.cohort if state.last_sample else None,
+            final=final,
         )
         what = "final sample: evaluate adoption" if final else "sample cohort health"
         try:
@@ -504,7 +552,7 @@ class RollbackWorkflow:
                 case Reapply(observe_only=True):
                     follow = Reapplied(workflow.now(), OBSERVE_ONLY_RESULT)
                 case RollBack():
-                    result = await self._activity(
+                    result = await self._actuate(
                         ROLL_BACK,
                         RollBackInput(
                             cluster=self.cluster,
@@ -512,20 +560,18 @@ class RollbackWorkflow:
                             target=effect.target,
                             resources=effect.resources,
                         ),
-                        ActuationResult,
-                        summary=f"roll back to {effect.target}",
+                        f"roll back to {effect.target}",
                     )
                     follow = RolledBack(workflow.now(), result)
                 case Reapply():
-                    result = await self._activity(
+                    result = await self._actuate(
                         REAPPLY_RECOMMENDATION,
                         ReapplyInput(
                             cluster=self.cluster,
                             owner=self.state.owner,
                             recommendation=effect.recommendation,
                         ),
-                        ActuationResult,
-                        summary=f"re-apply {self.state.fingerprint} for the next turn",
+                        f"re-apply {self.state.fingerprint} for the next turn",
                     )
                     follow = Reapplied(workflow.now(), result)
                 case StartOver():
@@ -545,6 +591,18 @@ class RollbackWorkflow:
         elif shown and severity_of(self.state.mode) and not workflow.patched(NOTIFY_TRANSITIONS):
             await self._notify(decision)  # as runs recorded before the patch did: replayed so
         return follow
+
+    async def _actuate(
+        self, name: str, request: RollBackInput | ReapplyInput, summary: str
+    ) -> ActuationResult:
+        """A rollback or re-apply; while a pause holds it (the activity wrote nothing), wait
+        and try again."""
+        while True:
+            result = await self._activity(name, request, ActuationResult, summary=summary)
+            if result.paused is None:
+                return result
+            step = "rollback" if name == ROLL_BACK else "re-apply"
+            await self._hold(result.paused, step, wake_on_signals=False)
 
     async def _notify(self, decision: Decision) -> None:
         """A transition that matters starts a ``NotifyWorkflow`` child (``workflows.notify``),

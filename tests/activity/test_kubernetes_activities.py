@@ -25,6 +25,8 @@ from workflows.activity_api import (
     SampleCohortInput,
 )
 from workflows.contract import (
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
@@ -35,6 +37,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.fingerprint import Recommendation
+from workflows.pause import PauseScope
 from workflows.selection import Protection
 from workflows.state import OwnerState, ResourceSnapshot
 
@@ -603,6 +606,54 @@ def test_in_place_rollback_resizes_and_filters(
         )
     )
     assert again.pods_resized == 0 and api.requests("patch", "/resize$") == []
+
+
+def test_a_pause_holds_the_rollback_and_writes_nothing(
+    api: KubeEmulator, in_place: KubernetesActivities
+) -> None:
+    """Kubex's pause on the namespace: the rollback neither publishes nor resizes, says why in
+    one Warning Event (not one per look), and goes ahead once the pause is removed."""
+    api.store.create(node("roomy", memory="8Gi"))
+    pause = {PAUSE_UNTIL_ANNOTATION: "infinite", PAUSE_REASON_ANNOTATION: "incident 4711"}
+    api.store.create(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS, "annotations": pause}}
+    )
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, node="roomy"))
+    rollback = RollBackInput(
+        cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+    )
+    for _ in range(2):
+        held = in_place.roll_back(rollback)
+        assert held.paused is not None and held.paused.scope is PauseScope.NAMESPACE
+        assert held.paused.reason == "incident 4711" and held.applied is None
+    assert api.requests("patch") == []  # neither the owner nor a pod
+    (event,) = [e for e in api.store.items("Event", NS) if e["reason"] == EventReason.PAUSED]
+    assert event["type"] == "Warning"
+    assert event["message"] == (
+        "rollback held: paused by namespace shop until the annotation is removed: incident 4711"
+    )
+    unpause = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: None}}}
+    api.store.patch(api.store.rtype("Namespace"), None, NS, unpause, "application/merge-patch+json")
+    done = in_place.roll_back(rollback)
+    assert done.paused is None and done.pods_resized == 1
+
+
+def test_the_verdict_s_sample_finds_a_pod_s_pause(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    api.store.create(owner("Deployment", replicas=2))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC))
+    api.store.create(
+        pod("web-1", WEB, memory="512Mi", rec=REC, annotations={PAUSE_UNTIL_ANNOTATION: "later"})
+    )
+    window = SampleCohortInput(
+        cluster=CLUSTER, owner=ref(), recommendation=REC, window_started_at=SINCE
+    )
+    assert acts.sample_cohort(window).paused is None  # only the verdict looks
+    found = acts.sample_cohort(window.model_copy(update={"final": True})).paused
+    assert found is not None and (found.scope, found.name) == (PauseScope.POD, "web-1")
+    assert found.problem == "'later' is neither infinite nor an RFC 3339 time"
 
 
 def test_in_place_reports_restart_container_policy(

@@ -46,6 +46,7 @@ from workflows.notify import (
     SendInput,
     SendResult,
 )
+from workflows.pause import Pause
 from workflows.quantities import parse_quantity
 from workflows.state import OwnerState, ResourceSnapshot
 
@@ -70,6 +71,7 @@ class FakeOwner:
     events: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     journal: list[tuple[str, str]] = field(default_factory=list)
     pods: list[FakePod] = field(default_factory=list)
+    paused: Pause | None = None  # a pause in force: rollbacks and re-applies write nothing
 
     def __post_init__(self) -> None:
         if not self.pods:
@@ -189,6 +191,9 @@ class FakeCluster:
         owner = self._owner(input.owner)
         if owner is None:
             return ActuationResult(exists=False)
+        if owner.paused is not None:
+            owner.journal.append(("held", "rollback"))
+            return ActuationResult(paused=owner.paused)
         if input.target is RollbackTarget.MANIFEST:
             snapshot = ResourceSnapshot.of(owner.manifest, {})
         else:

@@ -16,6 +16,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from cli import ops
 from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import (
@@ -32,7 +33,14 @@ from worker.temporal import observe
 from workflows.activity_api import rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.notify import Severity
-from workflows.rollback import CancelSignal, ReopenSignal, RollbackInput, RollbackWorkflow
+from workflows.pause import Pause, PauseScope
+from workflows.rollback import (
+    CancelSignal,
+    ReopenSignal,
+    ResumeSignal,
+    RollbackInput,
+    RollbackWorkflow,
+)
 from workflows.state import OwnerState, ResourceSnapshot
 from workflows.wake import Trigger
 
@@ -494,3 +502,32 @@ async def test_explicit_reopen_via_signal_with_start(
     ).result()
     assert result.mode is Mode.MONITORING_SUCCEEDED
     assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2
+
+
+async def test_a_paused_rollback_holds_and_goes_ahead_on_resume(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """The rollback finds a pause in force and writes nothing; the run holds (the ``held``
+    query says on what) until ``resume``, then rolls back once."""
+    ref, owner = new_owner(cluster, settings(target=RollbackTarget.MANIFEST, max_attempts=1))
+    owner.paused = Pause(scope=PauseScope.NAMESPACE, name="shop", reason="incident 4711")
+    owner.apply(OOM)
+    handle = await observe(client, CLUSTER, task_queue, ref, OOM)
+    await wait_until(lambda: ("held", "rollback") in owner.journal)
+    assert await handle.query(RollbackWorkflow.held) == owner.paused
+    assert not any(what == "rollback" for what, _ in owner.journal)
+    status, state, held = await ops.describe(client, CLUSTER, ref)
+    assert (
+        "Held:         paused by namespace shop until the annotation is removed: incident 4711;"
+        " nothing is written until it ends"
+    ) in ops.describe_text(CLUSTER, ref, status, state, held=held).splitlines()
+    owner.paused = None
+    await handle.signal(RollbackWorkflow.resume, ResumeSignal())
+    result = await handle.result()
+    assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
+    assert [what for what, _ in owner.journal if what in ("held", "rollback")] == [
+        "held",
+        "rollback",
+    ]
+    assert await handle.query(RollbackWorkflow.held) is None
+    await check_replay(client, rollback_id(CLUSTER, ref), "paused-rollback")
