@@ -133,6 +133,12 @@ def health(
     return None, ()
 
 
+def is_ready(pod: Obj) -> bool:
+    """Whether the pod's Ready condition is True (it serves: available)."""
+    ready = _condition(pod, "Ready")
+    return bool(ready and ready.get("status") == "True")
+
+
 def ready_too_recently(pod: Obj, ready_by: datetime | None) -> bool:
     """Whether the pod turned Ready after ``ready_by`` (its Ready condition's transition time;
     a pod that does not say when counts as Ready long enough)."""

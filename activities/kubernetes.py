@@ -27,6 +27,7 @@ import json
 import logging
 import socket
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -37,8 +38,8 @@ from activities.cohort import Tally, judge
 from activities.errors import classified
 from activities.lookup import OwnerLookup, read_state
 from activities.notify import NotificationConfig, Notifier
-from activities.owners import desired_replicas, manifest_resources
-from activities.resize import resize_pods
+from activities.owners import desired_replicas, manifest_resources, max_unavailable
+from activities.resize import Pace, resize_paced
 from activities.writes import OwnerWriter
 from workflows.activity_api import (
     LOAD_OWNER,
@@ -125,6 +126,20 @@ def cohort_sample(
         observed_at=now,
         cohort=query,
     )
+
+
+@dataclass(frozen=True)
+class Listed:
+    """The cohort as one LIST found it (none: it was not read)."""
+
+    query: CohortQuery | None = None
+    pods: list[Obj] = field(default_factory=list)
+    version: str = ""
+
+
+def _heartbeat() -> None:
+    if activity.in_activity():
+        activity.heartbeat()
 
 
 class KubernetesActivities:
@@ -270,8 +285,8 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
-            pods = self._cohort(input.owner, obj)
-            paused = self._paused(input.owner, obj, pods, "rollback", input.target.value)
+            listed = self._cohort(input.owner, obj)
+            paused = self._paused(input.owner, obj, listed.pods, "rollback", input.target.value)
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
             if input.target is RollbackTarget.MANIFEST:
@@ -297,7 +312,7 @@ class KubernetesActivities:
                 applied=ResourceSnapshot.of(requests, limits),
                 message=f"rollback recommendation ({input.target}) published on the owner",
             )
-            return self._actuate(input.owner, pods, requests, limits, result)
+            return self._actuate(input.owner, written, listed, requests, limits, result)
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
     def reapply_recommendation(self, input: ReapplyInput) -> ActuationResult:
@@ -312,30 +327,42 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
-            pods = self._cohort(input.owner, obj)
-            paused = self._paused(input.owner, obj, pods, "re-apply", rec.fingerprint)
+            listed = self._cohort(input.owner, obj)
+            paused = self._paused(input.owner, obj, listed.pods, "re-apply", rec.fingerprint)
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
-            return self._actuate(input.owner, pods, rec.requests, rec.limits, result)
+            return self._actuate(input.owner, obj, listed, rec.requests, rec.limits, result)
 
-    def _cohort(self, owner: OwnerRef, obj: Obj) -> list[Obj]:
-        """The running cohort where this worker resizes it (in place), else none is read."""
+    def _cohort(self, owner: OwnerRef, obj: Obj) -> Listed:
+        """The cohort where this worker resizes it (in place), from one LIST; else none."""
         if self.actuation is not Actuation.IN_PLACE:
-            return []
-        return self.lookup.pods(owner.namespace, self.lookup.cohort_query(owner, obj))
+            return Listed()
+        query = self.lookup.cohort_query(owner, obj)
+        return Listed(query, *self.lookup.pods_listed(owner.namespace, query))
 
     def _actuate(
         self,
         owner: OwnerRef,
-        pods: list[Obj],
+        obj: Obj,
+        listed: Listed,
         requests: Resources,
         limits: Resources,
         result: ActuationResult,
     ) -> ActuationResult:
-        """In-place mode: resize the running cohort to the target and say what happened."""
-        if self.actuation is not Actuation.IN_PLACE:
+        """In-place mode: resize the cohort to the target, paced by the workload's
+        ``maxUnavailable`` (``activities.resize``), and say what happened."""
+        if self.actuation is not Actuation.IN_PLACE or listed.query is None:
             return result
-        done = resize_pods(self.core, owner.namespace, pods, requests, limits)
+        query, first = listed.query, [(listed.pods, listed.version)]
+
+        def cohort() -> tuple[list[Obj], str]:  # the LIST the pause was read on, then afresh
+            return first.pop() if first else self.lookup.pods_listed(owner.namespace, query)
+
+        desired = desired_replicas(owner.kind, obj)
+        pace = Pace(max_unavailable(owner.kind, obj, desired), heartbeat=_heartbeat)
+        done = resize_paced(
+            self.core, owner.namespace, cohort, query.label_selector, requests, limits, pace
+        )
         return result.model_copy(
             update={
                 "pods_resized": done.resized,

@@ -185,10 +185,16 @@ class OwnerLookup:
 
     def pods(self, namespace: str, query: CohortQuery) -> list[Obj]:
         """The cohort in one LIST: the selector server-side, the Job-name pattern client-side."""
+        return self.pods_listed(namespace, query)[0]
+
+    def pods_listed(self, namespace: str, query: CohortQuery) -> tuple[list[Obj], str]:
+        """``pods``, and the LIST's resourceVersion (to watch from)."""
         response = self.core.list_namespaced_pod(
             namespace, label_selector=query.label_selector, _preload_content=False
         )
-        pods: list[Obj] = body(response)["items"]
-        return [
+        listed = body(response)
+        pods: list[Obj] = listed["items"]
+        cohort = [
             p for p in pods if in_cohort(p, query) and not p["metadata"].get("deletionTimestamp")
         ]
+        return cohort, listed["metadata"]["resourceVersion"]

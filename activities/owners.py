@@ -154,6 +154,32 @@ def _desired(kind: WorkloadKind, owner: Obj) -> int | None:
             return int(spec.get("replicas", 1))
 
 
+# Where each kind says how many pods a rolling update may take down at once, and its default
+# when unset (Kubernetes' own); the other kinds say nothing: one pod at a time.
+_MAX_UNAVAILABLE: dict[WorkloadKind, tuple[tuple[str, ...], int | str]] = {
+    WorkloadKind.DEPLOYMENT: (("spec", "strategy", "rollingUpdate", "maxUnavailable"), "25%"),
+    WorkloadKind.ROLLOUT: (("spec", "strategy", "canary", "maxUnavailable"), "25%"),
+    WorkloadKind.STATEFUL_SET: (("spec", "updateStrategy", "rollingUpdate", "maxUnavailable"), 1),
+    WorkloadKind.DAEMON_SET: (("spec", "updateStrategy", "rollingUpdate", "maxUnavailable"), 1),
+}
+
+
+def max_unavailable(kind: WorkloadKind, owner: Obj, desired: int | None) -> int:
+    """How many pods an in-place resize that restarts containers may take down at once: the
+    workload's own ``maxUnavailable`` (a number, or a percentage of ``desired`` rounded down, as
+    the controllers do), never less than 1 (else nothing could ever be resized). A value that
+    is neither (a Rollout's CRD does not check it) paces one pod at a time: the safe side."""
+    path, default = _MAX_UNAVAILABLE.get(kind, ((), 1))
+    value = dig(owner, *path) if path else None
+    if value is None:
+        value = default
+    if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
+        return max(1, (desired or 0) * int(value[:-1]) // 100)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(1, value)
+    return 1
+
+
 def pod_containers(pod_spec: Obj | None) -> list[Obj]:
     return list((pod_spec or {}).get("containers") or [])
 

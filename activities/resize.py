@@ -5,22 +5,45 @@ pods whose actual resources differ from the target are patched (a strategic merg
 containers' resources), so a retried activity resizes nothing twice. A pod whose node lacks the
 free allocatable for larger requests is filtered and reported, never deleted; pending pods are
 left to admission. Containers with a ``RestartContainer`` resize policy are named in the result.
+
+Paced (``resize_paced``): a resize that restarts a container takes its pod down until it is
+Ready again, so a rollback meant to restore service must not restart the whole cohort at once.
+Pods whose resize restarts nothing, and pods already not Ready, are resized at once (no
+availability is lost); Ready pods that would restart go in batches that keep at most the
+workload's ``maxUnavailable`` pods not Ready (``activities.owners.max_unavailable``), each batch
+waited on (a watch of the cohort, heartbeating) until its pods have restarted and are Ready
+again. Every round starts from a fresh LIST, so a retried activity (a worker that died
+mid-batch) resizes no pod twice and forgets none: what is at the target is skipped, a pod still
+restarting counts as unavailable. A 429 from the API server (throttling, a disruption budget)
+is transient: the activity is retried.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from kubernetes.client import CoreV1Api
+from kubernetes.watch import watch as _watch
 
-from activities.cohort import actual_resources
+from activities.cohort import actual_resources, is_ready
+from activities.errors import TransientError
 from activities.lookup import body as _body
 from workflows.contract import Obj
 from workflows.fingerprint import Resources
 from workflows.quantities import parse_quantity
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+BATCH_TIMEOUT = 300.0  # seconds a batch may take to be Ready again before the activity retries
+WATCH_SLICE = 5  # seconds per watch request: a heartbeat at least this often
+
+log = logging.getLogger(__name__)
+iter_resp_lines: Callable[[Any], Iterator[str]] = _watch.iter_resp_lines  # untyped in the client
 
 
 @dataclass
@@ -30,6 +53,8 @@ class Resized:
     resized: int = 0
     filtered: list[str] = field(default_factory=list)  # pods whose node lacks the capacity
     restarts: set[str] = field(default_factory=set)  # pod/container restarted to apply
+    batches: int = 0  # paced batches of pods taken down to restart
+    most_unavailable: int = 0  # pods not Ready at once, at the most, as the batches started
 
     def describe(self) -> str:
         text = f"{self.resized} pods resized in place"
@@ -43,37 +68,169 @@ class Resized:
                 "; containers restart to apply (RestartContainer):"
                 f" {', '.join(sorted(self.restarts))}"
             )
+        if self.batches:
+            text += (
+                f"; paced in {self.batches} batch(es), at most {self.most_unavailable} pod(s)"
+                " not Ready at once"
+            )
         return text
 
 
-def resize_pods(
-    core: CoreV1Api, namespace: str, pods: list[Obj], requests: Resources, limits: Resources
+@dataclass
+class Pace:
+    """How a paced resize may take pods down, and how it says it is alive."""
+
+    max_unavailable: int
+    heartbeat: Callable[[], None] = lambda: None
+    batch_timeout: float = BATCH_TIMEOUT
+
+
+Lister = Callable[[], tuple[list[Obj], str]]  # the cohort now, and the LIST's resourceVersion
+
+
+def resize_paced(
+    core: CoreV1Api,
+    namespace: str,
+    cohort: Lister,
+    selector: str | None,
+    requests: Resources,
+    limits: Resources,
+    pace: Pace,
 ) -> Resized:
-    """Resize running ``pods`` to the target; skip those whose node lacks capacity."""
+    """Resize the cohort to the target, paced by ``pace`` (see the module)."""
     free = NodeCapacity(core)
     done = Resized()
-    for pod in pods:
-        if pod.get("status", {}).get("phase") != "Running":
-            continue  # pending pods are admitted with the owner's resources when they start
-        actual_req, actual_lim = actual_resources(pod)
-        containers = _resize_body(pod, actual_req, actual_lim, requests, limits)
-        if not containers:
-            continue
-        growth = _growth(actual_req, requests)
-        if growth and not free.fits(pod, growth):
-            done.filtered.append(pod["metadata"]["name"])
-            continue
-        core.patch_namespaced_pod_resize(
-            pod["metadata"]["name"],
+    while True:
+        pods, version = cohort()
+        plan = []
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if pod.get("status", {}).get("phase") != "Running" or name in done.filtered:
+                continue
+            containers = _resize_body(pod, *actual_resources(pod), requests, limits)
+            if containers:
+                plan.append((pod, containers, bool(_restarting(pod, containers))))
+        if not plan:
+            return done
+        down = sum(1 for p in pods if not is_ready(p))
+        budget = pace.max_unavailable - down
+        waiting_on: dict[str, dict[str, int]] = {}  # pod -> restart counts before its resize
+        held_back = 0
+        for pod, containers, restarting in plan:
+            takes_down = restarting and is_ready(pod)
+            if takes_down and budget <= 0:
+                held_back += 1
+                continue
+            actual_req, _ = actual_resources(pod)
+            growth = _growth(actual_req, requests)
+            if growth and not free.fits(pod, growth):
+                done.filtered.append(pod["metadata"]["name"])
+                continue
+            if restarting:
+                waiting_on[pod["metadata"]["name"]] = _restart_counts(pod)
+            _patch(core, namespace, pod, containers)
+            free.take(pod, growth)
+            done.resized += 1
+            done.restarts |= _restarting(pod, containers)
+            if takes_down:
+                budget -= 1
+        if waiting_on or held_back:
+            done.batches += 1
+            # Not Ready as the batch starts: those already down and those it takes down.
+            done.most_unavailable = max(done.most_unavailable, pace.max_unavailable - budget)
+            # Until this batch is back (or, with none, another pod is Ready): then the next.
+            back = _back(waiting_on) if waiting_on else _any_ready(down)
+            _wait(core, namespace, selector, version, pods, pace, back)
+        if not held_back:
+            return done
+
+
+def _patch(core: CoreV1Api, namespace: str, pod: Obj, containers: list[Obj]) -> None:
+    core.patch_namespaced_pod_resize(
+        pod["metadata"]["name"],
+        namespace,
+        {"spec": {"containers": containers}},
+        _content_type=STRATEGIC_MERGE_PATCH,
+        _preload_content=False,
+    )
+
+
+def _restart_counts(pod: Obj) -> dict[str, int]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return {cs["name"]: int(cs.get("restartCount") or 0) for cs in statuses}
+
+
+Done = Callable[[dict[str, Obj]], bool]  # over the cohort by name, as the watch shows it
+
+
+def _back(before: dict[str, dict[str, int]]) -> Done:
+    """Every pod of the batch restarted (a restart count went up) and Ready, or gone."""
+
+    def check(pods: dict[str, Obj]) -> bool:
+        for name, counts in before.items():
+            pod = pods.get(name)
+            if pod is None:
+                continue  # deleted: its replacement is admitted with the owner's target
+            now = _restart_counts(pod)
+            restarted = any(now.get(c, 0) > n for c, n in counts.items())
+            if not (restarted and is_ready(pod)):
+                return False
+        return True
+
+    return check
+
+
+def _any_ready(down: int) -> Done:
+    """Fewer pods not Ready than ``down``: another may be taken down."""
+    return lambda pods: sum(1 for p in pods.values() if not is_ready(p)) < down
+
+
+def _wait(
+    core: CoreV1Api,
+    namespace: str,
+    selector: str | None,
+    version: str,
+    listed: list[Obj],
+    pace: Pace,
+    done: Done,
+) -> None:
+    """Watch the cohort from the LIST it was ``listed`` in (``version``: the resizes since come
+    as events) until ``done``; heartbeat on the way. Past the batch timeout: a transient error
+    (the activity is retried, and starts from a fresh LIST)."""
+    pods = {p["metadata"]["name"]: p for p in listed}
+    deadline = time.monotonic() + pace.batch_timeout
+    while not done(pods):
+        pace.heartbeat()
+        if time.monotonic() > deadline:
+            raise TransientError(
+                f"pods not Ready again within {pace.batch_timeout:.0f}s of their resize;"
+                " looking again"
+            )
+        response: Any = core.list_namespaced_pod(
             namespace,
-            {"spec": {"containers": containers}},
-            _content_type=STRATEGIC_MERGE_PATCH,
+            label_selector=selector,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SLICE,
             _preload_content=False,
         )
-        free.take(pod, growth)
-        done.resized += 1
-        done.restarts |= _restarting(pod, containers)
-    return done
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    return  # an expired version: the caller's next round LISTs afresh
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if event.get("type") == "DELETED":
+                    pods.pop(obj["metadata"]["name"], None)
+                elif event.get("type") in ("ADDED", "MODIFIED"):
+                    pods[obj["metadata"]["name"]] = obj
+                if done(pods):
+                    return
+                pace.heartbeat()
+        finally:
+            response.release_conn()
 
 
 def _resize_body(

@@ -13,7 +13,10 @@ Every tick (default 100ms) it runs, in order:
   recommendation annotations;
 - **applier**: as a rightsizing engine would, resizes running pods in place to the owner's
   current target (rollback over recommendation), filtering pods whose node lacks the capacity;
-  pending pods that can never schedule are deleted so admission gives them the new target;
+  pending pods that can never schedule are deleted so admission gives them the new target. A
+  cluster whose engine actuates in place (``applies_rollbacks=False``) leaves rollbacks to it;
+- a container whose resize policy is ``RestartContainer`` restarts to apply a resize: not
+  Ready for its startup time;
 - **kubelet**: schedules pods onto nodes with free allocatable (else Pending/Unschedulable),
   starts them after their startup time, reports ``containerStatuses[].resources``, actuates
   ``pods/resize`` (Infeasible beyond the node, Deferred beyond its free capacity), OOM-kills a
@@ -202,9 +205,12 @@ def _job_status(job: Obj, pods: list[Obj]) -> Obj:
 
 
 class SimulatedCluster:
-    def __init__(self, store: Store, tick: float = 0.1) -> None:
+    def __init__(self, store: Store, tick: float = 0.1, applies_rollbacks: bool = True) -> None:
         self.store = store
         self.tick = tick
+        # An applier that applies rollback recommendations too (annotations actuation); in
+        # place, the engine resizes for a rollback itself and the applier leaves it be.
+        self.applies_rollbacks = applies_rollbacks
         self.workloads: dict[tuple[str, str, str], Workload] = {}
         self._clock: dict[str, float] = {}  # pod uid -> monotonic time of its next kubelet event
         self._stop = threading.Event()
@@ -625,6 +631,12 @@ class SimulatedCluster:
     # --- the applier ----------------------------------------------------------------------------
 
     def _apply(self, workload: Workload, owner: Obj) -> None:
+        annotations = owner["metadata"].get("annotations") or {}
+        rolled_back = ROLLBACK_REQUESTS_ANNOTATION in annotations or (
+            ROLLBACK_LIMITS_ANNOTATION in annotations
+        )
+        if rolled_back and not self.applies_rollbacks:
+            return  # in place: the engine resizes the running pods for a rollback
         requests, limits, stamped = self.target(owner)
         if not requests and not limits and not stamped:
             # Nothing to apply (none, or one that failed for good): a pod that never started on
@@ -791,7 +803,13 @@ class SimulatedCluster:
         self, uid: str, name: str, cs: Obj, behaviour: Behaviour, now: float
     ) -> bool:
         """One container's state this tick; OOM-kills it while its memory is below the working
-        set (CrashLoopBackOff after a few restarts). True when it is ready."""
+        set (CrashLoopBackOff after a few restarts); a container a resize restarted is not ready
+        for its startup time. True when it is ready."""
+        restarted = self._clock.get(f"{uid}/{name}/restart")
+        if restarted is not None and now - restarted < behaviour.startup:
+            cs["state"] = {"running": {"startedAt": kube_now()}}
+            cs["ready"] = False
+            return False
         res = cs["resources"]
         memory = (res.get("limits") or {}).get("memory") or (res.get("requests") or {}).get(
             "memory"
@@ -857,8 +875,9 @@ class SimulatedCluster:
             policies = {
                 p.get("resourceName"): p.get("restartPolicy") for p in c.get("resizePolicy") or []
             }
-            if "RestartContainer" in policies.values():
+            if "RestartContainer" in policies.values():  # not Ready until it has started again
                 cs["restartCount"] = cs.get("restartCount", 0) + 1
+                self._clock[f"{pod['metadata']['uid']}/{c['name']}/restart"] = time.monotonic()
             self.resizes.append(
                 (pod["metadata"]["name"], json.dumps(cs["resources"], sort_keys=True))
             )

@@ -18,6 +18,7 @@ language is tested without a cluster (``tests/unit/test_expect.py``)::
         memory: {app: 768Mi}                  # shorthand: every pod's memory request
         timing: [{from: backingOff, to: backedOff, turn: 1, lasts: 1, tolerance: 1}]  # seconds
         stillFor: 3                           # no transition in the last 3 s
+        maxUnavailable: 1                     # pods not Ready at once, from rollingBack on
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ class Expectation(Model):
     # No transition in the last this many seconds: the story holds still that long before it
     # can pass ("nothing further happens"), whatever the scenario's settle.
     still_for: float | None = Field(default=None, ge=0)
+    # The most pods not Ready at once, from the first rollingBack on: a rollback in place that
+    # restarts containers is paced by the workload's maxUnavailable.
+    max_unavailable: int | None = Field(default=None, ge=0)
 
 
 @dataclass
@@ -100,6 +104,7 @@ class Facts:
     events: list[Obj] = field(default_factory=list)  # {reason, message}
     pods: dict[str, Obj] = field(default_factory=dict)  # pod -> container -> resources
     transitions: list[Obj] = field(default_factory=list)  # {t, mode, turn}, t in seconds
+    not_ready: list[tuple[float, int]] = field(default_factory=list)  # (t, pods not Ready)
     now: float = 0.0  # seconds since the story started
 
 
@@ -150,6 +155,18 @@ def check(ref: str, want: Expectation, facts: Facts) -> list[str]:
     found += _events(ref, want, facts) + _pods(ref, want, facts)
     for timing in want.timing:
         found += _timing(ref, timing, facts.transitions)
+    if want.max_unavailable is not None:
+        since = next((t["t"] for t in facts.transitions if t["mode"] == "rollingBack"), None)
+        if since is None:
+            found.append(f"{ref}: never rolled back, no rollback to measure maxUnavailable on")
+        else:
+            at_start = [n for t, n in facts.not_ready if t < since][-1:]  # as it began
+            most = max(at_start + [n for t, n in facts.not_ready if t >= since], default=0)
+            if most > want.max_unavailable:
+                found.append(
+                    f"{ref}: {most} pods not Ready at once after rollingBack, expected at most"
+                    f" {want.max_unavailable}"
+                )
     if want.still_for is not None:
         last = max((t["t"] for t in facts.transitions), default=0.0)
         if facts.now - last < want.still_for:

@@ -467,6 +467,18 @@ class Recorder:
             refs = above
         return None
 
+    def not_ready(self, owner: str) -> list[tuple[float, int]]:
+        """``(t, n)``: from each change of ``owner``'s pods on, ``n`` of them were not Ready."""
+        states: dict[str, str | None] = {}
+        found = []
+        for change in self.pods:
+            if change["owner"] != owner:
+                continue
+            states[change["pod"]] = change["status"]
+            down = sum(1 for s in states.values() if s not in (None, "Running", "Succeeded"))
+            found.append((change["t"], down))
+        return found
+
     def _pod(self, kind: str, pod: Obj) -> None:
         owner = self._owner_of(pod)
         if owner is None:
@@ -637,7 +649,8 @@ class Member:
         self.task_queue = task_queue
         self.api = KubeEmulator()
         self.recorder = Recorder(world.on_line, self.api.store, prefix)
-        self.sim = SimulatedCluster(self.api.store)
+        in_place = (spec.actuation or world.scenario.actuation) == "in-place"
+        self.sim = SimulatedCluster(self.api.store, applies_rollbacks=not in_place)
         self.worker: WorkerProcess | None = None
         self.intake: IntakeService | None = None
 
@@ -859,6 +872,7 @@ class Member:
             annotations=annotations,
             events=[e for e in self.recorder.events if e["owner"] == key],
             transitions=[t for t in self.recorder.transitions if t["owner"] == key],
+            not_ready=self.recorder.not_ready(key),
             now=self.recorder.t(),
             pods={pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)},
         )

@@ -143,6 +143,12 @@ MID_WINDOW_RETRY = RetryPolicy(
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
 ACTIVITY_TIMEOUT = timedelta(seconds=20)  # a killed worker's activity is retried after this
+# A rollback or re-apply in place waits for each batch of restarted pods to be Ready again
+# (``activities.resize``): it may run long, heartbeating; a killed worker's is retried after
+# the heartbeat timeout, and resumes from what the pods show.
+ACTUATIONS = frozenset({ROLL_BACK, REAPPLY_RECOMMENDATION})
+ACTUATION_TIMEOUT = timedelta(hours=2)
+ACTUATION_HEARTBEAT = timedelta(seconds=30)
 # A local activity retries a few times in the worker (about 3 s of backoff); then the same call
 # becomes a regular activity, which retries durably under a retry budget of its own and shows its
 # failures in the UI.
@@ -733,12 +739,15 @@ class RollbackWorkflow:
                     name,
                     cause,
                 )
+        paced = name in ACTUATIONS
         result: R = await workflow.execute_activity(
             name,
             arg,
             result_type=result_type,
-            start_to_close_timeout=ACTIVITY_TIMEOUT,
-            schedule_to_close_timeout=self._input.retry_budget,
+            start_to_close_timeout=ACTUATION_TIMEOUT if paced else ACTIVITY_TIMEOUT,
+            heartbeat_timeout=ACTUATION_HEARTBEAT if paced else None,
+            schedule_to_close_timeout=self._input.retry_budget
+            + (ACTUATION_TIMEOUT if paced else timedelta(0)),
             retry_policy=retry,
             summary=summary,
         )

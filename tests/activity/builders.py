@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
+import time
 from typing import Any
 
 from workflows.contract import Obj
@@ -172,3 +175,55 @@ def policy(kind: str = "RollbackPolicy", name: str = "p", **spec: Any) -> Obj:
     }
     body["spec"].update(spec)
     return body
+
+
+class RestartingKubelet:
+    """What a kubelet does when a resize restarts a container (``RestartContainer``): the pod
+    goes not Ready, its container restarts (its count goes up) with the new resources, and it is
+    Ready again ``restart`` seconds later. Records the most pods not Ready at once."""
+
+    def __init__(self, store: Any, restart: float = 0.2) -> None:
+        self.store, self.restart = store, restart
+        self.most_not_ready = 0
+        self._lock = threading.Lock()
+        self._specs: dict[str, Obj] = {  # pod -> its container's resources, as last seen
+            p["metadata"]["name"]: copy.deepcopy(p["spec"]["containers"][0]["resources"])
+            for p in store.items("Pod", NS)
+        }
+        store.listeners.append(self._seen)
+
+    def _seen(self, kind: str, rtype: Any, obj: Obj) -> None:
+        if rtype.kind != "Pod" or kind == "DELETED":
+            return
+        pods = list(self.store.items("Pod", obj["metadata"].get("namespace")))
+        down = sum(1 for p in pods if not _ready(p))
+        name = obj["metadata"]["name"]
+        spec = copy.deepcopy(obj["spec"]["containers"][0]["resources"])
+        with self._lock:
+            self.most_not_ready = max(self.most_not_ready, down)
+            before = self._specs.get(name)
+            self._specs[name] = spec
+        if kind == "MODIFIED" and before is not None and before != spec:  # a resize
+            threading.Thread(target=self._restart, args=(name,)).start()
+
+    def _restart(self, name: str) -> None:
+        rtype = self.store.rtype("Pod")
+        pod = self.store.get(rtype, NS, name)
+        status = pod["status"]
+        cs = status["containerStatuses"][0]
+        cs |= {"resources": pod["spec"]["containers"][0]["resources"], "ready": False}
+        cs["restartCount"] = cs.get("restartCount", 0) + 1
+        status["conditions"] = [{"type": "Ready", "status": "False"}]
+        self.store.patch(rtype, NS, name, {"status": status}, MERGE, "status")
+        time.sleep(self.restart)
+        cs["ready"] = True
+        status["conditions"] = [{"type": "Ready", "status": "True"}]
+        self.store.patch(rtype, NS, name, {"status": status}, MERGE, "status")
+
+
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+MERGE = "application/merge-patch+json"

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from activities.kubernetes import KubernetesActivities
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
-from tests.activity.builders import NS, node, owner, pod, policy
+from tests.activity.builders import NS, RestartingKubelet, node, owner, pod, policy
 from worker.kube import api_client
 from workflows.activity_api import (
     LoadOwnerInput,
@@ -656,21 +656,50 @@ def test_the_verdict_s_sample_finds_a_pod_s_pause(
     assert found.problem == "'later' is neither infinite nor an RFC 3339 time"
 
 
-def test_in_place_reports_restart_container_policy(
-    api: KubeEmulator, in_place: KubernetesActivities
+@pytest.mark.parametrize(
+    ("max_unavailable", "batches"),
+    [pytest.param(1, 6, id="one-at-a-time"), pytest.param("50%", 2, id="half")],
+)
+def test_an_in_place_rollback_that_restarts_keeps_the_workload_available(
+    api: KubeEmulator, in_place: KubernetesActivities, max_unavailable: int | str, batches: int
 ) -> None:
-    api.store.create(owner("Deployment", replicas=1))
-    p = pod("web-0", WEB, memory="512Mi", rec=REC)
-    p["spec"]["containers"][0]["resizePolicy"] = [
-        {"resourceName": "memory", "restartPolicy": "RestartContainer"}
-    ]
-    api.store.create(p)
+    """Six Ready pods whose memory resize restarts their container: never more of them down
+    at once than the Deployment's maxUnavailable, each batch Ready again before the next."""
+    kubelet = RestartingKubelet(api.store)
+    api.store.create(node("roomy", memory="16Gi"))
+    deployment = owner("Deployment", replicas=6)
+    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": max_unavailable}}
+    api.store.create(deployment)
+    for i in range(6):
+        p = pod(f"web-{i}", WEB, memory="512Mi", rec=REC, node="roomy")
+        p["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+        ]
+        api.store.create(p)
     result = in_place.roll_back(
         RollBackInput(
             cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
         )
     )
+    most = 1 if max_unavailable == 1 else 3
+    assert kubelet.most_not_ready == most
+    assert result.pods_resized == 6
+    assert f"paced in {batches} batch(es), at most {most} pod(s) not Ready at once" in (
+        result.message
+    )
     assert "containers restart to apply (RestartContainer): web-0/app" in result.message
+    memory = {
+        p["spec"]["containers"][0]["resources"]["requests"]["memory"]
+        for p in api.store.items("Pod", NS)
+    }
+    assert memory == {"768Mi"}
+    api.clear_journal()  # a retry (a worker that died after the last batch) resizes nothing
+    in_place.roll_back(
+        RollBackInput(
+            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+        )
+    )
+    assert api.requests("patch", "/resize$") == []
 
 
 def test_reapply(

@@ -9,6 +9,7 @@ without its verb in the manifests fails here.
 from __future__ import annotations
 
 import asyncio
+import copy
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.kubernetes import Actuation, KubernetesActivities
 from sim.apiserver import KubeEmulator, Request, _resource_parts
 from tests import CLUSTER
-from tests.activity.builders import NS, node, owner, pod, policy
+from tests.activity.builders import NS, RestartingKubelet, node, owner, pod, policy
 from tests.activity.test_kubernetes_activities import ALL_KINDS, REC, _pods_for
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
@@ -88,6 +89,12 @@ def exercise_activities(actuation: Actuation) -> list[Request]:
             api.store.create(node())
             api.store.create(policy())
             _pods_for(kind, api, 2)
+            RestartingKubelet(api.store)  # in place: a paced batch waits on its pods (a watch)
+            for pod in [copy.deepcopy(p) for p in api.store.items("Pod", NS)]:
+                pod["spec"]["containers"][0]["resizePolicy"] = [
+                    {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+                ]
+                api.store.replace(api.store.rtype("Pod"), NS, pod["metadata"]["name"], pod)
             ref = OwnerRef(namespace=NS, kind=WorkloadKind(kind), name="web")
             acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=ref))
             acts.resolve_policy(ResolvePolicyInput(cluster=CLUSTER, owner=ref))
@@ -103,6 +110,7 @@ def exercise_activities(actuation: Actuation) -> list[Request]:
                     recommendation=REC,
                     window_started_at=started,
                     cohort=first.cohort,
+                    final=True,  # the verdict's: the pauses of the namespace too
                 )
             )
             state = OwnerState(
