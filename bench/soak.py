@@ -20,7 +20,10 @@ The oracle, checked once the story has settled, counts what must be 0:
 - ``nonLeaderWrites`` / ``nonLeaderSignals``: a write to the API server or a signal to a
   workflow from an intake while the Lease named another holder (the emulator records each
   request's client, from its User-Agent, and the Lease holder over time; each signal's identity
-  is in the workflow's history).
+  is in the workflow's history);
+- ``actedWhilePaused``: a rollback published on an owner while its pause
+  (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its window opens, to end
+  after the window) was in force; the fate's verdict must wait for the pause, then roll back.
 
 Also printed: faults injected by kind, workloads by outcome, the intakes' relists, the peak RSS
 of each process, the wall time.
@@ -59,9 +62,13 @@ from sim.scenario import _resources, free_port
 from worker.config import INTAKE_AGENT, TemporalConfig
 from workflows.contract import (
     CONTROL_ANNOTATION,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
     Obj,
 )
+from workflows.durations import parse_duration
 from workflows.notify import IDEMPOTENCY_HEADER
 from workflows.rollback import WORKFLOW_NAME
 
@@ -107,6 +114,9 @@ FATES = [
          own_policy=True, max_attempts=1),
     Fate("owner-deleted", HEALTHY, None, pods=None),
     Fate("policy-changed", OOM, "failedPermanent", 1, "oomKilled", own_policy=True),
+    # Paused on its owner as its first window opens, until after the window: the verdict waits,
+    # then rolls back as the oom fate does.
+    Fate("paused", OOM, "failedPermanent", 2, "oomKilled"),
     Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
     Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
     Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
@@ -122,6 +132,7 @@ class Workload:
     kind: str
     policy_kind: str  # which policy kind applies: RollbackPolicy or ClusterRollbackPolicy
     actions: list[str] = field(default_factory=list)  # scripted actions taken
+    paused: tuple[float, float] | None = None  # wall times a pause was set and ends
 
     @property
     def ref(self) -> str:
@@ -277,7 +288,9 @@ class Timeline:
         self.states: dict[str, list[tuple[float, Obj | None]]] = defaultdict(list)
         self.holders: list[tuple[float, str]] = []
         self.events: dict[str, list[str]] = defaultdict(list)  # owner -> reasons
+        self.rollbacks: dict[str, list[float]] = defaultdict(list)  # owner -> published at
         self._last: dict[str, str | None] = {}
+        self._published: set[str] = set()  # owners carrying a rollback recommendation now
 
     def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -294,6 +307,12 @@ class Timeline:
         if rtype.kind not in ("Deployment", "StatefulSet"):
             return
         owner = f"{meta.get('namespace')}/{rtype.kind}/{meta.get('name')}"
+        annotations = {} if kind == "DELETED" else (meta.get("annotations") or {})
+        if ROLLBACK_REQUESTS_ANNOTATION in annotations and owner not in self._published:
+            self._published.add(owner)
+            self.rollbacks[owner].append(time.time())
+        elif ROLLBACK_REQUESTS_ANNOTATION not in annotations:
+            self._published.discard(owner)
         raw = (
             None
             if kind == "DELETED"
@@ -483,6 +502,20 @@ class Soak:
                     {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}}, MERGE)  # fmt: skip
         w.actions.append(value)
 
+    def _pause(self, w: Workload) -> None:
+        """Pause the owner from now until 5 s after its window ends (RFC 3339, to the second,
+        rounded down: the pause ends no later than the verdict's earliest end)."""
+        now = time.time()
+        until = int(now + parse_duration(self.window).total_seconds() + 5)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+        annotations = {PAUSE_UNTIL_ANNOTATION: stamp, PAUSE_REASON_ANNOTATION: "soak"}
+        store = self.api.store
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
+        w.paused = (now, float(until))
+        w.actions.append("paused")
+        self.faults["owner paused through its verdict"] += 1
+
     def _delete_pods(self, w: Workload) -> None:
         store = self.api.store
         for pod in self._pods(w):
@@ -514,6 +547,8 @@ class Soak:
             elif fate == "policy-deleted" and "policy deleted" not in done:
                 store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
                 w.actions.append("policy deleted")
+        elif fate == "paused" and mode == "monitoring" and turn == 1 and "paused" not in done:
+            self._pause(w)
         elif fate in ("cancel", "reopen") and mode == "monitoring" and "cancel" not in done:
             self._annotate(w, "cancel")
         elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
@@ -752,6 +787,7 @@ class Soak:
                     bad("doubleRollback", f"{w.ref}: rollingBack {times} times in turn {turn}")
         self._notifications(bad)
         self._writes(bad)
+        self._paused(bad)
         await self._signals(client, bad)
         await self._crossed(client, bad)
         relists = sum(
@@ -762,7 +798,8 @@ class Soak:
             {kind: fault.hits for kind, fault in self.api_faults if fault.hits}
         )
         names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
-                 "nonLeaderWrites", "nonLeaderSignals", "crossedClusters")  # fmt: skip
+                 "nonLeaderWrites", "nonLeaderSignals", "crossedClusters",
+                 "actedWhilePaused")  # fmt: skip
         return SoakResult(
             len(self.workloads),
             {n: counts[n] for n in names},
@@ -776,6 +813,16 @@ class Soak:
             settled,
             cluster=self.cluster,
         )
+
+    def _paused(self, bad: Any) -> None:
+        for w in self.workloads:
+            if w.paused is None:
+                continue
+            start, until = w.paused
+            for at in self.timeline.rollbacks.get(w.ref, []):
+                if start <= at < until:
+                    bad("actedWhilePaused", f"{w.ref}: rollback published {until - at:.1f}s"
+                        " before its pause ended")  # fmt: skip
 
     def _id(self, w: Workload) -> str:
         return f"rollback/{self.cluster}/{w.ref}"

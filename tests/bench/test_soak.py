@@ -7,7 +7,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.soak import INTAKE_AGENT, Child, Soak, Timeline, report, soak, soak_fleet
+from bench.soak import (
+    FATES,
+    INTAKE_AGENT,
+    Child,
+    Soak,
+    Timeline,
+    Workload,
+    report,
+    soak,
+    soak_fleet,
+)
 from sim.apiserver import Request
 
 
@@ -19,6 +29,7 @@ async def test_the_soak_reports_zero_on_every_invariant() -> None:
     # It was a soak: the faults happened, and the story ran to its known ends.
     for kind in ("worker SIGKILL", "leading intake SIGKILL", "Temporal restart", "503", "429"):
         assert result.faults[kind] > 0, lines
+    assert result.faults["owner paused through its verdict"] > 0, lines  # actedWhilePaused: 0
     assert result.outcomes["failedPermanent"] and result.outcomes["cancelled"], lines
 
 
@@ -45,6 +56,30 @@ def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: obj
     ]  # fmt: skip
     Soak._writes(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert len(found) == 1 and found[0].startswith("nonLeaderWrites: intake-a PATCH")
+
+
+def test_the_oracle_sees_a_rollback_while_paused() -> None:
+    timeline = Timeline()
+    now = time.time()
+    paused, early, late = (
+        Workload(i, FATES[0], "ns", name, "Deployment", "RollbackPolicy")
+        for i, name in enumerate(("calm", "early", "late"))
+    )
+    for w in (paused, early, late):
+        w.paused = (now - 10, now)
+    timeline.rollbacks = {early.ref: [now - 3], late.ref: [now + 1]}  # early: in the pause
+
+    class Fake:
+        pass
+
+    fake = Fake()
+    fake.timeline = timeline  # type: ignore[attr-defined]
+    fake.workloads = [paused, early, late]  # type: ignore[attr-defined]
+    found: list[str] = []
+    Soak._paused(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    assert found == [
+        "actedWhilePaused: ns/Deployment/early: rollback published 3.0s before its pause ended"
+    ]
 
 
 async def test_two_clusters_on_one_temporal_never_cross() -> None:
