@@ -76,6 +76,7 @@ from workflows.fingerprint import (
     is_recommendation_key,
     recommendations_from_annotations,
 )
+from workflows.pause import effective_pause
 from workflows.policy import POLICY_KINDS
 from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
 from workflows.state import OwnerState
@@ -145,7 +146,12 @@ class Intake:
             core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
         )
         self.status = StatusWriter(
-            custom, self.owners.views, meter=meter, fence=self.acting, protection=protection
+            custom,
+            self.owners.views,
+            meter=meter,
+            fence=self.acting,
+            protection=protection,
+            held=self.held,
         )
         self.index = PolicyIndex(protection)
         self.stats: Counter[str] = Counter()
@@ -336,7 +342,30 @@ class Intake:
             before = self._pauses.pop(key, None) if now is None else self._pauses.get(key)
             if now is not None:
                 self._pauses[key] = now
+        if before != now:
+            self.status.changed()  # the policies' WorkloadsPaused condition
         return before is not None and before != now
+
+    def held(self, owner: OwnerRef) -> bool:
+        """Whether a pause on the owner or its namespace is in force now, as the watches show
+        (a pod's own pause is the workflow's to find: ``workflows.pause``)."""
+
+        def annotations(key: tuple[str, str, str]) -> dict[str, str] | None:
+            found = self._pauses.get(key)
+            if found is None:
+                return None
+            until, reason = found
+            return {PAUSE_UNTIL_ANNOTATION: until} | (
+                {PAUSE_REASON_ANNOTATION: reason} if reason else {}
+            )
+
+        with self._lock:
+            mine = annotations((owner.kind.value, owner.namespace, owner.name))
+            namespace = annotations(("Namespace", "", owner.namespace))
+        pause = effective_pause(
+            [], (str(owner), mine), (owner.namespace, namespace), datetime.now(UTC)
+        )
+        return pause is not None
 
     def _resume(self, owners: list[OwnerRef]) -> None:
         if owners:

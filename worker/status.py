@@ -63,9 +63,11 @@ class StatusWriter:
         meter: MetricMeter = MetricMeter.noop,
         fence: Callable[[], bool] = lambda: True,
         protection: Protection = PROTECTED,
+        held: Callable[[OwnerRef], bool] = lambda _: False,
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
         self.protection = protection
+        self.held = held  # whether a pause on the owner or its namespace is in force
         self.fence = fence  # checked before each write: only the acting leader writes
         self._owners_gauge = meter.create_gauge(
             "rollback_owner_workloads", "owners by the policy and mode of their stored state"
@@ -207,10 +209,12 @@ class StatusWriter:
             meta = view["metadata"]
             key = str(owner)
             seen.add(key)
+            state = self._state(key, view)
             found.append(
                 Workload(
                     WorkloadRef(owner.kind, owner.namespace, owner.name, meta.get("labels") or {}),
-                    self._state(key, view),
+                    state,
+                    state is not None and not state.mode.terminal and self.held(owner),
                 )
             )
         for gone in set(self._states) - seen:

@@ -14,8 +14,9 @@ engine's (docs/concepts/status-and-control.md, "Policy status"):
 - ``conditions`` (``metav1.Condition``): ``Ready`` (False: ``Invalid`` or ``Shadowed``) and
   ``WorkloadsMatched`` (False: ``NoMatchingWorkloads``, ``ProtectedNamespaces``, ``Shadowed`` or
   ``Invalid``); its message names the protected namespaces the scope reaches, where the policy
-  leaves workloads alone. A condition keeps its ``lastTransitionTime`` while its status does not
-  change.
+  leaves workloads alone; and, for a valid policy, ``WorkloadsPaused`` (True: ``Held``, naming
+  the active attempts a pause on their owner or namespace holds). A condition keeps its
+  ``lastTransitionTime`` while its status does not change.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from workflows.policy import AnyPolicy
 from workflows.selection import PolicyIndex, WorkloadRef, mismatch, precedence_key
 from workflows.state import CamelModel, OwnerState, PolicyRef
 
-READY, MATCHED = "Ready", "WorkloadsMatched"
+READY, MATCHED, PAUSED = "Ready", "WorkloadsMatched", "WorkloadsPaused"
 ConditionStatus = Literal["True", "False", "Unknown"]
 SUMMARY_MAX = 1024  # characters of lastErrorSummary
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # metav1.Time: RFC 3339 to the second
@@ -82,6 +83,7 @@ class Workload:
 
     ref: WorkloadRef
     state: OwnerState | None
+    held: bool = False  # a pause on the owner or its namespace is in force
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Tally:
     applies: int = 0  # of those, the ones where it wins precedence
     taken_by: str | None = None  # a policy that won one of its selected workloads
     protected: set[str] = field(default_factory=set)  # protected namespaces its scope reaches
+    held: list[str] = field(default_factory=list)  # active attempts a pause holds
     active: int = 0
     failed: int = 0
     newest_problem: tuple[datetime, str] | None = None
@@ -125,6 +128,8 @@ def tally(index: PolicyIndex, workloads: Iterable[Workload]) -> dict[str, Tally]
         t = found[str(state.policy)]
         if not state.mode.terminal:
             t.active += 1
+            if w.held:
+                t.held.append(w.ref.key)
         elif state.mode is Mode.FAILED_PERMANENT:
             t.failed += 1
         if state.failure_reason is not None:
@@ -183,6 +188,19 @@ def status_of(
         else:
             kinds = ", ".join(policy.spec.scope.workload_types)
             matched = ("False", "NoMatchingWorkloads", f"no workload in scope (kinds: {kinds})")
+    paused: tuple[ConditionStatus, str, str] = (
+        "False",
+        "NoneHeld",
+        "no tracked workload is paused",
+    )
+    if counts.held:
+        named = ", ".join(sorted(counts.held)[:3]) + (", ..." if len(counts.held) > 3 else "")
+        paused = (
+            "True",
+            "Held",
+            f"{len(counts.held)} tracked workload(s) held by a pause"
+            f" (rightsizing.kubex.ai/pause-until): {named}",
+        )
     return PolicyStatus(
         observed_generation=generation,
         active_tracked_workloads=counts.active,
@@ -191,6 +209,7 @@ def status_of(
         conditions=[
             _condition(previous, READY, ready, now, generation),
             _condition(previous, MATCHED, matched, now, generation),
+            _condition(previous, PAUSED, paused, now, generation),
         ],
     )
 

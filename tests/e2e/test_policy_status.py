@@ -21,6 +21,7 @@ from worker.process import IntakeService
 from workflows.contract import (
     CONTROL_ANNOTATION,
     OBSERVE_ONLY_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
     EventReason,
@@ -85,6 +86,7 @@ SCENARIO = Scenario.model_validate(
             deployment("watch"),
             deployment("ctl"),
             deployment("none"),
+            deployment("held"),
         ],
         "policies": [
             rollback_policy("ok"),
@@ -92,6 +94,7 @@ SCENARIO = Scenario.model_validate(
             rollback_policy("watch", annotations={OBSERVE_ONLY_ANNOTATION: "true"}),
             rollback_policy("ctl", monitoringPeriod="1h"),
             rollback_policy("none", scope={"labelSelector": {"matchLabels": {"app": "other"}}}),
+            rollback_policy("held"),
         ],
     }
 )
@@ -191,6 +194,32 @@ async def test_status_follows_success_rollback_failure_and_no_match(world: World
     await until(lambda: state(world, "ok").get("mode") == "monitoringSucceeded")
     ok = await until(lambda: (s := status(world, "ok")).get("activeTrackedWorkloads") == 0 and s)
     assert ok["failedWorkloads"] == 0 and "lastErrorSummary" not in ok
+
+
+async def test_a_pause_holds_the_verdict_and_the_policy_says_so(world: World) -> None:
+    """Kubex's pause on the namespace as a bad cut is monitored: the verdict waits (its
+    RollbackPaused Event proves it was reached), the policy's WorkloadsPaused condition names
+    the workload; the pause removed, the intake's resume lets the rollback go at once."""
+    store = world.api.store
+    namespace = store.rtype("Namespace")
+
+    def pause(value: str | None) -> None:
+        body = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: value}}}
+        store.patch(namespace, None, "held", body, "application/merge-patch+json")
+
+    await apply(world, "held", OOMS)
+    await until(lambda: state(world, "held").get("mode") == "monitoring")
+    pause("infinite")
+    (held,) = await until(lambda: events(world, "held", EventReason.PAUSED))
+    assert held["message"].startswith("verdict held: paused by namespace held")
+    assert state(world, "held")["mode"] == "monitoring"  # nothing written
+    paused = await until(
+        lambda: (c := condition(world, "held", "WorkloadsPaused"))["status"] == "True" and c
+    )
+    assert paused["reason"] == "Held" and "held/Deployment/api" in paused["message"]
+    pause(None)
+    await until(lambda: state(world, "held").get("mode") in ("rollingBack", "backingOff"), 10)
+    await until(lambda: condition(world, "held", "WorkloadsPaused")["status"] == "False")
 
 
 async def test_status_survives_an_intake_restart_without_a_write(world: World) -> None:
@@ -312,7 +341,7 @@ async def test_rollbackctl_shows_policies_as_kubectl_would(
     assert wide[-4:] == ["TARGET", "MONITORING", "THRESHOLD", "AGE"]
     assert rows["oom"][3:7] == ["True", "0", "1", "0"]
     assert rows["ctl"][3:7] == ["True", "1", "0", "0"]
-    assert len(rows) == 5
+    assert len(rows) == 6
 
     code = await rollbackctl("describe", "rbp", "oom/policy", *kube, *temporal)
     out = capsys.readouterr().out

@@ -13,6 +13,7 @@ from workflows.contract import FailureReason, Mode, WorkloadKind
 from workflows.policy import POLICY_KINDS, AnyPolicy
 from workflows.policy_status import (
     MATCHED,
+    PAUSED,
     READY,
     PolicyStatus,
     Tally,
@@ -77,7 +78,11 @@ def test_counts_follow_the_modes_recorded_under_the_policy() -> None:
     status = status_of(p, counts["RollbackPolicy/team/p"], None, T0)
     assert (status.active_tracked_workloads, status.failed_workloads) == (2, 1)
     assert status.observed_generation == 3
-    assert conditions(status) == {READY: ("True", "Valid"), MATCHED: ("True", "Matched")}
+    assert conditions(status) == {
+        READY: ("True", "Valid"),
+        MATCHED: ("True", "Matched"),
+        PAUSED: ("False", "NoneHeld"),
+    }
     assert "applies to 6 workload(s)" in status.conditions[1].message
     jsonschema.validate(status.body(), STATUS_SCHEMA)  # what the CRD accepts
 
@@ -87,11 +92,13 @@ def test_no_match_and_shadowed_are_conditions() -> None:
     assert conditions(status_of(lonely, None, None, T0)) == {
         READY: ("True", "Valid"),
         MATCHED: ("False", "NoMatchingWorkloads"),
+        PAUSED: ("False", "NoneHeld"),
     }
     heavy, light = policy("heavy", weight=10), policy("light", weight=1)
     counts = tally(index(heavy, light), [workload("a"), workload("b")])
     shadowed = status_of(light, counts["RollbackPolicy/team/light"], None, T0)
-    assert conditions(shadowed) == {READY: ("False", "Shadowed"), MATCHED: ("False", "Shadowed")}
+    assert conditions(shadowed)[READY] == ("False", "Shadowed")
+    assert conditions(shadowed)[MATCHED] == ("False", "Shadowed")
     assert "RollbackPolicy/team/heavy" in shadowed.conditions[0].message
     assert conditions(status_of(heavy, counts["RollbackPolicy/team/heavy"], None, T0))[READY] == (
         "True",
@@ -167,4 +174,20 @@ def test_a_scope_reaching_protected_namespaces_says_so() -> None:
     status = status_of(broad, only[name], None, T0)
     assert conditions(status)[MATCHED] == ("False", "ProtectedNamespaces")
     assert "(kube-system), where no policy applies" in status.conditions[1].message
+    jsonschema.validate(status.body(), STATUS_SCHEMA)
+
+
+def test_attempts_held_by_a_pause_are_a_condition() -> None:
+    p = policy()
+    held = [
+        Workload(workload(name, Mode.MONITORING).ref, workload(name, Mode.MONITORING).state, True)
+        for name in ("a", "b")
+    ]
+    counts = tally(index(p), [*held, workload("c", Mode.MONITORING)])
+    status = status_of(p, counts["RollbackPolicy/team/p"], None, T0)
+    assert conditions(status)[PAUSED] == ("True", "Held")
+    assert status.conditions[2].message == (
+        "2 tracked workload(s) held by a pause (rightsizing.kubex.ai/pause-until):"
+        " team/Deployment/a, team/Deployment/b"
+    )
     jsonschema.validate(status.body(), STATUS_SCHEMA)
