@@ -120,6 +120,35 @@ def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -
     assert out.returncode != 0 and "protectedNamespacePatterns" in out.stderr, out.stderr
 
 
+def test_a_settings_change_rolls_the_pods_and_one_replica_blocks_no_drain() -> None:
+    """The pods read their settings at start: a change rolls them (a checksum of the rendered
+    ConfigMaps on each pod template); a budget one replica cannot meet is not rendered."""
+
+    def checksums(objects: list[dict[str, Any]]) -> dict[str, str]:
+        return {
+            o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"][
+                "checksum/config"
+            ]
+            for o in objects
+            if o["kind"] == "Deployment"
+        }
+
+    before = checksums(template())
+    assert set(before) == {"rollback-worker", "rollback-intake"}
+    assert checksums(template()) == before  # the same settings: nothing rolls
+    for change in ("temporal.address=temporal.other:7233", "notifications.uiUrl=https://t.example"):
+        after = checksums(template(sets=(change,)))
+        assert all(after[name] != before[name] for name in before), change
+
+    def budgets(*sets: str) -> set[str]:
+        objects = template(sets=sets)
+        return {o["metadata"]["name"] for o in objects if o["kind"] == "PodDisruptionBudget"}
+
+    assert budgets() == {"rollback-worker", "rollback-intake"}
+    assert budgets("worker.replicas=1", "intake.replicas=1") == set()
+    assert budgets("worker.replicas=1") == {"rollback-intake"}
+
+
 def test_min_ready_duration_is_kubex_s_default_and_a_duration() -> None:
     def setting(objects: list[dict[str, Any]]) -> str:
         (config,) = [
@@ -159,12 +188,15 @@ def test_renders_objects_valid_for_kubernetes(values: Path | None) -> None:
 
 
 def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
-    """An object without Helm's own labels, with its notification file parsed (its comments
-    differ)."""
+    """An object without Helm's own labels and its settings checksum (a restart on
+    ``helm upgrade``; kustomize users restart with ``kubectl rollout restart``), with its
+    notification file parsed (its comments differ)."""
     obj = json.loads(json.dumps(obj))
     labels = obj["metadata"].get("labels", {})
     for label in HELM_LABELS:
         labels.pop(label, None)
+    template = (obj.get("spec") or {}).get("template") or {}
+    (template.get("metadata") or {}).get("annotations", {}).pop("checksum/config", None)
     data = obj.get("data", {})
     if "notifications.yaml" in data:
         data["notifications.yaml"] = yaml.safe_load(data["notifications.yaml"])
