@@ -26,6 +26,7 @@ from activities.notify import NotificationConfig, Receiver
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 from workflows.durations import DURATION_PATTERN, parse_duration
+from workflows.policy import POLICY_KINDS
 from workflows.selection import PROTECTED, Protection
 
 CHART = ROOT / "charts" / "rightsizing-rollback"
@@ -118,6 +119,15 @@ def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -
         "--set", "protectedNamespacePatterns={Kube_System}",
     )  # fmt: skip
     assert out.returncode != 0 and "protectedNamespacePatterns" in out.stderr, out.stderr
+
+
+def test_the_dev_server_honours_network_policy_enabled() -> None:
+    def policies(*sets: str) -> set[str]:
+        objects = template(sets=("temporal.dev.enabled=true", *sets))
+        return {o["metadata"]["name"] for o in objects if o["kind"] == "NetworkPolicy"}
+
+    assert "temporal-dev" in policies()
+    assert policies("networkPolicy.enabled=false") == set()
 
 
 def test_a_settings_change_rolls_the_pods_and_one_replica_blocks_no_drain() -> None:
@@ -337,3 +347,7 @@ def test_the_install_page_helm_commands_install_as_printed() -> None:
         assert out.returncode == 0, (command, out.stderr)
         notes = out.stdout.split("NOTES:", 1)[1]
         assert "kubectl -n rightsizing-rollback rollout status deployment/rollback-intake" in notes
+        # The policy it prints to apply is one the CRD and the models accept.
+        # (at the start of its lines, so that a copied heredoc ends where it should)
+        doc = yaml.safe_load(notes.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0])
+        POLICY_KINDS[doc["kind"]].model_validate(doc)  # as strict as the CRD schema
