@@ -121,13 +121,34 @@ def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -
     assert out.returncode != 0 and "protectedNamespacePatterns" in out.stderr, out.stderr
 
 
-def test_the_dev_server_honours_network_policy_enabled() -> None:
-    def policies(*sets: str) -> set[str]:
-        objects = template(sets=("temporal.dev.enabled=true", *sets))
+def test_the_dev_server_is_placed_pulled_and_fenced_as_the_engine() -> None:
+    def dev(*sets: str) -> list[dict[str, Any]]:
+        return template(sets=("temporal.dev.enabled=true", *sets))
+
+    def policies(objects: list[dict[str, Any]]) -> set[str]:
         return {o["metadata"]["name"] for o in objects if o["kind"] == "NetworkPolicy"}
 
-    assert "temporal-dev" in policies()
-    assert policies("networkPolicy.enabled=false") == set()
+    assert "temporal-dev" in policies(dev())
+    assert policies(dev("networkPolicy.enabled=false")) == set()
+    placed = dev(
+        "imagePullSecrets[0].name=mirror",
+        "nodeSelector.pool=system",
+        "tolerations[0].key=dedicated",
+        "tolerations[0].operator=Exists",
+        "temporal.dev.image=mirror.example/temporalio/temporal:1.9.1",
+    )
+    pods = {
+        o["metadata"]["name"]: o["spec"]["template"]["spec"]
+        for o in placed
+        if o["kind"] == "Deployment"
+    }
+    for name in ("temporal-dev", "rollback-worker", "rollback-intake"):
+        assert pods[name]["imagePullSecrets"] == [{"name": "mirror"}], name
+        assert pods[name]["nodeSelector"] == {"pool": "system"}, name
+        assert pods[name]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}], name
+    assert pods["temporal-dev"]["containers"][0]["image"] == (
+        "mirror.example/temporalio/temporal:1.9.1"
+    )
 
 
 def test_a_settings_change_rolls_the_pods_and_one_replica_blocks_no_drain() -> None:
