@@ -531,7 +531,9 @@ def _add_operations(sub: Any) -> None:
                 "target",
                 nargs="+",
                 metavar="NAMESPACE/KIND/NAME | rbp|crbp [NAMESPACE/]NAME",
-                help="a workload, or a policy (with the workloads it tracks)",
+                help="a workload, [CLUSTER/]NAMESPACE/KIND/NAME (the kind as kubectl takes it:"
+                " Deployment, deployment, deployments, deploy), or a policy (with the workloads"
+                " it tracks)",
             )
             cmd.add_argument(
                 "-n", "--namespace", dest="namespace_filter", help="a policy's namespace"
@@ -544,7 +546,12 @@ def _add_operations(sub: Any) -> None:
             )
             add_kube_flags(cmd, serving=False)
         else:
-            cmd.add_argument("owner", metavar="NAMESPACE/KIND/NAME")
+            cmd.add_argument(
+                "owner",
+                metavar="NAMESPACE/KIND/NAME",
+                help="the workload, [CLUSTER/]NAMESPACE/KIND/NAME (the kind as kubectl takes it:"
+                " Deployment, deployment, deployments, deploy)",
+            )
         if name == "cancel":
             cmd.add_argument("--reason", default="cancelled with rollbackctl")
         cmd.set_defaults(handler=handler)

@@ -25,12 +25,12 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.converter import decode_search_attributes
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.cohort import actual_resources, pod_state
 from activities.kubernetes import KubernetesActivities, cohort_sample
 from activities.kubetime import parse_kube_time
-from activities.owners import desired_replicas, dig
+from activities.owners import OWNER_KINDS, desired_replicas, dig
 from worker import temporal as control
 from workflows.activity_api import (
     CohortSample,
@@ -52,10 +52,39 @@ class OpsError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
+# kubectl's short names of the kinds (``kubectl api-resources``), and Argo Rollouts' ``ro``.
+SHORT_NAMES = {
+    "deploy": WorkloadKind.DEPLOYMENT,
+    "sts": WorkloadKind.STATEFUL_SET,
+    "ds": WorkloadKind.DAEMON_SET,
+    "cj": WorkloadKind.CRON_JOB,
+    "ro": WorkloadKind.ROLLOUT,
+}
+# Every way a kind is written, as kubectl takes it: its name in any case, its plural, its
+# short name.
+KIND_NAMES = (
+    {k.value.lower(): k for k in WorkloadKind}
+    | {OWNER_KINDS[k].plural: k for k in WorkloadKind}
+    | SHORT_NAMES
+)
+
+
+def kind_of(text: str) -> WorkloadKind:
+    """``Deployment``, ``deployment``, ``deployments`` or ``deploy``, as kubectl reads them."""
+    found = KIND_NAMES.get(text.lower())
+    if found is None:
+        kinds = ", ".join(k.value for k in WorkloadKind)
+        raise OpsError(
+            f"unknown kind {text!r}: one of {kinds} (any case, or plural),"
+            f" or a short name: {', '.join(SHORT_NAMES)}"
+        )
+    return found
+
+
 def parse_owner(text: str, cluster: str | None = None) -> tuple[str | None, OwnerRef]:
     """``[CLUSTER/]NAMESPACE/KIND/NAME`` (the kind as in the workflow ID, e.g.
-    ``eu-west/shop/Deployment/api``) and ``cluster`` (``--cluster``): (the cluster, if named,
-    the owner)."""
+    ``eu-west/shop/Deployment/api``, or as kubectl takes it: ``shop/deploy/api``) and
+    ``cluster`` (``--cluster``): (the cluster, if named, the owner)."""
     parts = text.split("/")
     if len(parts) not in (3, 4) or not all(parts):
         raise OpsError(f"expected [CLUSTER/]NAMESPACE/KIND/NAME, got {text!r}")
@@ -69,11 +98,7 @@ def parse_owner(text: str, cluster: str | None = None) -> tuple[str | None, Owne
             check_cluster(cluster)
         except ValueError as exc:
             raise OpsError(str(exc)) from None
-    try:
-        kind = WorkloadKind(parts[1])
-    except ValueError:
-        raise OpsError(f"unknown kind {parts[1]!r}") from None
-    return cluster, OwnerRef(namespace=parts[0], kind=kind, name=parts[2])
+    return cluster, OwnerRef(namespace=parts[0], kind=kind_of(parts[1]), name=parts[2])
 
 
 async def locate(client: Client, cluster: str | None, owner: OwnerRef) -> str:
@@ -87,7 +112,10 @@ async def locate(client: Client, cluster: str | None, owner: OwnerRef) -> str:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise OpsError(f"no rollback attempt recorded for {owner} in any cluster")
+        raise OpsError(
+            f"no rollback attempt recorded for {owner} in any cluster"
+            " (`rollbackctl get` lists the workloads that have one)"
+        )
     raise OpsError(
         f"{owner} has attempts in clusters {', '.join(found)}: name one"
         f" ({found[0]}/{owner} or --cluster {found[0]})"
@@ -194,6 +222,11 @@ async def describe(
     try:
         status, state = await control.newest_run(client, cluster, owner)
     except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            raise OpsError(
+                f"no rollback attempt recorded for {owner} in cluster {cluster}"
+                " (`rollbackctl get` lists the workloads that have one)"
+            ) from None
         raise OpsError(f"{rollback_id(cluster, owner)}: {exc.message}") from exc
     running = status is WorkflowExecutionStatus.RUNNING
     pause = await control.held(client, cluster, owner) if running else None

@@ -126,10 +126,27 @@ async def test_get_describe_cancel_reopen(
 async def test_describe_unknown_workload(
     temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _ = await cli(capsys, temporal_env, "q", "describe", "nowhere/Deployment/none")
-    assert code == 1
-    code, _ = await cli(capsys, temporal_env, "q", "describe", "not-a-ref")
-    assert code == 1
+    async def error(*argv: str) -> str:
+        address = temporal_env.client.service_client.config.target_host
+        code = await asyncio.to_thread(main, [*argv, "--address", address, "--task-queue", "q"])
+        assert code == 1
+        return capsys.readouterr().err.strip()
+
+    hint = "(`rollbackctl get` lists the workloads that have one)"
+    # kubectl's ways of writing a kind: any case, plural, short name.
+    assert await error("describe", "nowhere/deploy/none") == (
+        f"error: no rollback attempt recorded for nowhere/Deployment/none in any cluster {hint}"
+    )
+    assert await error("describe", "nowhere/statefulsets/none", "--cluster", CLUSTER) == (
+        f"error: no rollback attempt recorded for nowhere/StatefulSet/none in cluster {CLUSTER}"
+        f" {hint}"
+    )
+    assert await error("describe", "nowhere/pods/none") == (
+        "error: unknown kind 'pods': one of Deployment, StatefulSet, CronJob, Rollout, Job,"
+        " AnalysisRun, DaemonSet, Model, StrimziPodSet (any case, or plural), or a short name:"
+        " deploy, sts, ds, cj, ro"
+    )
+    assert "expected [CLUSTER/]NAMESPACE/KIND/NAME" in await error("describe", "not-a-ref")
 
 
 async def test_reopen_of_a_failed_workload_retries_it(
