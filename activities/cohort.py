@@ -127,8 +127,7 @@ def health(
         and scheduled.get("reason") == "Unschedulable"
     ):
         return FailureReason.UNSCHEDULABLE, ()
-    ready = _condition(pod, "Ready")
-    if not ready or ready.get("status") != "True" or ready_too_recently(pod, ready_by):
+    if not is_ready(pod) or ready_too_recently(pod, ready_by):
         return FailureReason.NOT_READY, ()
     return None, ()
 
@@ -142,9 +141,9 @@ def is_ready(pod: Obj) -> bool:
 def ready_too_recently(pod: Obj, ready_by: datetime | None) -> bool:
     """Whether the pod turned Ready after ``ready_by`` (its Ready condition's transition time;
     a pod that does not say when counts as Ready long enough)."""
-    ready = _condition(pod, "Ready")
-    if ready_by is None or not ready or ready.get("status") != "True":
+    if ready_by is None or not is_ready(pod):
         return False
+    ready = _condition(pod, "Ready") or {}
     since = parse_kube_time(ready.get("lastTransitionTime"))
     return since is not None and since > ready_by
 
@@ -159,8 +158,7 @@ def pod_state(pod: Obj) -> str:
     phase = str(status.get("phase") or "Pending")
     if phase != "Running":
         return phase
-    ready = _condition(pod, "Ready")
-    return "Running" if ready and ready.get("status") == "True" else "NotReady"
+    return "Running" if is_ready(pod) else "NotReady"
 
 
 def resize_blocked(pod: Obj) -> FailureReason | None:
@@ -193,7 +191,8 @@ def judge(
     reason, containers = health(pod, since, ready_by)
     if reason is None and not adopted:
         reason = resize_blocked(pod)
-    recent = reason is FailureReason.NOT_READY and ready_too_recently(pod, ready_by)
+    # NotReady while Ready: only because it turned Ready too recently (``health``).
+    recent = reason is FailureReason.NOT_READY and is_ready(pod)
     return PodVerdict(name, adopted, reason, containers, recent)
 
 

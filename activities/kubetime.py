@@ -5,9 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+def kube_time(at: datetime) -> str:
+    """``at`` as ``metav1.Time`` serialises it (second precision, rounded down, ``Z``)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def kube_now() -> str:
-    """Now, as ``metav1.Time`` serialises it (second precision, ``Z``)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Now, as ``metav1.Time`` serialises it."""
+    return kube_time(datetime.now(UTC))
 
 
 def parse_kube_time(value: str | None) -> datetime | None:

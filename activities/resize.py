@@ -21,7 +21,6 @@ is transient: the activity is retried.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -41,8 +40,6 @@ from workflows.quantities import parse_quantity
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 BATCH_TIMEOUT = 300.0  # seconds a batch may take to be Ready again before the activity retries
 WATCH_SLICE = 5  # seconds per watch request: a heartbeat at least this often
-
-log = logging.getLogger(__name__)
 iter_resp_lines: Callable[[Any], Iterator[str]] = _watch.iter_resp_lines  # untyped in the client
 
 
@@ -109,15 +106,15 @@ def resize_paced(
                 continue
             containers = _resize_body(pod, *actual_resources(pod), requests, limits)
             if containers:
-                plan.append((pod, containers, bool(_restarting(pod, containers))))
+                plan.append((pod, containers, _restarting(pod, containers)))
         if not plan:
             return done
         down = sum(1 for p in pods if not is_ready(p))
         budget = pace.max_unavailable - down
         waiting_on: dict[str, dict[str, int]] = {}  # pod -> restart counts before its resize
         held_back = 0
-        for pod, containers, restarting in plan:
-            takes_down = restarting and is_ready(pod)
+        for pod, containers, restarts in plan:
+            takes_down = bool(restarts) and is_ready(pod)
             if takes_down and budget <= 0:
                 held_back += 1
                 continue
@@ -126,12 +123,12 @@ def resize_paced(
             if growth and not free.fits(pod, growth):
                 done.filtered.append(pod["metadata"]["name"])
                 continue
-            if restarting:
+            if restarts:
                 waiting_on[pod["metadata"]["name"]] = _restart_counts(pod)
             _patch(core, namespace, pod, containers)
             free.take(pod, growth)
             done.resized += 1
-            done.restarts |= _restarting(pod, containers)
+            done.restarts |= restarts
             if takes_down:
                 budget -= 1
         if waiting_on or held_back:

@@ -45,6 +45,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -52,7 +53,7 @@ from typing import Any, ClassVar
 import yaml
 from temporalio.client import Client
 
-from activities.kubetime import parse_kube_time
+from activities.kubetime import kube_time, parse_kube_time
 from bench import CLUSTER
 from bench.memory import memory_mib
 from sim.apiserver import Fault, KubeEmulator
@@ -507,7 +508,7 @@ class Soak:
         rounded down: the pause ends no later than the verdict's earliest end)."""
         now = time.time()
         until = int(now + parse_duration(self.window).total_seconds() + 5)
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+        stamp = kube_time(datetime.fromtimestamp(until, UTC))
         annotations = {PAUSE_UNTIL_ANNOTATION: stamp, PAUSE_REASON_ANNOTATION: "soak"}
         store = self.api.store
         store.patch(store.rtype(w.kind), w.namespace, w.name,

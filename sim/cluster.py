@@ -140,6 +140,12 @@ def _condition(kind: str, true: bool, reason: str, message: str, before: list[Ob
     }
 
 
+def _rolled_back(owner: Obj) -> bool:
+    """Whether the owner carries a rollback recommendation (it wins over any other)."""
+    annotations = owner["metadata"].get("annotations") or {}
+    return ROLLBACK_REQUESTS_ANNOTATION in annotations or ROLLBACK_LIMITS_ANNOTATION in annotations
+
+
 def _pod_conditions(before: list[Obj], *conditions: Obj) -> list[Obj]:
     """Pod conditions as the kubelet writes them: each with its ``lastTransitionTime``, kept
     while its status holds (a judge reads how long a pod has been Ready)."""
@@ -301,7 +307,7 @@ class SimulatedCluster:
     def target(owner: Obj) -> tuple[Resources, Resources, dict[str, str]]:
         """The resources pods of ``owner`` should run with, and the annotations they carry."""
         annotations = owner["metadata"].get("annotations") or {}
-        if ROLLBACK_REQUESTS_ANNOTATION in annotations or ROLLBACK_LIMITS_ANNOTATION in annotations:
+        if _rolled_back(owner):
             requests = json.loads(annotations.get(ROLLBACK_REQUESTS_ANNOTATION) or "{}")
             limits = json.loads(annotations.get(ROLLBACK_LIMITS_ANNOTATION) or "{}")
             return requests, limits, {}
@@ -631,11 +637,7 @@ class SimulatedCluster:
     # --- the applier ----------------------------------------------------------------------------
 
     def _apply(self, workload: Workload, owner: Obj) -> None:
-        annotations = owner["metadata"].get("annotations") or {}
-        rolled_back = ROLLBACK_REQUESTS_ANNOTATION in annotations or (
-            ROLLBACK_LIMITS_ANNOTATION in annotations
-        )
-        if rolled_back and not self.applies_rollbacks:
+        if _rolled_back(owner) and not self.applies_rollbacks:
             return  # in place: the engine resizes the running pods for a rollback
         requests, limits, stamped = self.target(owner)
         if not requests and not limits and not stamped:

@@ -67,7 +67,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from activities.cohort import pod_state
-from activities.kubetime import kube_now
+from activities.kubetime import kube_now, kube_time
 from activities.lookup import WORKLOAD_KINDS, OwnerLookup
 from sim.apiserver import ApiError, KubeEmulator, Request
 from sim.cluster import Behaviour, SimulatedCluster
@@ -90,7 +90,7 @@ from workflows.contract import (
     WorkloadKind,
     task_queue_for,
 )
-from workflows.durations import format_duration, parse_duration
+from workflows.durations import format_duration, parse_duration_or_zero
 from workflows.fingerprint import is_recommendation_key
 from workflows.pause import INFINITE
 from workflows.policy import POLICY_KINDS
@@ -121,8 +121,7 @@ def scenario_schema() -> Obj:
 def _seconds(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
-    text = str(value)
-    return 0.0 if text in ("0", "0s") else parse_duration(text).total_seconds()
+    return parse_duration_or_zero(str(value)).total_seconds()
 
 
 class Model(BaseModel):
@@ -743,7 +742,7 @@ class Member:
             until = INFINITE
             if p.for_ != INFINITE:
                 ends = datetime.now(UTC) + timedelta(seconds=_seconds(p.for_) + 0.999999)
-                until = ends.strftime("%Y-%m-%dT%H:%M:%SZ")
+                until = kube_time(ends)
             pause = {PAUSE_UNTIL_ANNOTATION: until, PAUSE_REASON_ANNOTATION: p.reason}
             edits.append((p, pause, {}, f"paused until {until}"))
         if step.unpause is not None:

@@ -43,7 +43,7 @@ from worker import telemetry
 from worker.kube import DEFAULT_READ_TIMEOUT, api_client
 from worker.runner import MAX_CACHED_WORKFLOWS
 from workflows.contract import TASK_QUEUE, check_cluster, task_queue_for
-from workflows.durations import format_duration, parse_duration
+from workflows.durations import format_duration, parse_duration_or_zero
 from workflows.selection import PROTECTED, Protection
 
 log = logging.getLogger(__name__)
@@ -417,10 +417,8 @@ def _min_ready(args: argparse.Namespace, env: Mapping[str, str]) -> timedelta:
     raw = getattr(args, "min_ready_duration", None) or _env(env, "ROLLBACK_MIN_READY_DURATION")
     if raw is None:
         return DEFAULT_MIN_READY
-    if raw.strip() in ("0", "0s"):
-        return timedelta(0)
     try:
-        return parse_duration(raw)
+        return parse_duration_or_zero(raw)
     except ValueError as exc:
         raise ConfigError(f"--min-ready-duration: {exc}") from None
 

@@ -170,7 +170,7 @@ class Intake:
         self._carried_out: dict[OwnerRef, str] = {}
         self._policies_handled: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}
         # Pause annotations as last seen, of the objects that carry one (bounded by them).
-        self._pauses: dict[tuple[str, str, str], tuple[str, str | None]] = {}
+        self._pauses: dict[tuple[str, str, str], dict[str, str]] = {}
         self.pending: set[Future[None]] = set()
         self._bad_objects = meter.create_counter(
             "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
@@ -336,8 +336,13 @@ class Intake:
     def _pause_lifted(self, key: tuple[str, str, str], kind: str, obj: Obj) -> bool:
         """Whether ``obj``'s pause went or changed since last seen (a held run looks again)."""
         annotations = obj["metadata"].get("annotations") or {}
-        until = None if kind == "DELETED" else annotations.get(PAUSE_UNTIL_ANNOTATION)
-        now = None if until is None else (until, annotations.get(PAUSE_REASON_ANNOTATION))
+        now = None
+        if kind != "DELETED" and PAUSE_UNTIL_ANNOTATION in annotations:
+            now = {
+                k: annotations[k]
+                for k in (PAUSE_UNTIL_ANNOTATION, PAUSE_REASON_ANNOTATION)
+                if k in annotations
+            }
         with self._lock:
             before = self._pauses.pop(key, None) if now is None else self._pauses.get(key)
             if now is not None:
@@ -349,19 +354,9 @@ class Intake:
     def held(self, owner: OwnerRef) -> bool:
         """Whether a pause on the owner or its namespace is in force now, as the watches show
         (a pod's own pause is the workflow's to find: ``workflows.pause``)."""
-
-        def annotations(key: tuple[str, str, str]) -> dict[str, str] | None:
-            found = self._pauses.get(key)
-            if found is None:
-                return None
-            until, reason = found
-            return {PAUSE_UNTIL_ANNOTATION: until} | (
-                {PAUSE_REASON_ANNOTATION: reason} if reason else {}
-            )
-
         with self._lock:
-            mine = annotations((owner.kind.value, owner.namespace, owner.name))
-            namespace = annotations(("Namespace", "", owner.namespace))
+            mine = self._pauses.get((owner.kind.value, owner.namespace, owner.name))
+            namespace = self._pauses.get(("Namespace", "", owner.namespace))
         pause = effective_pause(
             [], (str(owner), mine), (owner.namespace, namespace), datetime.now(UTC)
         )

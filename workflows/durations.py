@@ -40,6 +40,11 @@ of overflowing dates deep in the engine."""
 MAX_DURATION_TEXT = "8760h"
 
 
+def parse_duration_or_zero(text: str) -> timedelta:
+    """``parse_duration``, and ``0`` / ``0s`` (a setting that can be off)."""
+    return timedelta(0) if text.strip() in ("0", "0s") else parse_duration(text)
+
+
 def parse_duration(text: str) -> timedelta:
     """Parse a positive Go duration. ``parse_duration("1h30m") == timedelta(minutes=90)``."""
     if not isinstance(text, str):

@@ -170,9 +170,7 @@ def status_of(
         matched = ("False", "Shadowed", shadowed)
     else:
         ready = ("True", "Valid", mode or "valid and in effect")
-        spared = ", ".join(sorted(counts.protected)[:5]) + (
-            ", ..." if len(counts.protected) > 5 else ""
-        )
+        spared = _some(counts.protected, 5)
         if counts.applies:
             message = f"applies to {counts.applies} workload(s)"
             if counts.protected:
@@ -194,7 +192,7 @@ def status_of(
         "no tracked workload is paused",
     )
     if counts.held:
-        named = ", ".join(sorted(counts.held)[:3]) + (", ..." if len(counts.held) > 3 else "")
+        named = _some(counts.held, 3)
         paused = (
             "True",
             "Held",
@@ -235,6 +233,12 @@ def invalid_status(
             _condition(previous, MATCHED, ("False", "Invalid", ignored), now, generation),
         ],
     )
+
+
+def _some(names: Iterable[str], most: int) -> str:
+    """``a, b, c, ...``: the first ``most`` names, sorted, and a mark when there are more."""
+    ordered = sorted(names)
+    return ", ".join(ordered[:most]) + (", ..." if len(ordered) > most else "")
 
 
 def _condition(

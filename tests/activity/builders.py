@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+from activities.cohort import is_ready
 from workflows.contract import Obj
 from workflows.fingerprint import Recommendation
 
@@ -196,7 +197,7 @@ class RestartingKubelet:
         if rtype.kind != "Pod" or kind == "DELETED":
             return
         pods = list(self.store.items("Pod", obj["metadata"].get("namespace")))
-        down = sum(1 for p in pods if not _ready(p))
+        down = sum(1 for p in pods if not is_ready(p))
         name = obj["metadata"]["name"]
         spec = copy.deepcopy(obj["spec"]["containers"][0]["resources"])
         with self._lock:
@@ -219,11 +220,6 @@ class RestartingKubelet:
         cs["ready"] = True
         status["conditions"] = [{"type": "Ready", "status": "True"}]
         self.store.patch(rtype, NS, name, {"status": status}, MERGE, "status")
-
-
-def _ready(pod: Obj) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 MERGE = "application/merge-patch+json"

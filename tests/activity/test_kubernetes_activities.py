@@ -11,6 +11,7 @@ from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.kubernetes import KubernetesActivities
+from activities.kubetime import kube_time
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, RestartingKubelet, node, owner, pod, policy
@@ -174,10 +175,6 @@ RECENT = (NOW - timedelta(seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
 OLD = "2025-01-01T00:00:00Z"
 
 
-def kube_time(seconds_ago: float) -> str:
-    return (datetime.now(UTC) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @pytest.mark.parametrize(
     ("kwargs", "reason"),
     [
@@ -251,7 +248,8 @@ def test_a_pod_counts_only_once_ready_for_the_minimum(api: KubeEmulator, client:
     api.store.create(owner("Deployment", replicas=3))
 
     def ready_since(seconds: float | None) -> list[dict[str, str]]:
-        at = {} if seconds is None else {"lastTransitionTime": kube_time(seconds)}
+        ago = datetime.now(UTC) - timedelta(seconds=seconds or 0)
+        at = {} if seconds is None else {"lastTransitionTime": kube_time(ago)}
         return [
             {"type": "PodScheduled", "status": "True"},
             {"type": "Ready", "status": "True", **at},

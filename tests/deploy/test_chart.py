@@ -62,6 +62,15 @@ def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([helm(), *args], capture_output=True, text=True, timeout=120, check=False)
 
 
+def settings(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """The data of the ``rightsizing-rollback`` ConfigMap: what both processes read."""
+    (config,) = [
+        o for o in objects
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rightsizing-rollback"
+    ]  # fmt: skip
+    return dict(config["data"])
+
+
 def template(*values: Path, sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     args = ["template", "rr", str(CHART), "--namespace", NAMESPACE, "--include-crds"]
     args += ["--set", f"cluster={CLUSTER}"]
@@ -91,9 +100,9 @@ def test_the_cluster_is_required_and_a_dns_label() -> None:
     assert out.returncode != 0 and "cluster is required" in out.stderr, out.stderr
     out = run_helm("template", "rr", str(CHART), "--set", "cluster=EU_West")
     assert out.returncode != 0 and "cluster" in out.stderr and "pattern" in out.stderr, out.stderr
-    (config,) = [o for o in template() if o["metadata"]["name"] == "rightsizing-rollback"]
-    assert config["data"]["ROLLBACK_CLUSTER"] == CLUSTER
-    assert "ROLLBACK_TASK_QUEUE" not in config["data"]  # one per cluster, from its name
+    data = settings(template())
+    assert data["ROLLBACK_CLUSTER"] == CLUSTER
+    assert "ROLLBACK_TASK_QUEUE" not in data  # one per cluster, from its name
 
 
 def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -> None:
@@ -101,11 +110,7 @@ def test_protected_namespaces_are_kubex_s_defaults_and_a_value(tmp_path: Path) -
     replaces them, and the schema refuses what the processes would."""
 
     def protected(objects: list[dict[str, Any]]) -> Protection:
-        (config,) = [
-            o for o in objects
-            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rightsizing-rollback"
-        ]  # fmt: skip
-        return Protection.parse(config["data"]["ROLLBACK_PROTECTED_NAMESPACES"])
+        return Protection.parse(settings(objects)["ROLLBACK_PROTECTED_NAMESPACES"])
 
     assert protected(template()) == PROTECTED
     assert protected(render(ROOT / "deploy" / "base")) == PROTECTED
@@ -182,11 +187,7 @@ def test_a_settings_change_rolls_the_pods_and_one_replica_blocks_no_drain() -> N
 
 def test_min_ready_duration_is_kubex_s_default_and_a_duration() -> None:
     def setting(objects: list[dict[str, Any]]) -> str:
-        (config,) = [
-            o for o in objects
-            if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "rightsizing-rollback"
-        ]  # fmt: skip
-        return str(config["data"]["ROLLBACK_MIN_READY_DURATION"])
+        return str(settings(objects)["ROLLBACK_MIN_READY_DURATION"])
 
     assert parse_duration(setting(template())) == DEFAULT_MIN_READY
     assert parse_duration(setting(render(ROOT / "deploy" / "base"))) == DEFAULT_MIN_READY
