@@ -219,6 +219,10 @@ def cmd_get(args: argparse.Namespace) -> int:
         print("error: -A and -n cannot be used together", file=sys.stderr)
         return 2
     if args.resource != "workloads":
+        given = [flag for flag, on in (("--mode", args.mode), ("--held", args.held)) if on]
+        if given:
+            print(f"error: {given[0]} filters workloads, not policies", file=sys.stderr)
+            return 2
 
         async def look_policies(_: Client | None = None) -> list[Any]:
             return await asyncio.to_thread(_list_policies, args)
@@ -227,7 +231,9 @@ def cmd_get(args: argparse.Namespace) -> int:
 
     async def look_workloads(client: Client | None) -> list[Any]:
         assert client is not None
-        return await ops.get(client, args.namespace_filter, args.mode, cluster=args.cluster)
+        return await ops.get(
+            client, args.namespace_filter, args.mode, cluster=args.cluster, held=args.held
+        )
 
     return _get(args, look_workloads, ops.table, needs_temporal=True)
 
@@ -510,6 +516,11 @@ def _add_operations(sub: Any) -> None:
         "--mode",
         choices=[m.value for m in Mode if m is not Mode.CLEARED],
         help="only this mode, e.g. failedPermanent",
+    )
+    listing.add_argument(
+        "--held",
+        action="store_true",
+        help="only the attempts a pause holds now (rightsizing.kubex.ai/pause-until)",
     )
     listing.add_argument(
         "-o", "--output", choices=["table", "wide", "json", "yaml"], default="table"

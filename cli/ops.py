@@ -154,8 +154,9 @@ class Row:
     turn: int | None
     policy: str
     fingerprint: str
-    status: str
+    status: str  # the run's status, ``Held`` for a running one a pause holds
     started: datetime
+    held: str = ""  # what a pause holds and why (``RollbackHeld``), while it does
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -169,12 +170,16 @@ class Row:
             "fingerprint": self.fingerprint,
             "status": self.status,
             "started": self.started.isoformat(),
+            "held": self.held or None,
         }
 
 
 def _row(wf: WorkflowExecution) -> Row:
     attrs: dict[str, Any] = {pair.key.name: pair.value for pair in wf.typed_search_attributes}
     status = wf.status.name.title() if wf.status else "Unknown"
+    held = str(attrs.get(SearchAttribute.HELD) or "")
+    if held and wf.status is WorkflowExecutionStatus.RUNNING:
+        status = "Held"
     parsed = parse_rollback_id(wf.id)
     return Row(
         workflow_id=wf.id,
@@ -188,6 +193,7 @@ def _row(wf: WorkflowExecution) -> Row:
         fingerprint=str(attrs.get(SearchAttribute.FINGERPRINT, "")),
         status=status,
         started=wf.start_time,
+        held=held,
     )
 
 
@@ -202,9 +208,11 @@ async def get(
     mode: str | None = None,
     policy: str | None = None,
     cluster: str | None = None,
+    held: bool = False,
 ) -> list[Row]:
     """The newest run of each owner in each cluster (or ``cluster``'s only); ``mode`` filters
-    on that run's mode, ``policy`` on runs under that policy (``RollbackPolicy/ns/name``)."""
+    on that run's mode, ``policy`` on runs under that policy (``RollbackPolicy/ns/name``),
+    ``held`` on running attempts a pause holds."""
     newest: dict[str, WorkflowExecution] = {}
     async for wf in client.list_workflows(list_query(namespace, policy=policy, cluster=cluster)):
         if wf.id not in newest or wf.start_time > newest[wf.id].start_time:
@@ -212,6 +220,8 @@ async def get(
     rows = [_row(wf) for wf in newest.values()]
     if mode:
         rows = [r for r in rows if r.mode == mode]
+    if held:
+        rows = [r for r in rows if r.status == "Held"]
     return sorted(rows, key=lambda r: (r.cluster, r.namespace, r.workload))
 
 
@@ -359,10 +369,13 @@ def _pod_now(pod: Obj) -> Obj:
 
 
 def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:
-    """The workloads as ``get`` prints them; ``wide`` adds when the run started and its ID."""
+    """The workloads as ``get`` prints them; ``wide`` adds when the run started, its ID and
+    what a pause holds."""
     names: tuple[str, ...] = ("CLUSTER", "NAMESPACE", "WORKLOAD", "MODE", "TURN", "POLICY")
     names += (
-        ("FINGERPRINT", "STATUS", "STARTED", "WORKFLOW ID") if wide else ("FINGERPRINT", "STATUS")
+        ("FINGERPRINT", "STATUS", "STARTED", "WORKFLOW ID", "HELD")
+        if wide
+        else ("FINGERPRINT", "STATUS")
     )
     body = [
         (
@@ -374,7 +387,7 @@ def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:
             r.policy,
             r.fingerprint,
             r.status,
-            *((r.started.strftime("%Y-%m-%dT%H:%M:%SZ"), r.workflow_id) if wide else ()),
+            *((r.started.strftime("%Y-%m-%dT%H:%M:%SZ"), r.workflow_id, r.held) if wide else ()),
         )
         for r in rows
     ]

@@ -168,7 +168,8 @@ class EventReason(StrEnum):
 
 class SearchAttribute(StrEnum):
     """Custom search attributes upserted at every transition (registered on the server);
-    ``RollbackCluster`` is set when a run starts."""
+    ``RollbackCluster`` is set when a run starts; ``RollbackHeld`` only while a pause holds a
+    step (what it holds and why), unset when the step goes ahead."""
 
     CLUSTER = "RollbackCluster"
     NAMESPACE = "RollbackNamespace"
@@ -177,6 +178,7 @@ class SearchAttribute(StrEnum):
     TURN = "RollbackTurn"
     POLICY = "RollbackPolicy"
     FINGERPRINT = "RollbackFingerprint"
+    HELD = "RollbackHeld"
 
 
 SEARCH_ATTRIBUTE_TYPES = {
@@ -187,4 +189,5 @@ SEARCH_ATTRIBUTE_TYPES = {
     SearchAttribute.TURN: "Int",
     SearchAttribute.POLICY: "Keyword",
     SearchAttribute.FINGERPRINT: "Keyword",
+    SearchAttribute.HELD: "Keyword",
 }

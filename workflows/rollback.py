@@ -18,8 +18,10 @@ annotation went: a held step looks again). Queries: ``status``, ``held``.
 Pauses (``workflows.pause``): the verdict's sample, the rollback and the re-apply find the pause
 in force, if any, and write nothing; the run then holds, durably, until the pause's time, the
 intake's ``resume``, or ``PAUSE_RECHECK`` (a resume the intake could not send), and looks again:
-a verdict decides on what it sees then. Runs recorded before pauses never held, and replay as
-they ran (the hold is taken only on a result that says ``paused``).
+a verdict decides on what it sees then. A hold sets the ``RollbackHeld`` search attribute (what
+``rollbackctl get`` and the UI show), unset with the next state shown. Runs recorded before
+pauses never held, and replay as they ran (the hold is taken only on a result that says
+``paused``).
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ SA_MODE = SearchAttributeKey.for_keyword(SearchAttribute.MODE)
 SA_TURN = SearchAttributeKey.for_int(SearchAttribute.TURN)
 SA_POLICY = SearchAttributeKey.for_keyword(SearchAttribute.POLICY)
 SA_FINGERPRINT = SearchAttributeKey.for_keyword(SearchAttribute.FINGERPRINT)
+SA_HELD = SearchAttributeKey.for_keyword(SearchAttribute.HELD)
+HELD_SHOWN_CHARS = 250  # a pause's reason is free text; a Keyword attribute is not
 
 
 class RollbackInput(CamelModel):
@@ -285,6 +289,7 @@ class RollbackWorkflow:
         self._samples_this_run = 0
         self._lean = False
         self._held: Pause | None = None  # the pause a step waits on now
+        self._held_shown: str | None = None  # ``RollbackHeld`` as last upserted
         self._resumes = 0  # resume signals received
 
     # --- signals and query -------------------------------------------------------------------
@@ -319,6 +324,8 @@ class RollbackWorkflow:
     @workflow.run
     async def run(self, input: RollbackInput) -> RollbackResult:
         self._input = input
+        # A held window's continue-as-new carries its search attributes into this run.
+        self._held_shown = workflow.info().typed_search_attributes.get(SA_HELD)
         initial = input.resume or initial_state(
             input.owner, input.recommendation, input.sample_interval
         )
@@ -464,6 +471,10 @@ class RollbackWorkflow:
         if pause.until is not None:
             wait = min(wait, max(pause.until - workflow.now(), timedelta(seconds=1)))
         workflow.set_current_details(f"**Held**: the {step} waits, {pause.describe()}")
+        held = f"{step}: {pause.describe()}"[:HELD_SHOWN_CHARS]
+        if held != self._held_shown:  # once per hold, not once per look again
+            workflow.upsert_search_attributes([SA_HELD.value_set(held)])
+            self._held_shown = held
         with suppress(TimeoutError):
             await workflow.wait_condition(
                 lambda: self._resumes > resumes or (wake_on_signals and bool(self._pending)),
@@ -545,7 +556,12 @@ class RollbackWorkflow:
         # not when a run that wakes nothing ends in the mode it found.
         transitioned = self.state.transitions > (before.transitions if before else 0)
         if shown:
-            workflow.upsert_search_attributes(search_attributes(self.state, self.cluster))
+            # A step that was held has gone ahead: this state is what came of it.
+            unheld = [SA_HELD.value_unset()] if self._held_shown is not None else []
+            workflow.upsert_search_attributes(
+                [*search_attributes(self.state, self.cluster), *unheld]
+            )
+            self._held_shown = None
         if transitioned:
             self._count_transition()
         follow: Observation | None = None

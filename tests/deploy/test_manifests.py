@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 from worker.runner import MAX_CACHED_WORKFLOWS, worker_memory_mib
+from workflows.contract import SEARCH_ATTRIBUTE_TYPES
 
 DEPLOY = ROOT / "deploy"
 # Every kustomization that can be applied (components only in the overlays that use them).
@@ -174,3 +175,18 @@ def test_the_worker_memory_limit_fits_its_cache() -> None:
     expected = worker_memory_mib(cached)
     assert _mib(resources["requests"]["memory"]) >= expected
     assert 1.5 * expected <= _mib(resources["limits"]["memory"]) <= 3 * expected
+
+
+def test_the_trial_temporal_registers_every_search_attribute() -> None:
+    """A run that upserts an unregistered search attribute fails its workflow task: the trial
+    dev server (kustomize and the chart read the same file) registers each the workflow uses,
+    and the page on running Temporal yourself names each."""
+    objects = render(DEPLOY / "overlays" / "temporal-dev")
+    (temporal,) = [
+        d for d in _by_kind(objects, "Deployment") if d["metadata"]["name"] == "temporal-dev"
+    ]
+    args = temporal["spec"]["template"]["spec"]["containers"][0]["args"]
+    registered = {args[i + 1] for i, arg in enumerate(args) if arg == "--search-attribute"}
+    assert registered == {f"{name}={kind}" for name, kind in SEARCH_ATTRIBUTE_TYPES.items()}
+    page = (ROOT / "docs" / "operating" / "temporal.md").read_text()
+    assert [name for name in SEARCH_ATTRIBUTE_TYPES if name not in page] == []

@@ -247,3 +247,12 @@ def test_temporal_unreachable_is_one_line_not_a_traceback(
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot reach Temporal at 127.0.0.1:{port}")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("flag", [["--mode", "monitoring"], ["--held"]])
+def test_workload_filters_are_refused_on_policies(
+    flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Policies have no mode and nothing holds them: the filter is refused, not dropped."""
+    assert main(["get", "policies", *flag]) == 2
+    assert capsys.readouterr().err == f"error: {flag[0]} filters workloads, not policies\n"

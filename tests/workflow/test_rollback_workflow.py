@@ -30,7 +30,7 @@ from tests.workflow.helpers import (
 )
 from worker import temporal as control
 from worker.temporal import observe
-from workflows.activity_api import rollback_id
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.notify import Severity
 from workflows.pause import Pause, PauseScope
@@ -83,6 +83,21 @@ async def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
     while not check():
         assert asyncio.get_running_loop().time() < deadline, "condition never held"
         await asyncio.sleep(0.05)
+
+
+async def listed(
+    client: Client, ref: OwnerRef, check: Callable[[ops.Row], bool], timeout: float = 10.0
+) -> ops.Row:
+    """The owner's row as ``rollbackctl get`` lists it, once it passes ``check`` (the list
+    comes from visibility, which lags the workflow a little)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        rows = await ops.get(client, cluster=CLUSTER)
+        row = next((r for r in rows if r.workflow_id == rollback_id(CLUSTER, ref)), None)
+        if row is not None and check(row):
+            return row
+        assert asyncio.get_running_loop().time() < deadline, f"never listed so: {row}"
+        await asyncio.sleep(0.1)
 
 
 def span(state: OwnerState, from_mode: Mode, to_mode: Mode, turn: int) -> timedelta:
@@ -521,6 +536,11 @@ async def test_a_paused_rollback_holds_and_goes_ahead_on_resume(
         "Held:         paused by namespace shop until the annotation is removed: incident 4711;"
         " nothing is written until it ends"
     ) in ops.describe_text(CLUSTER, ref, status, state, held=held).splitlines()
+    row = await listed(client, ref, lambda r: r.status == "Held")  # get, get --held, the UI
+    assert row.held == (
+        "rollback: paused by namespace shop until the annotation is removed: incident 4711"
+    )
+    assert row in await ops.get(client, cluster=CLUSTER, held=True)
     owner.paused = None
     await handle.signal(RollbackWorkflow.resume, ResumeSignal())
     result = await handle.result()
@@ -530,4 +550,6 @@ async def test_a_paused_rollback_holds_and_goes_ahead_on_resume(
         "rollback",
     ]
     assert await handle.query(RollbackWorkflow.held) is None
+    row = await listed(client, ref, lambda r: r.status == "Completed")
+    assert row.held == "" and row not in await ops.get(client, cluster=CLUSTER, held=True)
     await check_replay(client, rollback_id(CLUSTER, ref), "paused-rollback")
