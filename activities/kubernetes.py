@@ -331,7 +331,9 @@ class KubernetesActivities:
             paused = self._paused(input.owner, obj, listed.pods, "re-apply", rec.fingerprint)
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
-            return self._actuate(input.owner, obj, listed, rec.requests, rec.limits, result)
+            return self._actuate(
+                input.owner, obj, listed, rec.requests, rec.limits, result, stop_on_crash=True
+            )
 
     def _cohort(self, owner: OwnerRef, obj: Obj) -> Listed:
         """The cohort where this worker resizes it (in place), from one LIST; else none."""
@@ -348,9 +350,11 @@ class KubernetesActivities:
         requests: Resources,
         limits: Resources,
         result: ActuationResult,
+        stop_on_crash: bool = False,
     ) -> ActuationResult:
         """In-place mode: resize the cohort to the target, paced by the workload's
-        ``maxUnavailable`` (``activities.resize``), and say what happened."""
+        ``maxUnavailable`` (``activities.resize``), and say what happened; a re-apply
+        (``stop_on_crash``) takes no more pods down once one crashes on the new resources."""
         if self.actuation is not Actuation.IN_PLACE or listed.query is None:
             return result
         query, first = listed.query, [(listed.pods, listed.version)]
@@ -359,7 +363,11 @@ class KubernetesActivities:
             return first.pop() if first else self.lookup.pods_listed(owner.namespace, query)
 
         desired = desired_replicas(owner.kind, obj)
-        pace = Pace(max_unavailable(owner.kind, obj, desired), heartbeat=_heartbeat)
+        pace = Pace(
+            max_unavailable(owner.kind, obj, desired),
+            heartbeat=_heartbeat,
+            stop_on_crash=stop_on_crash,
+        )
         done = resize_paced(
             self.core, owner.namespace, cohort, query.label_selector, requests, limits, pace
         )

@@ -16,6 +16,11 @@ again. Every round starts from a fresh LIST, so a retried activity (a worker tha
 mid-batch) resizes no pod twice and forgets none: what is at the target is skipped, a pod still
 restarting counts as unavailable. A 429 from the API server (throttling, a disruption budget)
 is transient: the activity is retried.
+
+A pod of the batch that crashes on its new resources (restarted again after the resize's
+restart: OOMKilled, CrashLoopBackOff) will not be Ready by waiting: the batch is over. A
+re-apply (``Pace.stop_on_crash``) then stops, taking no more pods down: the crash is the
+window's evidence, and the verdict rolls it back. A rollback goes on to its target.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ class Resized:
     restarts: set[str] = field(default_factory=set)  # pod/container restarted to apply
     batches: int = 0  # paced batches of pods taken down to restart
     most_unavailable: int = 0  # pods not Ready at once, at the most, as the batches started
+    crashed: list[str] = field(default_factory=list)  # pods that crashed on their new resources
+    left: int = 0  # pods a stop on a crash left as they were
 
     def describe(self) -> str:
         text = f"{self.resized} pods resized in place"
@@ -70,6 +77,10 @@ class Resized:
                 f"; paced in {self.batches} batch(es), at most {self.most_unavailable} pod(s)"
                 " not Ready at once"
             )
+        if self.crashed:
+            text += f"; crashed on the new resources: {', '.join(self.crashed)}"
+        if self.left:
+            text += f"; stopped there, {self.left} pod(s) left as they were"
         return text
 
 
@@ -80,6 +91,7 @@ class Pace:
     max_unavailable: int
     heartbeat: Callable[[], None] = lambda: None
     batch_timeout: float = BATCH_TIMEOUT
+    stop_on_crash: bool = False  # a re-apply: a pod crashing on the new resources stops it
 
 
 Lister = Callable[[], tuple[list[Obj], str]]  # the cohort now, and the LIST's resourceVersion
@@ -137,7 +149,13 @@ def resize_paced(
             done.most_unavailable = max(done.most_unavailable, pace.max_unavailable - budget)
             # Until this batch is back (or, with none, another pod is Ready): then the next.
             back = _back(waiting_on) if waiting_on else _any_ready(down)
-            _wait(core, namespace, selector, version, pods, pace, back)
+            seen = _wait(core, namespace, selector, version, pods, pace, back)
+            crashed = [n for n, counts in waiting_on.items() if n in seen
+                       and _crashed(seen[n], counts)]  # fmt: skip
+            done.crashed += crashed
+            if crashed and pace.stop_on_crash:
+                done.left = held_back
+                return done
         if not held_back:
             return done
 
@@ -160,8 +178,22 @@ def _restart_counts(pod: Obj) -> dict[str, int]:
 Done = Callable[[dict[str, Obj]], bool]  # over the cohort by name, as the watch shows it
 
 
+def _crashed(pod: Obj, before: dict[str, int]) -> bool:
+    """Restarted again after the resize's own restart, or backing off: it crashes on them."""
+    now = _restart_counts(pod)
+    if any(now.get(c, 0) > n + 1 for c, n in before.items()):
+        return True
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any(
+        ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        for cs in statuses
+        if cs.get("name") in before and (cs.get("restartCount") or 0) > before[cs["name"]]
+    )
+
+
 def _back(before: dict[str, dict[str, int]]) -> Done:
-    """Every pod of the batch restarted (a restart count went up) and Ready, or gone."""
+    """Every pod of the batch restarted (a restart count went up) and is Ready, or crashed on
+    its new resources (waiting will not bring it back), or is gone."""
 
     def check(pods: dict[str, Obj]) -> bool:
         for name, counts in before.items():
@@ -170,7 +202,7 @@ def _back(before: dict[str, dict[str, int]]) -> Done:
                 continue  # deleted: its replacement is admitted with the owner's target
             now = _restart_counts(pod)
             restarted = any(now.get(c, 0) > n for c, n in counts.items())
-            if not (restarted and is_ready(pod)):
+            if not (restarted and is_ready(pod)) and not _crashed(pod, counts):
                 return False
         return True
 
@@ -190,10 +222,10 @@ def _wait(
     listed: list[Obj],
     pace: Pace,
     done: Done,
-) -> None:
+) -> dict[str, Obj]:
     """Watch the cohort from the LIST it was ``listed`` in (``version``: the resizes since come
-    as events) until ``done``; heartbeat on the way. Past the batch timeout: a transient error
-    (the activity is retried, and starts from a fresh LIST)."""
+    as events) until ``done``, and return it as last seen; heartbeat on the way. Past the batch
+    timeout: a transient error (the activity is retried, and starts from a fresh LIST)."""
     pods = {p["metadata"]["name"]: p for p in listed}
     deadline = time.monotonic() + pace.batch_timeout
     while not done(pods):
@@ -217,17 +249,18 @@ def _wait(
                 event = json.loads(line)
                 obj = event.get("object") or {}
                 if event.get("type") == "ERROR":
-                    return  # an expired version: the caller's next round LISTs afresh
+                    return pods  # an expired version: the caller's next round LISTs afresh
                 version = obj.get("metadata", {}).get("resourceVersion", version)
                 if event.get("type") == "DELETED":
                     pods.pop(obj["metadata"]["name"], None)
                 elif event.get("type") in ("ADDED", "MODIFIED"):
                     pods[obj["metadata"]["name"]] = obj
                 if done(pods):
-                    return
+                    return pods
                 pace.heartbeat()
         finally:
             response.release_conn()
+    return pods
 
 
 def _resize_body(

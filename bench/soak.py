@@ -23,7 +23,12 @@ The oracle, checked once the story has settled, counts what must be 0:
   is in the workflow's history);
 - ``actedWhilePaused``: a rollback published on an owner while its pause
   (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its window opens, to end
-  after the window) was in force; the fate's verdict must wait for the pause, then roll back.
+  after the window) was in force; the fate's verdict must wait for the pause, then roll back;
+- ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
+  cluster): while an owner is ``rollingBack``, more pods taken down by the engine at once than
+  its ``maxUnavailable`` (1, set on every owner). Every container's memory resize policy is
+  ``RestartContainer``, so each Ready pod the rollback resizes restarts; which pods a worker
+  resized and when comes from the emulator's journal, when they were Ready from the store.
 
 Also printed: faults injected by kind, workloads by outcome, the intakes' relists, the peak RSS
 of each process, the wall time.
@@ -60,7 +65,7 @@ from sim.apiserver import Fault, KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
 from sim.scenario import _resources, free_port
-from worker.config import INTAKE_AGENT, TemporalConfig
+from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
 from workflows.contract import (
     CONTROL_ANNOTATION,
     PAUSE_REASON_ANNOTATION,
@@ -79,6 +84,8 @@ LIMITS_KEY = "static.rightsizing.kubex.ai/desired-resource-limits"
 MANIFEST, HEALTHY, OOM, GROWN, HUGE = "512Mi", "384Mi", "256Mi", "1Gi", "200Ti"
 WORKING_SET = "300Mi"
 KUBE_TIMEOUT = 3.0
+MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-place paces by)
+MIN_READY = "2s"  # the workers' --min-ready-duration
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 
 
@@ -99,6 +106,10 @@ class Fate:
     max_attempts: int = 2
     long_window: bool = False  # a window that outlasts the soak (cancel, reopen)
     terminal: bool = True  # its workflow has ended by the end of the soak
+    # In place, another reason this end may be given: two actuators (the cluster's applier and
+    # the engine's re-apply) each resize the pods they see room for, and the kubelet defers the
+    # one the node cannot take after all: ``resizeDeferred`` says the cut did not fit as well.
+    in_place_reason: str | None = None
 
 
 FATES = [
@@ -107,7 +118,7 @@ FATES = [
     Fate("partial-above", GROWN, "monitoringSucceeded", 1, None, replicas=5, grow_only=True,
          fits=4),
     Fate("partial-below", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet", replicas=5,
-         grow_only=True, fits=3),
+         grow_only=True, fits=3, in_place_reason="resizeDeferred"),
     # Running pods cannot grow (filtered, never deleted) and the replacements stay Pending. One
     # turn only (a policy of its own): whether a turn 2 starts depends on whether a replacement
     # is still Pending when the recommendation comes back, a race no script can know the end of.
@@ -169,7 +180,9 @@ def _policy(
     }
 
 
-def _manifest(w: Workload) -> Obj:
+def _manifest(w: Workload, in_place: bool = False) -> Obj:
+    """The owner; ``in_place``: its memory resizes restart the container, paced by
+    ``MAX_UNAVAILABLE``."""
     selector = {"pool": f"part-{w.name}" if w.fate.fits else "main"}
     labels = {"app": w.name, "policy": "own" if w.fate.own_policy else w.policy_kind}
     if w.fate.long_window:
@@ -196,6 +209,13 @@ def _manifest(w: Workload) -> Obj:
     }
     if w.kind == "StatefulSet":
         spec["serviceName"] = w.name
+    if in_place:
+        container = spec["template"]["spec"]["containers"][0]
+        container["resizePolicy"] = [
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+        ]
+        pace = {"rollingUpdate": {"maxUnavailable": MAX_UNAVAILABLE}}
+        spec["strategy" if w.kind == "Deployment" else "updateStrategy"] = pace
     api_version = "apps/v1"
     return {
         "apiVersion": api_version,
@@ -205,12 +225,15 @@ def _manifest(w: Workload) -> Obj:
     }
 
 
-def plan(count: int, namespaces: int) -> list[Workload]:
-    """Fates dealt round-robin; owner and policy kinds alternate within each fate."""
+def plan(count: int, namespaces: int, in_place: bool = False) -> list[Workload]:
+    """Fates dealt round-robin; owner and policy kinds alternate within each fate. In place,
+    no ``unschedulable``: an in-place rollback resizes running pods and leaves a Pending one to
+    admission, which nothing re-runs there (docs/concepts/activities.md)."""
+    fates = [f for f in FATES if not (in_place and f.name == "unschedulable")]
     workloads = []
     for i in range(count):
-        fate = FATES[i % len(FATES)]
-        round_ = i // len(FATES)
+        fate = fates[i % len(fates)]
+        round_ = i // len(fates)
         workloads.append(
             Workload(
                 i,
@@ -292,6 +315,9 @@ class Timeline:
         self.rollbacks: dict[str, list[float]] = defaultdict(list)  # owner -> published at
         self._last: dict[str, str | None] = {}
         self._published: set[str] = set()  # owners carrying a rollback recommendation now
+        self.kinds: dict[tuple[str, str], str] = {}  # (namespace, app label) -> owner kind
+        # owner -> pod -> (time, Ready) at each change, and (time, None) when it went
+        self.pods: dict[str, dict[str, list[tuple[float, bool | None]]]] = defaultdict(dict)
 
     def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -304,6 +330,9 @@ class Timeline:
             involved = obj.get("involvedObject") or {}
             owner = f"{involved.get('namespace')}/{involved.get('kind')}/{involved.get('name')}"
             self.events[owner].append(str(obj.get("reason")))
+            return
+        if rtype.kind == "Pod":
+            self._pod(kind, obj)
             return
         if rtype.kind not in ("Deployment", "StatefulSet"):
             return
@@ -323,6 +352,22 @@ class Timeline:
             return
         self._last[owner] = raw
         self.states[owner].append((time.time(), json.loads(raw) if raw else None))
+
+    def _pod(self, kind: str, pod: Obj) -> None:
+        """Whether each pod of an owner is Ready, each time that changes."""
+        meta = pod.get("metadata") or {}
+        namespace, app = str(meta.get("namespace")), str((meta.get("labels") or {}).get("app"))
+        owner_kind = self.kinds.get((namespace, app))
+        if owner_kind is None:
+            return
+        owner = f"{namespace}/{owner_kind}/{app}"
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ready = None if kind == "DELETED" else any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+        )  # fmt: skip
+        changes = self.pods[owner].setdefault(str(meta.get("name")), [])
+        if not changes or changes[-1][1] != ready:
+            changes.append((time.time(), ready))
 
     def holder_at(self, when: float) -> str:
         holder = ""
@@ -347,6 +392,7 @@ class SoakResult:
     settled: bool
     logs: str | None = None  # where the processes' logs were kept, when it failed
     cluster: str = ""
+    fates: int = len(FATES)  # the scripted fates dealt
 
     @property
     def passed(self) -> bool:
@@ -362,23 +408,29 @@ class Soak:
         cluster: str = CLUSTER,
         temporal: DevServer | None = None,
         restarts_temporal: bool = True,
+        in_place: bool = False,
     ) -> None:
         """``cluster``: the cluster it plays; ``temporal``: a dev server its caller runs (a
         fleet: every cluster on one Temporal, the same workload names in each), restarted as a
-        fault by this soak only if ``restarts_temporal``."""
+        fault by this soak only if ``restarts_temporal``; ``in_place``: its engine actuates in
+        place (``--actuation in-place``) and its containers restart to resize."""
         self.restarts_temporal = restarts_temporal
+        self.in_place = in_place
         self.workdir = workdir
         self.cluster = cluster
         self.namespaces = max(2, min(50, count // 20))
-        self.workloads = plan(count, self.namespaces)
+        self.workloads = plan(count, self.namespaces, in_place)
         self.api = KubeEmulator(seed=seed)
-        self.sim = SimulatedCluster(self.api.store, tick=0.25 if count <= 200 else 0.5)
+        self.sim = SimulatedCluster(
+            self.api.store, tick=0.25 if count <= 200 else 0.5, applies_rollbacks=not in_place
+        )
         self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
         self.backoff = f"{max(3, count // 100)}s"  # 3s for 100, 10s for 1,000
         # The fates that act mid-backoff (policy changed or deleted) get a backoff the script's
         # polling cannot miss however slowly it goes round.
         self.acted_backoff = f"{max(15, count // 50)}s"
         self.timeline = Timeline()
+        self.timeline.kinds = {(w.namespace, w.name): w.kind for w in self.workloads}
         self.api.store.listeners.append(self.timeline)
         self.owns_temporal = temporal is None
         self.temporal = temporal or DevServer(
@@ -432,7 +484,7 @@ class Soak:
                             {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
                             self.acted_backoff, w.fate.max_attempts)
                 )  # fmt: skip
-            self.sim.add(_manifest(w), behaviour)
+            self.sim.add(_manifest(w, self.in_place), behaviour)
 
     def _engine(self) -> None:
         address, url = self.temporal.address, self.api.url
@@ -455,10 +507,22 @@ class Soak:
         )
         common = ["--cluster", self.cluster, "--address", address, "--task-queue", self.queue, "--kube-url", url,
                   "--kube-timeout", str(KUBE_TIMEOUT)]  # fmt: skip
+        # The soak's windows are seconds long: a pod restarted by an in-place resize must not
+        # need Kubex's default 10 s of Ready, longer than the 8 s window, to count.
+        actuation = ["--min-ready-duration", MIN_READY]
+        actuation += ["--actuation", "in-place"] if self.in_place else []
         for name in ("worker-a", "worker-b"):
             self.children[name] = Child(
                 name,
-                [sys.executable, "-m", "worker", *common, "--notifications", str(receivers)],
+                [
+                    sys.executable,
+                    "-m",
+                    "worker",
+                    *common,
+                    *actuation,
+                    "--notifications",
+                    str(receivers),
+                ],
                 self.workdir / f"{self.cluster}-{name}.log",
             )
         for name in ("intake-a", "intake-b"):
@@ -739,7 +803,8 @@ class Soak:
                 return f"no state, expected {fate.mode}"
             have = (state.get("mode"), state.get("turn"), state.get("failureReason"))
             want = (fate.mode, fate.turn, fate.reason)
-            if have != want:
+            also = (fate.mode, fate.turn, fate.in_place_reason) if self.in_place else None
+            if have not in (want, also):
                 return f"{have}, expected {want}"
         memory = sorted(str((r.get("requests") or {}).get("memory"))
                         for p in self._pods(w) for r in _resources(p).values())  # fmt: skip
@@ -789,6 +854,7 @@ class Soak:
         self._notifications(bad)
         self._writes(bad)
         self._paused(bad)
+        restarting = self._unavailable(bad) if self.in_place else 0
         await self._signals(client, bad)
         await self._crossed(client, bad)
         relists = sum(
@@ -798,9 +864,11 @@ class Soak:
         faults = self.faults + Counter(
             {kind: fault.hits for kind, fault in self.api_faults if fault.hits}
         )
+        if restarting:
+            faults["in-place rollback restarting pods"] = restarting
         names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
-                 "nonLeaderWrites", "nonLeaderSignals", "crossedClusters",
-                 "actedWhilePaused")  # fmt: skip
+                 "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
+                 *(("moreUnavailable",) if self.in_place else ()))  # fmt: skip
         return SoakResult(
             len(self.workloads),
             {n: counts[n] for n in names},
@@ -813,6 +881,7 @@ class Soak:
             wall,
             settled,
             cluster=self.cluster,
+            fates=len({w.fate.name for w in self.workloads}),
         )
 
     def _paused(self, bad: Any) -> None:
@@ -824,6 +893,47 @@ class Soak:
                 if start <= at < until:
                     bad("actedWhilePaused", f"{w.ref}: rollback published {until - at:.1f}s"
                         " before its pause ended")  # fmt: skip
+
+    def _unavailable(self, bad: Any) -> int:
+        """``moreUnavailable``: while an owner is ``rollingBack``, the pods the engine took down
+        (a worker's ``pods/resize`` landed on a Ready pod, which then went not Ready, until it is
+        Ready again) never number more than ``MAX_UNAVAILABLE`` at once. Returns how many
+        rollbacks took a pod down (the ones it had something to watch). A pod the kubelet takes
+        down on its own (an OOM kill, a deferred resize of the applier's) is not the engine's."""
+        resized: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for r in list(self.api.journal):
+            parts = r.path.strip("/").split("/")  # api/v1/namespaces/NS/pods/NAME/resize
+            if (r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300
+                    and len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize"):  # fmt: skip
+                resized[(parts[3], parts[5])].append(r.at)
+        measured = 0
+        for owner, states in self.timeline.states.items():
+            spans = [  # (entered rollingBack, left it)
+                (at, next((t for t, later in states[i + 1 :]
+                           if (later or {}).get("mode") != "rollingBack"), time.time()))
+                for i, (at, state) in enumerate(states)
+                if (state or {}).get("mode") == "rollingBack"
+                and (i == 0 or (states[i - 1][1] or {}).get("mode") != "rollingBack")
+            ]  # fmt: skip
+            namespace = owner.split("/", 1)[0]
+            for began, ended in spans:
+                downs = []  # (went not Ready, Ready again) for each pod the engine took down
+                for pod, changes in self.timeline.pods.get(owner, {}).items():
+                    for at in resized.get((namespace, pod), []):
+                        if not began <= at < ended:
+                            continue
+                        ready_then = next((r for t, r in reversed(changes) if t <= at), None)
+                        down = next((t for t, r in changes if t >= at and r is False), None)
+                        if not ready_then or down is None or down >= ended:
+                            continue
+                        up = next((t for t, r in changes if t > down and r is not False), ended)
+                        downs.append((down, up))
+                measured += bool(downs)
+                most = max((sum(1 for d, u in downs if d <= at < u) for at, _ in downs), default=0)
+                if most > MAX_UNAVAILABLE:
+                    bad("moreUnavailable", f"{owner}: the rollback had {most} pods not Ready at"
+                        f" once, {MAX_UNAVAILABLE} allowed")  # fmt: skip
+        return measured
 
     def _id(self, w: Workload) -> str:
         return f"rollback/{self.cluster}/{w.ref}"
@@ -913,7 +1023,7 @@ async def soak(count: int, deadline: float = 900.0, seed: int = 1) -> SoakResult
 async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> list[SoakResult]:
     """The soak in ``clusters`` clusters at once, ``count`` workloads each with the same names,
     on one Temporal (restarted by the first cluster's script): each cluster's oracle, plus
-    ``crossedClusters``."""
+    ``crossedClusters``. Every second cluster actuates in place (``moreUnavailable``)."""
     Receiver.received = []
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="rollback-soak-fleet-") as tmp:
@@ -924,7 +1034,7 @@ async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> 
         try:
             soaks = [
                 Soak(count, Path(tmp), seed=i + 1, cluster=f"soak-{i}", temporal=server,
-                     restarts_temporal=i == 0)
+                     restarts_temporal=i == 0, in_place=i % 2 == 1)
                 for i in range(clusters)
             ]  # fmt: skip
             results = list(await asyncio.gather(*(s.run(deadline) for s in soaks)))
@@ -942,7 +1052,7 @@ async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> 
 def report(result: SoakResult) -> list[str]:
     """The soak's lines for bench/RESULTS.md."""
     lines = [
-        f"  cluster {result.cluster}: {result.workloads} workloads, {len(FATES)} scripted fates,"
+        f"  cluster {result.cluster}: {result.workloads} workloads, {result.fates} scripted fates,"
         " 2 workers + 2 intakes"
         f" (leader-elected), wall time {result.wall:.0f}s"
         + ("" if result.settled else " (NOT SETTLED: the story did not reach its end in time)"),

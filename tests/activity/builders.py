@@ -11,6 +11,7 @@ from typing import Any
 from activities.cohort import is_ready
 from workflows.contract import Obj
 from workflows.fingerprint import Recommendation
+from workflows.quantities import parse_quantity
 
 NS = "shop"
 REC_KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
@@ -181,10 +182,13 @@ def policy(kind: str = "RollbackPolicy", name: str = "p", **spec: Any) -> Obj:
 class RestartingKubelet:
     """What a kubelet does when a resize restarts a container (``RestartContainer``): the pod
     goes not Ready, its container restarts (its count goes up) with the new resources, and it is
-    Ready again ``restart`` seconds later. Records the most pods not Ready at once."""
+    Ready again ``restart`` seconds later; unless its memory request is below ``oom_below``:
+    then it is OOMKilled and stays down (restarted again). Records the most pods not Ready at
+    once."""
 
-    def __init__(self, store: Any, restart: float = 0.2) -> None:
+    def __init__(self, store: Any, restart: float = 0.2, oom_below: str | None = None) -> None:
         self.store, self.restart = store, restart
+        self.oom_below = parse_quantity(oom_below) if oom_below else None
         self.most_not_ready = 0
         self._lock = threading.Lock()
         self._specs: dict[str, Obj] = {  # pod -> its container's resources, as last seen
@@ -217,6 +221,12 @@ class RestartingKubelet:
         status["conditions"] = [{"type": "Ready", "status": "False"}]
         self.store.patch(rtype, NS, name, {"status": status}, MERGE, "status")
         time.sleep(self.restart)
+        memory = parse_quantity(cs["resources"]["requests"]["memory"])
+        if self.oom_below is not None and memory < self.oom_below:
+            cs["restartCount"] += 1
+            cs["lastState"] = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+            self.store.patch(rtype, NS, name, {"status": status}, MERGE, "status")
+            return
         cs["ready"] = True
         status["conditions"] = [{"type": "Ready", "status": "True"}]
         self.store.patch(rtype, NS, name, {"status": status}, MERGE, "status")

@@ -700,6 +700,32 @@ def test_an_in_place_rollback_that_restarts_keeps_the_workload_available(
     assert api.requests("patch", "/resize$") == []
 
 
+def test_an_in_place_re_apply_stops_when_a_pod_crashes_on_it(
+    api: KubeEmulator, in_place: KubernetesActivities
+) -> None:
+    """A re-apply whose first pod is OOMKilled on the recommendation takes no more pods down
+    (the crash is the window's evidence), and does not wait for a Ready that will not come."""
+    kubelet = RestartingKubelet(api.store, oom_below="600Mi")
+    api.store.create(node("roomy", memory="16Gi"))
+    deployment = owner("Deployment", replicas=3)
+    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": 1}}
+    api.store.create(deployment)
+    for i in range(3):
+        p = pod(f"web-{i}", WEB, memory="768Mi", node="roomy")
+        p["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+        ]
+        api.store.create(p)
+    result = in_place.reapply_recommendation(
+        ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=REC)
+    )
+    assert result.pods_resized == 1 and kubelet.most_not_ready == 1
+    assert result.message.endswith(
+        "; crashed on the new resources: web-0; stopped there, 2 pod(s) left as they were"
+    )
+    assert len(api.requests("patch", "/resize$")) == 1
+
+
 def test_reapply(
     api: KubeEmulator, acts: KubernetesActivities, in_place: KubernetesActivities
 ) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from bench.soak import (
     FATES,
-    INTAKE_AGENT,
     Child,
     Soak,
     Timeline,
@@ -19,6 +19,8 @@ from bench.soak import (
     soak_fleet,
 )
 from sim.apiserver import Request
+from worker.config import INTAKE_AGENT, WORKER_AGENT
+from workflows.contract import Obj
 
 
 async def test_the_soak_reports_zero_on_every_invariant() -> None:
@@ -40,20 +42,14 @@ def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: obj
     assert timeline.holder_at(now - 7) == "intake-a" and timeline.holder_at(now) == "intake-b"
     found: list[str] = []
 
-    class Fake:
-        pass
-
-    fake = Fake()
-    fake.timeline = timeline  # type: ignore[attr-defined]
-    fake.api = Fake()  # type: ignore[attr-defined]
-    fake.api.journal = [  # type: ignore[attr-defined]
+    fake = SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=[
         Request("PATCH", "/apis/apps/v1/namespaces/x/deployments/a", {}, "", 200,
                 f"{INTAKE_AGENT}/intake-a", now - 7),  # while it led: fine
         Request("PATCH", "/apis/apps/v1/namespaces/x/deployments/a", {}, "", 200,
                 f"{INTAKE_AGENT}/intake-a", now - 1),  # after the Lease moved on: a violation
         Request("PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/l", {}, "", 200,
                 f"{INTAKE_AGENT}/intake-a", now - 1),  # campaigning: fine
-    ]  # fmt: skip
+    ]))  # fmt: skip
     Soak._writes(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert len(found) == 1 and found[0].startswith("nonLeaderWrites: intake-a PATCH")
 
@@ -69,12 +65,7 @@ def test_the_oracle_sees_a_rollback_while_paused() -> None:
         w.paused = (now - 10, now)
     timeline.rollbacks = {early.ref: [now - 3], late.ref: [now + 1]}  # early: in the pause
 
-    class Fake:
-        pass
-
-    fake = Fake()
-    fake.timeline = timeline  # type: ignore[attr-defined]
-    fake.workloads = [paused, early, late]  # type: ignore[attr-defined]
+    fake = SimpleNamespace(timeline=timeline, workloads=[paused, early, late])
     found: list[str] = []
     Soak._paused(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert found == [
@@ -82,10 +73,49 @@ def test_the_oracle_sees_a_rollback_while_paused() -> None:
     ]
 
 
+def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
+    """``moreUnavailable`` counts the pods a worker's resize took down while the owner was
+    rollingBack: not a pod already down when resized, not one the kubelet took down alone."""
+    timeline = Timeline()
+    t = time.time() - 100
+    modes = [(0, "monitoring"), (10, "rollingBack"), (20, "backingOff")]
+    story: list[tuple[float, Obj | None]] = [(t + at, {"mode": mode}) for at, mode in modes]
+    up, down = True, False
+    timeline.pods = {
+        "ns/Deployment/at-once": {  # both resized at t+11: down together
+            "a-0": [(t, up), (t + 11.2, down), (t + 12, up)],
+            "a-1": [(t, up), (t + 11.3, down), (t + 12, up)],
+        },
+        "ns/Deployment/paced": {  # one, Ready again, then the next
+            "b-0": [(t, up), (t + 11.2, down), (t + 12, up)],
+            "b-1": [(t, up), (t + 13.2, down), (t + 14, up)],
+        },
+        "ns/Deployment/crashing": {  # b-1 was down (OOM) when resized; c-2 fell on its own
+            "c-0": [(t, up), (t + 11.2, down), (t + 12, up)],
+            "c-1": [(t, up), (t + 5, down), (t + 11.5, up)],
+            "c-2": [(t, up), (t + 11.4, down), (t + 12, up)],
+        },
+    }
+    timeline.states = {owner: story for owner in timeline.pods}
+    resizes = [("a-0", 11), ("a-1", 11), ("b-0", 11), ("b-1", 13), ("c-0", 11), ("c-1", 11)]
+
+    journal = [Request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", {}, "", 200,
+                       f"{WORKER_AGENT}/1.0", t + at) for pod, at in resizes]  # fmt: skip
+    fake = SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=journal))
+    found: list[str] = []
+    measured = Soak._unavailable(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    assert found == [
+        "moreUnavailable: ns/Deployment/at-once: the rollback had 2 pods not Ready at once,"
+        " 1 allowed"
+    ]
+    assert measured == 3
+
+
 async def test_two_clusters_on_one_temporal_never_cross() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
-    and no run crosses clusters."""
+    and no run crosses clusters. The second actuates in place, its containers restarting to
+    resize: its rollbacks never take more pods down than maxUnavailable."""
     results = await soak_fleet(40, clusters=2, deadline=200.0)
     lines = "\n".join(line for r in results for line in report(r))
     assert [r.cluster for r in results] == ["soak-0", "soak-1"]
@@ -94,6 +124,9 @@ async def test_two_clusters_on_one_temporal_never_cross() -> None:
         assert result.invariants["crossedClusters"] == 0, lines
         assert all(n == 0 for n in result.invariants.values()), lines
     assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
+    assert "moreUnavailable" not in results[0].invariants, lines
+    assert results[1].invariants["moreUnavailable"] == 0, lines
+    assert results[1].faults["in-place rollback restarting pods"] > 0, lines  # it had work
 
 
 async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:
