@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -171,6 +171,7 @@ class Intake:
         self._policies_handled: dict[tuple[str, str | None, str], tuple[Any, ...]] = {}
         # Pause annotations as last seen, of the objects that carry one (bounded by them).
         self._pauses: dict[tuple[str, str, str], dict[str, str]] = {}
+        self._paused_pods: dict[OwnerRef, set[str]] = {}  # owner -> its pods that carry one
         self.pending: set[Future[None]] = set()
         self._bad_objects = meter.create_counter(
             "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
@@ -352,15 +353,32 @@ class Intake:
         return before is not None and before != now
 
     def held(self, owner: OwnerRef) -> bool:
-        """Whether a pause on the owner or its namespace is in force now, as the watches show
-        (a pod's own pause is the workflow's to find: ``workflows.pause``)."""
+        """Whether a pause holds the owner now, as the watches show: on a pod of it, on it, or
+        on its namespace (``workflows.pause``; its other pods, which carry none, inherit)."""
         with self._lock:
             mine = self._pauses.get((owner.kind.value, owner.namespace, owner.name))
             namespace = self._pauses.get(("Namespace", "", owner.namespace))
+            pods: list[tuple[str, Mapping[str, str] | None]] = [
+                (name, self._pauses.get(("Pod", owner.namespace, name)))
+                for name in self._paused_pods.get(owner, ())
+            ]
         pause = effective_pause(
-            [], (str(owner), mine), (owner.namespace, namespace), datetime.now(UTC)
+            [*pods, ("the others", None)],
+            (str(owner), mine),
+            (owner.namespace, namespace),
+            datetime.now(UTC),
         )
         return pause is not None
+
+    def _track_paused_pod(self, owner: OwnerRef, pod: str, paused: bool) -> None:
+        with self._lock:
+            pods = self._paused_pods.setdefault(owner, set())
+            if paused:
+                pods.add(pod)
+            else:
+                pods.discard(pod)
+                if not pods:
+                    del self._paused_pods[owner]
 
     def _resume(self, owners: list[OwnerRef]) -> None:
         if owners:
@@ -382,10 +400,13 @@ class Intake:
         meta = pod["metadata"]
         key = ("Pod", meta.get("namespace") or "", meta["name"])
         paused = PAUSE_UNTIL_ANNOTATION in (meta.get("annotations") or {})
-        if (paused or key in self._pauses) and self._pause_lifted(key, kind, pod):
+        if paused or key in self._pauses:
             owner = self.owners.owner_of(pod)
+            if owner is not None:
+                self._track_paused_pod(owner, meta["name"], paused and kind != "DELETED")
             view = self.owners.get(owner) if owner is not None else None
-            if owner is not None and view is not None and _active(view):
+            if self._pause_lifted(key, kind, pod) and view is not None and _active(view):
+                assert owner is not None
                 self._resume([owner])
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         if kind == "DELETED":

@@ -67,7 +67,7 @@ class StatusWriter:
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
         self.protection = protection
-        self.held = held  # whether a pause on the owner or its namespace is in force
+        self.held = held  # whether a pause on a pod of it, on it or on its namespace is in force
         self.fence = fence  # checked before each write: only the acting leader writes
         self._owners_gauge = meter.create_gauge(
             "rollback_owner_workloads", "owners by the policy and mode of their stored state"

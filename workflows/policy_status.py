@@ -15,8 +15,8 @@ engine's (docs/concepts/status-and-control.md, "Policy status"):
   ``WorkloadsMatched`` (False: ``NoMatchingWorkloads``, ``ProtectedNamespaces``, ``Shadowed`` or
   ``Invalid``); its message names the protected namespaces the scope reaches, where the policy
   leaves workloads alone; and, for a valid policy, ``WorkloadsPaused`` (True: ``Held``, naming
-  the active attempts a pause on their owner or namespace holds). A condition keeps its
-  ``lastTransitionTime`` while its status does not change.
+  the active attempts a pause on a pod of theirs, their owner or namespace holds). A condition
+  keeps its ``lastTransitionTime`` while its status does not change.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Workload:
 
     ref: WorkloadRef
     state: OwnerState | None
-    held: bool = False  # a pause on the owner or its namespace is in force
+    held: bool = False  # a pause on a pod of it, on it or on its namespace is in force
 
 
 @dataclass

@@ -87,6 +87,7 @@ SCENARIO = Scenario.model_validate(
             deployment("ctl"),
             deployment("none"),
             deployment("held"),
+            deployment("held-pod"),
         ],
         "policies": [
             rollback_policy("ok"),
@@ -95,6 +96,7 @@ SCENARIO = Scenario.model_validate(
             rollback_policy("ctl", monitoringPeriod="1h"),
             rollback_policy("none", scope={"labelSelector": {"matchLabels": {"app": "other"}}}),
             rollback_policy("held"),
+            rollback_policy("held-pod"),
         ],
     }
 )
@@ -196,30 +198,39 @@ async def test_status_follows_success_rollback_failure_and_no_match(world: World
     assert ok["failedWorkloads"] == 0 and "lastErrorSummary" not in ok
 
 
-async def test_a_pause_holds_the_verdict_and_the_policy_says_so(world: World) -> None:
-    """Kubex's pause on the namespace as a bad cut is monitored: the verdict waits (its
-    RollbackPaused Event proves it was reached), the policy's WorkloadsPaused condition names
-    the workload; the pause removed, the intake's resume lets the rollback go at once."""
+@pytest.mark.parametrize(("ns", "scope"), [("held", "namespace"), ("held-pod", "pod")])
+async def test_a_pause_holds_the_verdict_and_the_policy_says_so(
+    world: World, ns: str, scope: str
+) -> None:
+    """Kubex's pause on the namespace, or on the workload's pod, as a bad cut is monitored: the
+    verdict waits (its RollbackPaused Event proves it was reached), the policy's WorkloadsPaused
+    condition names the workload; the pause removed, the intake's resume lets the rollback go at
+    once."""
     store = world.api.store
-    namespace = store.rtype("Namespace")
+    paused_pods: list[str] = []
 
     def pause(value: str | None) -> None:
         body = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: value}}}
-        store.patch(namespace, None, "held", body, "application/merge-patch+json")
+        if scope == "namespace":
+            store.patch(store.rtype("Namespace"), None, ns, body, "application/merge-patch+json")
+            return
+        paused_pods[:] = paused_pods or [p["metadata"]["name"] for p in store.items("Pod", ns)]
+        for pod in paused_pods:
+            store.patch(store.rtype("Pod"), ns, pod, body, "application/merge-patch+json")
 
-    await apply(world, "held", OOMS)
-    await until(lambda: state(world, "held").get("mode") == "monitoring")
+    await apply(world, ns, OOMS)
+    await until(lambda: state(world, ns).get("mode") == "monitoring")
     pause("infinite")
-    (held,) = await until(lambda: events(world, "held", EventReason.PAUSED))
-    assert held["message"].startswith("verdict held: paused by namespace held")
-    assert state(world, "held")["mode"] == "monitoring"  # nothing written
+    (held,) = await until(lambda: events(world, ns, EventReason.PAUSED))
+    assert held["message"].startswith(f"verdict held: paused by {scope} ")
+    assert state(world, ns)["mode"] == "monitoring"  # nothing written
     paused = await until(
-        lambda: (c := condition(world, "held", "WorkloadsPaused"))["status"] == "True" and c
+        lambda: (c := condition(world, ns, "WorkloadsPaused"))["status"] == "True" and c
     )
-    assert paused["reason"] == "Held" and "held/Deployment/api" in paused["message"]
+    assert paused["reason"] == "Held" and f"{ns}/Deployment/api" in paused["message"]
     pause(None)
-    await until(lambda: state(world, "held").get("mode") in ("rollingBack", "backingOff"), 10)
-    await until(lambda: condition(world, "held", "WorkloadsPaused")["status"] == "False")
+    await until(lambda: state(world, ns).get("mode") in ("rollingBack", "backingOff"), 10)
+    await until(lambda: condition(world, ns, "WorkloadsPaused")["status"] == "False")
 
 
 async def test_status_survives_an_intake_restart_without_a_write(world: World) -> None:
@@ -341,7 +352,7 @@ async def test_rollbackctl_shows_policies_as_kubectl_would(
     assert wide[-4:] == ["TARGET", "MONITORING", "THRESHOLD", "AGE"]
     assert rows["oom"][3:7] == ["True", "0", "1", "0"]
     assert rows["ctl"][3:7] == ["True", "1", "0", "0"]
-    assert len(rows) == 6
+    assert len(rows) == len(SCENARIO.policies)
 
     code = await rollbackctl("describe", "rbp", "oom/policy", *kube, *temporal)
     out = capsys.readouterr().out
