@@ -5,7 +5,9 @@
   ``cli.crds`` builds from the models (type, default, validation, description), with examples;
 - ``reference/scenarios.md``: the scenario language, from ``sim/scenario.schema.json``;
 - ``reference/cli.md``: every ``rollbackctl`` command and flag, from the argument parser;
-- the README's picture of the state machine (between its ``state-machine`` markers).
+- the README's picture of the state machine (between its ``state-machine`` markers);
+- the chart's README (``charts/rightsizing-rollback/README.md``): its values table, from
+  ``values.yaml`` (defaults and comments) and ``values.schema.json`` (types).
 
 ``python -m cli.docs`` writes them under ``docs/`` (``make docs`` does, then builds the site);
 ``tests/docs/test_docs.py`` fails when a committed page differs from what this module makes.
@@ -15,10 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from cli.crds import CRDS
 from cli.main import build_parser
@@ -267,6 +272,99 @@ def cli_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- the chart's README ---------------------------------------------------------------------
+
+CHART = ROOT / "charts" / "rightsizing-rollback"
+KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_]+):(?P<rest>.*)$")
+
+
+def _value_comments(text: str) -> dict[str, tuple[str, bool]]:
+    """Each key of a values file by its dotted path: its comment (the block just above it,
+    then the one at the end of its line) and whether its value is written in block style (its
+    fields on lines of their own)."""
+    found: dict[str, tuple[str, bool]] = {}
+    stack: list[tuple[int, str]] = []
+    above: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            above.append(stripped.lstrip("#").strip())
+            continue
+        match = KEY_LINE.match(line)
+        if not match:
+            above = []
+            continue
+        indent = len(match["indent"])
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match["key"]))
+        value, _, trailing = match["rest"].partition(" #")
+        note = " ".join([*above, trailing.strip()]).strip()
+        found[".".join(k for _, k in stack)] = (note, not value.strip())
+        above = []
+    return found
+
+
+def _values_rows(
+    values: Any, schema: Schema, notes: dict[str, tuple[str, bool]], prefix: str
+) -> Iterator[str]:
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        node = schema.get("properties", {}).get(key, {})
+        note, block = notes.get(path, ("", False))
+        if isinstance(value, dict) and value and block and node.get("properties"):
+            if note:  # what its fields are for, above them
+                yield f"| `{path}` | object |  | {_cell(note)} |"
+            yield from _values_rows(value, node, notes, f"{path}.")
+            continue
+        kinds = [n for n in node.get("oneOf", node.get("anyOf", [node]))]
+        kind = " or ".join(
+            dict.fromkeys(
+                "one of " + ", ".join(json.dumps(e) for e in n["enum"]) if "enum" in n
+                else _type(n, str) for n in kinds
+            )
+        )  # fmt: skip
+        desc = note or node.get("description", "")
+        default = f"`{json.dumps(value)}`"
+        yield f"| `{path}` | {_cell(kind)} | {_cell(default)} | {_cell(desc)} |"
+
+
+def chart_readme() -> str:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    text = (CHART / "values.yaml").read_text()
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    rows = _values_rows(yaml.safe_load(text), schema, _value_comments(text), "")
+    lines = [
+        GENERATED,
+        f"# {chart['name']}",
+        "",
+        f"Chart {chart['version']}, engine {chart['appVersion']}."
+        f" {' '.join(chart['description'].split())}",
+        "",
+        "```sh",
+        "helm install rightsizing-rollback charts/rightsizing-rollback -n rightsizing-rollback"
+        " --create-namespace --set cluster=eu-west-1",
+        "helm test rightsizing-rollback -n rightsizing-rollback",
+        "```",
+        "",
+        "`cluster` is the one value an install must give (this cluster's name in the fleet).",
+        "`helm test` runs a Pod with the intake's ServiceAccount and the install's settings that",
+        "lists the policies through the Kubernetes API, then the attempts through Temporal: it",
+        "fails with the first one that does not answer. The CRDs are templates (`crds.install`):",
+        "`helm upgrade` updates them, and an uninstall keeps them (`crds.keep`), and so every",
+        "policy. `values.schema.json` checks every key: a typo fails the install with its name.",
+        f"Install, upgrade and every setting explained: {chart['home']}"
+        " (docs/operating/install.md).",
+        "",
+        "## Values",
+        "",
+        "| key | type | default | description |",
+        "|---|---|---|---|",
+        *rows,
+    ]
+    return "\n".join(lines) + "\n"
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "concepts/state-machine.md": state_machine,
     "reference/policy.md": policy_reference,
@@ -282,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     outputs = [(DOCS / page, make()) for page, make in PAGES.items()]
     outputs.append((ROOT / "README.md", readme((ROOT / "README.md").read_text())))
+    outputs.append((CHART / "README.md", chart_readme()))
     for path, text in outputs:
         if path.exists() and path.read_text() == text:
             continue

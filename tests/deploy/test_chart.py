@@ -5,8 +5,10 @@ for object with the kustomize tree (deploy/) on every setting both offer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -23,6 +25,9 @@ import yaml
 from activities.cohort import DEFAULT_MIN_READY
 from activities.kubernetes import Actuation
 from activities.notify import NotificationConfig, Receiver
+from cli.localrun import write_kubeconfig
+from sim.apiserver import KubeEmulator
+from sim.scenario import free_port
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 from workflows.durations import DURATION_PATTERN, parse_duration
@@ -33,8 +38,15 @@ CHART = ROOT / "charts" / "rightsizing-rollback"
 EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
 NAMESPACE = "rightsizing-rollback"  # the kustomize base's namespace
 K8S_VERSION = "1.33"
-# Labels Helm's conventions add to each object's metadata; kustomize has no release to name.
-HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
+# Labels Helm's conventions add to each object's metadata and pod template; kustomize has no
+# release to name (and no chart version).
+HELM_LABELS = (
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/component",
+    "helm.sh/chart",
+)
 # Each example values file and the kustomize overlay that chooses the same.
 SAME_AS_OVERLAY = {
     None: "annotations",
@@ -224,11 +236,19 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     ``helm upgrade``; kustomize users restart with ``kubectl rollout restart``), with its
     notification file parsed (its comments differ)."""
     obj = json.loads(json.dumps(obj))
-    labels = obj["metadata"].get("labels", {})
-    for label in HELM_LABELS:
-        labels.pop(label, None)
     template = (obj.get("spec") or {}).get("template") or {}
+    for meta in (obj["metadata"], template.get("metadata") or {}):
+        labels = meta.get("labels", {})
+        for label in HELM_LABELS:  # (the selectors, which both must have, are compared)
+            labels.pop(label, None)
+        if "labels" in meta and not labels:
+            del meta["labels"]  # the CRDs: Helm's labels only
     (template.get("metadata") or {}).get("annotations", {}).pop("checksum/config", None)
+    # The chart's CRDs outlive an uninstall (crds.keep); kustomize's are applied by hand.
+    annotations = obj["metadata"].get("annotations", {})
+    annotations.pop("helm.sh/resource-policy", None)
+    if not annotations:
+        obj["metadata"].pop("annotations", None)
     data = obj.get("data", {})
     if "notifications.yaml" in data:
         data["notifications.yaml"] = yaml.safe_load(data["notifications.yaml"])
@@ -236,7 +256,12 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(o["kind"], o["metadata"]["name"]): _comparable(o) for o in objects}
+    """The installed objects by kind and name (not the ``helm test`` hook: no install has it)."""
+    return {
+        (o["kind"], o["metadata"]["name"]): _comparable(o)
+        for o in objects
+        if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
+    }
 
 
 @pytest.mark.parametrize("example", SAME_AS_OVERLAY, ids=lambda e: SAME_AS_OVERLAY[e])
@@ -334,7 +359,7 @@ def test_packages_with_the_linked_files_inside(tmp_path: Path) -> None:
     archive = tmp_path / f"{chart['name']}-{chart['version']}.tgz"
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())
-        crd = tar.extractfile(f"{chart['name']}/crds/rollbackpolicies.yaml")
+        crd = tar.extractfile(f"{chart['name']}/files/rollbackpolicies.yaml")
         assert crd is not None
         assert crd.read() == (ROOT / "deploy" / "crds" / "rollbackpolicies.yaml").read_bytes()
     assert f"{chart['name']}/values.schema.json" in names
@@ -373,3 +398,240 @@ def test_the_install_page_helm_commands_install_as_printed() -> None:
         # (at the start of its lines, so that a copied heredoc ends where it should)
         doc = yaml.safe_load(notes.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0])
         POLICY_KINDS[doc["kind"]].model_validate(doc)  # as strict as the CRD schema
+
+
+def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def _pod(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return dict(_one(objects, "Deployment", name)["spec"]["template"])
+
+
+# Each key a platform team sets without forking the chart: its value, where it must land (each
+# ``Kind/name:path`` of the rendered objects, ``-1`` the last of a list) and what must be there.
+POD = "spec.template.spec"
+BOTH = ("Deployment/rollback-worker", "Deployment/rollback-intake")
+SPREAD = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "ScheduleAnyway",
+    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "rollback-worker"}},
+}
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}
+            ]
+        }
+    }
+}
+DIGEST = "sha256:" + "a" * 64
+ENV = {"name": "TEMPORAL_PROFILE", "value": "prod"}
+VOLUME, MOUNT = {"name": "ca", "configMap": {"name": "ca"}}, {"name": "ca", "mountPath": "/etc/ca"}
+DNS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "coredns"}},
+}
+OVERRIDES: list[tuple[str, Any, list[str], Any]] = [
+    ("worker.affinity", AFFINITY, [f"{BOTH[0]}:{POD}.affinity"], AFFINITY),
+    ("intake.affinity", AFFINITY, [f"{BOTH[1]}:{POD}.affinity"], AFFINITY),
+    ("worker.topologySpreadConstraints", [SPREAD],
+     [f"{BOTH[0]}:{POD}.topologySpreadConstraints"], [SPREAD]),
+    ("priorityClassName", "critical", [f"{d}:{POD}.priorityClassName" for d in BOTH], "critical"),
+    ("podAnnotations", {"team": "a"},
+     [f"{d}:spec.template.metadata.annotations.team" for d in BOTH], "a"),
+    ("podLabels", {"team": "a"}, [f"{d}:spec.template.metadata.labels.team" for d in BOTH], "a"),
+    ("podSecurityContext", {"runAsUser": 20000},
+     [f"{d}:{POD}.securityContext.runAsUser" for d in BOTH], 20000),
+    ("securityContext", {"runAsUser": 20000},
+     [f"{d}:{POD}.containers.0.securityContext.runAsUser" for d in BOTH],
+     20000),
+    ("extraEnv", [ENV], [f"{d}:{POD}.containers.0.env.-1" for d in BOTH], ENV),
+    ("extraEnvFrom", [{"secretRef": {"name": "proxy"}}],
+     [f"{d}:{POD}.containers.0.envFrom.-1" for d in BOTH], {"secretRef": {"name": "proxy"}}),
+    ("extraVolumes", [VOLUME], [f"{d}:{POD}.volumes.-1" for d in BOTH], VOLUME),
+    ("extraVolumeMounts", [MOUNT], [f"{d}:{POD}.containers.0.volumeMounts.-1" for d in BOTH],
+     MOUNT),
+    ("worker.serviceAccount.annotations", {"iam.gke.io/gcp-service-account": "r@p.iam"},
+     ["ServiceAccount/rollback-worker:metadata.annotations.iam.gke.io/gcp-service-account"],
+     "r@p.iam"),
+    ("image.registry", "mirror.example.com", [f"{d}:{POD}.containers.0.image" for d in BOTH],
+     "mirror.example.com/ghcr.io/rightsizing/rollback:0.1.0"),
+    ("image.digest", DIGEST, [f"{d}:{POD}.containers.0.image" for d in BOTH],
+     f"ghcr.io/rightsizing/rollback@{DIGEST}"),
+    ("monitoring", {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
+     ["ServiceMonitor/rightsizing-rollback:metadata.labels.release"], "kps"),
+    ("monitoring", {"prometheusRule": {"enabled": True, "labels": {"release": "kps"}}},
+     ["PrometheusRule/rightsizing-rollback:metadata.labels.release"], "kps"),
+    ("monitoring", {"dashboard": {"enabled": True, "labels": {"grafana_dashboard": "1", "t": "a"}}},
+     ["ConfigMap/rightsizing-rollback-dashboard:metadata.labels.t"], "a"),
+    ("networkPolicy.dns", DNS,
+     [f"NetworkPolicy/{n}:spec.egress.0.to.0" for n in ("rollback-worker", "rollback-intake")],
+     DNS),
+]  # fmt: skip
+
+
+def _at(objects: list[dict[str, Any]], where: str) -> Any:
+    """``Kind/name:a.b.0.c`` of the rendered objects (a key with dots, such as an annotation's,
+    is the rest of the path once no shorter key matches)."""
+    identity, path = where.split(":", 1)
+    kind, name = identity.split("/", 1)
+    found: Any = _one(objects, kind, name)
+    steps = path.split(".")
+    while steps:
+        if isinstance(found, list):
+            found, steps = found[int(steps[0])], steps[1:]
+            continue
+        for n in range(1, len(steps) + 1):
+            key = ".".join(steps[:n])
+            if key in found:
+                found, steps = found[key], steps[n:]
+                break
+        else:
+            raise KeyError(f"{where}: no {steps[0]!r}")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "where", "want"), OVERRIDES, ids=[o[0] for o in OVERRIDES]
+)
+def test_each_key_lands_where_it_should_and_renders_valid_objects(
+    tmp_path: Path, key: str, value: Any, where: list[str], want: Any
+) -> None:
+    values = tmp_path / "values.yaml"
+    tree: Any = value
+    for part in reversed(key.split(".")):
+        tree = {part: tree}
+    values.write_text(yaml.safe_dump(tree))
+    objects = template(values)
+    for place in where:
+        assert _at(objects, place) == want, place
+    for obj in objects:
+        if not obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_identity_and_rbac_can_come_from_elsewhere() -> None:
+    """A cloud's workload identity: existing ServiceAccounts, named, bound to the chart's roles;
+    or no RBAC at all (the platform grants it)."""
+    objects = template(
+        sets=(
+            "worker.serviceAccount.create=false",
+            "worker.serviceAccount.name=rollback-worker-wi",
+            "intake.serviceAccount.name=rollback-intake-wi",
+        )
+    )
+    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    assert accounts == {"rollback-intake-wi"}
+    assert _pod(objects, "rollback-worker")["spec"]["serviceAccountName"] == "rollback-worker-wi"
+    assert _pod(objects, "rollback-intake")["spec"]["serviceAccountName"] == "rollback-intake-wi"
+    binding = _one(objects, "ClusterRoleBinding", "rightsizing-rollback-worker")
+    assert binding["subjects"][0]["name"] == "rollback-worker-wi"
+    bare = template(sets=("rbac.create=false",))
+    rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    assert not [o for o in bare if o["kind"] in rbac]
+    assert {o["metadata"]["name"] for o in bare if o["kind"] == "ServiceAccount"} == {
+        "rollback-worker",
+        "rollback-intake",
+    }
+
+
+def test_crds_are_templates_kept_on_uninstall() -> None:
+    """``helm upgrade`` updates the CRDs (they are templates, one source with deploy/crds); an
+    uninstall leaves them, and every policy, unless crds.keep is false; crds.install=false
+    leaves them to you."""
+    crds = [o for o in template() if o["kind"] == "CustomResourceDefinition"]
+    assert sorted(o["metadata"]["name"] for o in crds) == [
+        "clusterrollbackpolicies.rightsizing.kubex.ai",
+        "rollbackpolicies.rightsizing.kubex.ai",
+    ]
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        source = yaml.safe_load(
+            (ROOT / "deploy" / "crds" / f"{crd['spec']['names']['plural']}.yaml").read_text()
+        )
+        assert crd["spec"] == source["spec"]
+    unkept = [
+        o for o in template(sets=("crds.keep=false",)) if o["kind"] == "CustomResourceDefinition"
+    ]
+    assert unkept and all("annotations" not in o["metadata"] for o in unkept)
+    assert not [
+        o for o in template(sets=("crds.install=false",)) if o["kind"] == "CustomResourceDefinition"
+    ]
+
+
+def test_standard_labels_on_every_object() -> None:
+    for obj in template(CHART / "examples" / "monitoring.yaml"):
+        labels = obj["metadata"]["labels"]
+        for label in ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance",
+                      "app.kubernetes.io/version", "helm.sh/chart"):  # fmt: skip
+            assert label in labels, (obj["kind"], obj["metadata"]["name"], label)
+    objects = template()
+    for name, component in (("rollback-worker", "worker"), ("rollback-intake", "intake")):
+        labels = _pod(objects, name)["metadata"]["labels"]
+        assert labels["app.kubernetes.io/component"] == component
+        assert labels["app.kubernetes.io/instance"] == "rr"
+
+
+# The previous chart version's workload selectors, rendered for its defaults and each example:
+# `git archive b949ee9 charts deploy | tar -x -C /tmp/prev`, then `helm template` of
+# /tmp/prev/charts/rightsizing-rollback (what produced the file). On the next version bump,
+# record this version's.
+PREVIOUS = ROOT / "tests" / "deploy" / "chart-0.1.0-selectors.json"
+
+
+def test_an_upgrade_from_the_previous_version_changes_no_selector() -> None:
+    """A Deployment's selector is immutable: ``helm upgrade`` from 0.1.0 must render every
+    workload it had with the same selector (and keep its name), or the upgrade fails."""
+    previous = json.loads(PREVIOUS.read_text())
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] != "0.1.0"  # a new version, upgraded from the recorded one
+    for values, selectors in previous.items():
+        objects = template(*([] if values == "defaults" else [CHART / "examples" / values]))
+        for identity, selector in selectors.items():
+            kind, name = identity.split("/", 1)
+            assert _one(objects, kind, name)["spec"]["selector"] == selector, (values, identity)
+
+
+async def test_helm_test_checks_kubernetes_then_temporal_as_the_install_runs(
+    temporal_env: Any, tmp_path: Path
+) -> None:
+    """``helm test``'s Pod: each container's command, run as rendered with the install's
+    settings (its ConfigMap as the environment, ``$(VAR)`` expanded as the kubelet does): both
+    pass against a reachable API server and Temporal; with Temporal gone, the second fails."""
+    objects = template()
+    (pod,) = [o for o in objects if o["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["serviceAccountName"] == "rollback-intake"  # its own identity
+    steps = [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
+    assert [c["name"] for c in steps] == ["kubernetes-api", "temporal"]
+    address = temporal_env.client.service_client.config.target_host
+
+    def run(container: dict[str, Any], temporal: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **settings(objects), "TEMPORAL_ADDRESS": temporal}
+        env["KUBECONFIG"] = str(write_kubeconfig(tmp_path / "kubeconfig", api.url))
+        args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            capture_output=True, text=True, timeout=60, check=False, env=env, cwd=ROOT,
+        )  # fmt: skip
+
+    with KubeEmulator() as api:
+        for container in steps:
+            done = await asyncio.to_thread(run, container, address)
+            assert done.returncode == 0, (container["name"], done.stderr)
+        gone = await asyncio.to_thread(run, steps[1], f"127.0.0.1:{free_port()}")
+    assert gone.returncode == 1 and "cannot reach Temporal" in gone.stderr, gone.stderr
+
+
+def test_chart_metadata_points_at_the_project() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert chart["home"] == urls["Homepage"] and chart["sources"] == [urls["Source"]]
+    assert chart["maintainers"] and chart["icon"].startswith(urls["Source"].replace(
+        "https://github.com/", "https://raw.githubusercontent.com/"))  # fmt: skip
+    assert (ROOT / chart["icon"].split("/main/", 1)[1]).exists()  # the icon is in the repository

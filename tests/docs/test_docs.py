@@ -8,7 +8,9 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -57,10 +59,15 @@ def test_every_page_is_in_the_nav_and_two_clicks_from_the_readme() -> None:
     assert pages - (first | second) == set()
 
 
-@pytest.mark.parametrize("page", [*docs.PAGES, "README.md"])
+CHART_README = "charts/rightsizing-rollback/README.md"
+
+
+@pytest.mark.parametrize("page", [*docs.PAGES, "README.md", CHART_README])
 def test_generated_pages_are_current(page: str) -> None:
     if page == "README.md":
         path, made = ROOT / page, docs.readme((ROOT / page).read_text())
+    elif page == CHART_README:
+        path, made = ROOT / page, docs.chart_readme()
     else:
         path, made = docs.DOCS / page, docs.PAGES[page]()
     assert path.read_text() == made, f"{page} is stale: run `make docs` (python -m cli.docs)"
@@ -82,3 +89,29 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert "plays a shipped scenario" in (tmp_path / "site/getting-started/index.html").read_text()
     assert "Soak: many workloads" in (tmp_path / "site/benchmarks/index.html").read_text()
     assert "kubeTimeoutSeconds" in (tmp_path / "site/operating/install/index.html").read_text()
+
+
+def test_the_chart_readme_describes_every_value() -> None:
+    """The chart README's table (generated, checked above with the pages) has a row for every
+    key of values.yaml, and each says what it is for, itself or in the row of its parent."""
+    text = (docs.CHART / "README.md").read_text()
+    rows = {
+        line.split("`")[1]: line.rstrip(" |").rsplit("|", 1)[1].strip()
+        for line in text.splitlines()
+        if line.startswith("| `")
+    }
+
+    def leaves(values: dict[str, Any], prefix: str = "") -> Iterator[str]:
+        for key, value in values.items():
+            if f"{prefix}{key}" in rows:
+                yield f"{prefix}{key}"
+            elif isinstance(value, dict):
+                yield from leaves(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}"  # missing: fails below
+
+    values = yaml.safe_load((docs.CHART / "values.yaml").read_text())
+    for key in leaves(values):
+        assert key in rows, f"{key}: no row"
+        parent = key.rsplit(".", 1)[0]
+        assert rows[key] or rows.get(parent), f"{key}: no description"

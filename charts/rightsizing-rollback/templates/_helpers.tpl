@@ -3,46 +3,81 @@ Names are fixed, as in deploy/ (kustomize): one engine per cluster, since its CR
 and the workloads it watches are cluster-wide. The release only chooses the namespace.
 */}}
 
-{{/* Labels on every object: kustomize's part-of, plus Helm's own. */}}
+{{/* Labels on every object: kustomize's part-of, plus Helm's own (the CRDs: Helm's only). */}}
 {{- define "rollback.labels" -}}
 app.kubernetes.io/part-of: rightsizing-rollback
+{{ include "rollback.helmLabels" . }}
+{{- end }}
+
+{{- define "rollback.helmLabels" -}}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
-{{/* The image both processes run: the tag defaults to the chart's appVersion. */}}
-{{- define "rollback.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{/*
+A process's pod template labels: its name (what the selectors match, which never change: a
+Deployment's selector is immutable), part-of, instance, component, and podLabels. Call with
+(list $ "rollback-worker" "worker" build); a versioned worker's build is its version label.
+*/}}
+{{- define "rollback.podLabels" -}}
+{{- $root := index . 0 }}{{ $build := index . 3 }}
+{{- with $root.Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+app.kubernetes.io/name: {{ index . 1 }}
+app.kubernetes.io/part-of: rightsizing-rollback
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 2 }}
+app.kubernetes.io/version: {{ $build | default $root.Chart.AppVersion | quote }}
 {{- end }}
 
 {{/*
-The pod-level settings both processes share: the security context we promise (non-root, no
-privilege escalation, read-only root) and the placement values.
+The image both processes run, as registry/repository:tag or @digest; the tag defaults to the
+chart's appVersion. Call with (list $ tag): "" for the default; a versioned worker's build is
+its tag (a digest pins one image, not one per build).
 */}}
-{{- define "rollback.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
-seccompProfile: {type: RuntimeDefault}
+{{- define "rollback.image" -}}
+{{- $root := index . 0 }}{{ $image := $root.Values.image }}
+{{- $repository := $image.repository }}
+{{- with $image.registry }}{{ $repository = printf "%s/%s" . $repository }}{{ end }}
+{{- if and $image.digest (not (index . 1)) }}
+{{- printf "%s@%s" $repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $repository (index . 1 | default $image.tag | default $root.Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
-{{- define "rollback.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities: {drop: [ALL]}
+{{/* A process's ServiceAccount name. Call with (list $ "worker"). */}}
+{{- define "rollback.serviceAccount" -}}
+{{- $root := index . 0 }}{{ $process := index . 1 }}
+{{- (index $root.Values $process).serviceAccount.name | default (printf "rollback-%s" $process) }}
 {{- end }}
 
+{{/*
+The pod-level settings both processes share: the placement values, and a process's own
+affinity and spread. Call with (list $ "worker").
+*/}}
 {{- define "rollback.placement" -}}
-{{- with .Values.imagePullSecrets }}
+{{- $root := index . 0 }}{{ $own := index $root.Values (index . 1) }}
+{{- with $root.Values.imagePullSecrets }}
 imagePullSecrets: {{ toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $root.Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $root.Values.nodeSelector }}
 nodeSelector: {{ toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $root.Values.tolerations }}
 tolerations: {{ toYaml . | nindent 2 }}
+{{- end }}
+{{- with $own.affinity }}
+affinity: {{ toYaml . | nindent 2 }}
+{{- end }}
+{{- with $own.topologySpreadConstraints }}
+topologySpreadConstraints: {{ toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
@@ -110,4 +145,30 @@ kustomize grant the same verbs by construction. Call with (list $ "file" "role n
 {{- toYaml $obj.rules }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* A `helm test` container: the engine's image, settings, credentials and security context. */}}
+{{- define "rollback.testContainer" -}}
+{{- with .Values.image.pullPolicy }}
+imagePullPolicy: {{ . }}
+{{- end }}
+envFrom:
+  - configMapRef: {name: rightsizing-rollback}
+  {{- with .Values.extraEnvFrom }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+env:
+  {{- include "rollback.temporalEnv" . | nindent 2 }}
+  {{- include "rollback.podEnv" . | nindent 2 }}
+  {{- with .Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+resources: {requests: {cpu: 50m, memory: 128Mi}, limits: {memory: 256Mi}}
+securityContext: {{- toYaml .Values.securityContext | nindent 2 }}
+volumeMounts:
+  {{- include "rollback.temporalMounts" . | nindent 2 }}
+  - {name: tmp, mountPath: /tmp}
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}
