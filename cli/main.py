@@ -416,14 +416,22 @@ def cmd_versions(args: argparse.Namespace) -> int:
     async def action(client: Client, _: TemporalConfig) -> int:
         name = args.deployment_name or DEFAULT_DEPLOYMENT_NAME
         try:
-            if args.action == "set-current":
-                await versioning.set_current(client, WorkerDeploymentVersion(name, args.build_id))
-                print(f"{name}: {args.build_id} is current; new attempts start on it")
-                return 0
-            if args.action == "ramp":
+            if args.action in ("set-current", "ramp"):
                 version = WorkerDeploymentVersion(name, args.build_id)
-                await versioning.ramp(client, version, args.percent)
-                print(f"{name}: {args.percent:g}% of new attempts start on {args.build_id}")
+                if args.action == "set-current":
+                    done = await versioning.set_current(client, version)
+                    said = f"{name}: {args.build_id} is current; new attempts start on it"
+                else:
+                    done = await versioning.ramp(client, version, args.percent)
+                    said = f"{name}: {args.percent:g}% of new attempts start on {args.build_id}"
+                if not done:
+                    print(
+                        f"{said} once the change reaches every task queue: it has not within"
+                        f" {versioning.PROPAGATION:g}s (`rollbackctl versions` shows it)",
+                        file=sys.stderr,
+                    )
+                    return 1
+                print(said)
                 return 0
             rows = await versioning.versions(client, name)
         except RPCError as exc:

@@ -13,7 +13,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from temporalio.api.enums.v1 import VersionDrainageStatus, WorkerDeploymentVersionStatus
+from temporalio.api.enums.v1 import (
+    RoutingConfigUpdateState,
+    VersionDrainageStatus,
+    WorkerDeploymentVersionStatus,
+)
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
     DescribeWorkerDeploymentResponse,
@@ -28,6 +32,8 @@ from workflows.rollback import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
 IDENTITY = "rightsizing-rollback"
+PROPAGATION = 30.0  # seconds a routing change may take to reach every task queue
+PROPAGATION_POLL = 0.2
 
 
 @dataclass(frozen=True)
@@ -77,7 +83,8 @@ async def versions(client: Client, deployment: str) -> list[VersionRow]:
     return sorted(rows, key=lambda r: r.build_id)
 
 
-async def set_current(client: Client, version: WorkerDeploymentVersion) -> None:
+async def set_current(client: Client, version: WorkerDeploymentVersion) -> bool:
+    """Make ``version`` current; True once every task queue routes new attempts to it."""
     await client.workflow_service.set_worker_deployment_current_version(
         SetWorkerDeploymentCurrentVersionRequest(
             namespace=client.namespace,
@@ -86,10 +93,30 @@ async def set_current(client: Client, version: WorkerDeploymentVersion) -> None:
             identity=IDENTITY,
         )
     )
+    return await _propagated(client, version.deployment_name)
 
 
-async def ramp(client: Client, version: WorkerDeploymentVersion, percentage: float) -> None:
-    """Send ``percentage`` of new attempts to ``version``; 0 stops ramping."""
+async def _propagated(client: Client, deployment: str, within: float = PROPAGATION) -> bool:
+    """Wait until the deployment's routing reached every task queue partition: until then a new
+    attempt may still start on the previous version (the server applies a change
+    asynchronously). False if it has not within ``within`` seconds. A server that does not
+    report it (UNSPECIFIED) is taken at its word."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        state = (await describe(client, deployment)).worker_deployment_info
+        if (
+            state.routing_config_update_state
+            != RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
+        ):
+            return True
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(PROPAGATION_POLL)  # no watch for it: the API has only Describe
+
+
+async def ramp(client: Client, version: WorkerDeploymentVersion, percentage: float) -> bool:
+    """Send ``percentage`` of new attempts to ``version``; 0 stops ramping. True once every
+    task queue routes so."""
     await client.workflow_service.set_worker_deployment_ramping_version(
         SetWorkerDeploymentRampingVersionRequest(
             namespace=client.namespace,
@@ -99,6 +126,7 @@ async def ramp(client: Client, version: WorkerDeploymentVersion, percentage: flo
             identity=IDENTITY,
         )
     )
+    return await _propagated(client, version.deployment_name)
 
 
 async def adopt_if_first(
