@@ -1,5 +1,5 @@
-"""The cost benchmark's baseline: ``RollbackWorkflow`` with every activity a regular one, as
-before the ``lean-attempts`` patch, under the same name on a task queue of its own. A module
+"""The cost benchmark's baseline: ``RollbackWorkflow`` with every activity a regular one (what
+the local activities save), under the same name on a task queue of its own. A module
 of its own because the workflow sandbox re-imports the module that defines a workflow."""
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ from workflows.fingerprint import (
 from workflows.pause import effective_pause
 from workflows.policy import POLICY_KINDS
 from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
-from workflows.state import OwnerState
+from workflows.state import OwnerState, PolicyRef
 from workflows.wake import LastAttempt, Sighting, Trigger, Wake, wake
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,8 @@ class Intake:
         self._informers: list[Informer] = []
         self.started = threading.Event()
         self._undelivered: dict[OwnerRef, Observation] = {}  # not yet accepted by Temporal
+        # The turn and policy of the attempt each undelivered sighting opens: set with its start.
+        self._opens: dict[OwnerRef, tuple[int, PolicyRef]] = {}
         self._delivering: set[OwnerRef] = set()
         self._controlling: set[OwnerRef] = set()  # control annotations being carried out
         # Controls carried out whose annotation is not yet seen removed: not carried out twice.
@@ -495,6 +497,7 @@ class Intake:
                 return
             self._signalled[owner] = basis
             self._undelivered[owner] = seen  # the newest sighting wins: it says the most
+            self._opens[owner] = (verdict.turn(state.turn if state else None), PolicyRef.of(policy))
             self.stats["signals"] += 1
             log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)
             if owner in self._delivering:
@@ -634,6 +637,7 @@ class Intake:
         while True:
             with self._lock:
                 seen = self._undelivered.get(owner)
+                turn, policy = self._opens.get(owner, (None, None))
                 if seen is None or not self.acting():
                     self._delivering.discard(owner)
                     return  # a deposed leader drops it: the next one relists and sees it too
@@ -652,6 +656,8 @@ class Intake:
                         pod=seen.pod,
                         pod_created_at=seen.pod_created_at,
                         rpc_timeout=timedelta(seconds=SIGNAL_TIMEOUT),
+                        turn=turn,
+                        policy=policy,
                     )
             except Exception as exc:  # RPC errors of every kind: retried alike
                 failures += 1
@@ -667,6 +673,7 @@ class Intake:
             with self._lock:
                 if self._undelivered.get(owner) is seen:
                     del self._undelivered[owner]
+                    self._opens.pop(owner, None)
 
     def _malformed(self, pod: Obj, exc: Exception) -> None:
         meta = pod["metadata"]

@@ -11,6 +11,7 @@ signal would change nothing, so callers can say so instead of reporting a succes
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio.client import (
     Client,
@@ -28,12 +29,17 @@ from temporalio.common import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.activity_api import OwnerRef, rollback_id
+from workflows.contract import Mode
 from workflows.fingerprint import Recommendation
 from workflows.machine import RollbackState
 from workflows.pause import Pause
 from workflows.rollback import (
     SA_CLUSTER,
+    SA_FINGERPRINT,
+    SA_MODE,
     SA_NAMESPACE,
+    SA_POLICY,
+    SA_TURN,
     SA_WORKLOAD,
     CancelSignal,
     ObserveSignal,
@@ -43,6 +49,7 @@ from workflows.rollback import (
     RollbackResult,
     RollbackWorkflow,
 )
+from workflows.state import PolicyRef
 from workflows.wake import Trigger
 
 
@@ -57,9 +64,14 @@ async def observe(
     pod_created_at: datetime | None = None,
     trigger: Trigger = Trigger.OBSERVE,
     rpc_timeout: timedelta | None = None,
+    turn: int | None = None,
+    policy: PolicyRef | None = None,
 ) -> WorkflowHandle[RollbackWorkflow, RollbackResult]:
-    """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow in ``cluster``; a
-    run it starts carries the cluster and the owner as search attributes from its start."""
+    """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow in ``cluster``. A
+    run it starts carries its search attributes from its start: the cluster, the owner, the
+    recommendation, and (from the caller that knows them: the intake) the ``turn`` and
+    ``policy`` of the attempt it opens, in ``monitoring``; the run upserts only what its first
+    state shows otherwise (a start is free, an upsert is a billable action)."""
     start = RollbackInput(
         cluster=cluster,
         owner=owner,
@@ -75,18 +87,24 @@ async def observe(
         signal_arg = ObserveSignal(
             recommendation=recommendation, pod=pod, pod_created_at=pod_created_at
         )
+    shown: list[SearchAttributePair[Any]] = [
+        SearchAttributePair(SA_CLUSTER, cluster),
+        SearchAttributePair(SA_NAMESPACE, owner.namespace),
+        SearchAttributePair(SA_WORKLOAD, owner.workload),
+        SearchAttributePair(SA_FINGERPRINT, recommendation.fingerprint),
+    ]
+    if turn is not None and policy is not None:
+        shown += [
+            SearchAttributePair(SA_MODE, Mode.MONITORING.value),
+            SearchAttributePair(SA_TURN, turn),
+            SearchAttributePair(SA_POLICY, str(policy)),
+        ]
     return await client.start_workflow(
         RollbackWorkflow.run,
         start,
         id=rollback_id(cluster, owner),
         task_queue=task_queue,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(SA_CLUSTER, cluster),
-                SearchAttributePair(SA_NAMESPACE, owner.namespace),
-                SearchAttributePair(SA_WORKLOAD, owner.workload),
-            ]
-        ),
+        search_attributes=TypedSearchAttributes(shown),
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         start_signal=signal,

@@ -13,7 +13,6 @@ read when the window opens (``AttemptStarted.loaded.desired``); only a kind with
 count (an AnalysisRun) or a reopened window is sampled when it opens as well. Nothing is sampled
 in between, so an attempt costs the same whatever its window (docs/concepts/workflow.md, "The
 RollbackWorkflow").
-Runs started before this rule sampled every interval (``mid_window_samples``) and replay so.
 
 Adoption threshold, evaluated once at the end of the window against the *baseline cohort* (the
 desired replicas when the attempt's window opened), with integer math so that no float rounding
@@ -35,7 +34,7 @@ count for it. Transient restarts during the window do not fail it; only health a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import Field
@@ -50,7 +49,7 @@ from workflows.activity_api import (
 )
 from workflows.backoff import backoff_wait
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
-from workflows.durations import Duration, format_duration
+from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation
 from workflows.state import (
     HISTORY_LIMIT,
@@ -83,10 +82,6 @@ TRANSITIONS: tuple[tuple[Mode | None, str, Mode], ...] = (
     *((mode, "owner deleted", Mode.CLEARED) for mode in _ACTIVE),
 )
 
-DEFAULT_SAMPLE_INTERVAL = timedelta(seconds=30)
-MIN_SAMPLE_INTERVAL = timedelta(milliseconds=500)
-SAMPLES_PER_WINDOW_FLOOR = 4
-
 # Most telling first: when several reasons are present in equal numbers, this one is reported.
 REASON_PRIORITY = (
     FailureReason.OOM_KILLED,
@@ -103,11 +98,6 @@ REASON_PRIORITY = (
 def required_adopters(baseline: int, percent: int) -> int:
     """``ceil(baseline * percent / 100)`` in integers; see the module docstring's examples."""
     return (baseline * percent + 99) // 100
-
-
-def sample_interval(configured: timedelta, window: timedelta) -> timedelta:
-    """The configured interval, shortened so a short window still gets a few samples."""
-    return max(MIN_SAMPLE_INTERVAL, min(configured, window / SAMPLES_PER_WINDOW_FLOOR))
 
 
 def dominant_reason(unhealthy: dict[FailureReason, int]) -> FailureReason | None:
@@ -139,9 +129,6 @@ class RollbackState(CamelModel):
     transitions: int = 0
     last_transition_time: datetime | None = None
     history: list[HistoryEntry] = Field(default_factory=list)
-    sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
-    # Runs recorded before the final-sample-only shape sampled every interval; their replay must.
-    mid_window_samples: bool = False
     # What failed and what the rollback restores, kept apart so that each later mode states its
     # own outcome ("restoring X" while rolling back, "rolled back to X" once the turn is over).
     problem: str | None = None
@@ -335,15 +322,12 @@ class Decision:
 # --- decide ---------------------------------------------------------------------------------
 
 
-def initial_state(
-    owner: OwnerRef, recommendation: Recommendation, interval: timedelta
-) -> RollbackState:
+def initial_state(owner: OwnerRef, recommendation: Recommendation) -> RollbackState:
     return RollbackState(
         owner=owner,
         recommendation=recommendation,
         fingerprint=recommendation.fingerprint,
         mode=Mode.MONITORING,
-        sample_interval=interval,
     )
 
 
@@ -460,7 +444,7 @@ def _window(
 ) -> dict[str, Any]:
     """A window opening now: sampled when it opens only if the baseline is not known yet."""
     ends = now + policy.monitoring_period
-    known = baseline is not None and not state.mid_window_samples
+    known = baseline is not None
     return {
         "policy": policy,
         "window_started_at": now,
@@ -472,11 +456,9 @@ def _window(
     }
 
 
-def _next_sample_at(state: RollbackState, policy: PolicySettings, now: datetime) -> datetime:
-    """After a sample in the window: the final one (or, in an old run, one interval later)."""
+def _next_sample_at(state: RollbackState) -> datetime:
+    """After a sample in the window: the final one."""
     assert state.window_ends_at is not None
-    if state.mid_window_samples:
-        return now + sample_interval(state.sample_interval, policy.monitoring_period)
     return state.window_ends_at
 
 
@@ -525,7 +507,7 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     state = state.model_copy(update=carried)
     sighting = Sighting(state.fingerprint, obs.trigger, obs.observed_pod_created_at)
     verdict = wake(LastAttempt.stored(stored), sighting, policy.enable_monitoring_reopen)
-    turn = 1 if stored is None or verdict.wake in (Wake.NEW, Wake.RETRY) else stored.turn
+    turn = verdict.turn(stored.turn if stored is not None else None)
     if not verdict.wakes:
         assert stored is not None
         kept = {
@@ -534,8 +516,6 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
             "failure_message": stored.failure_message,
         }
         return _noop_end(state, stored.mode, verdict.reason, **kept)
-    if verdict.wake is Wake.NEXT_TURN:
-        turn += 1
     how = _HOW[verdict.wake]
     state = state.model_copy(update={"turn": turn})
     started = _transition(
@@ -612,7 +592,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
             "baseline": state.baseline if state.baseline is not None else _baseline(sample),
             "last_sample": sample,
             "samples_taken": state.samples_taken + 1,
-            "next_sample_at": _next_sample_at(state, policy, obs.now),
+            "next_sample_at": _next_sample_at(state),
         }
     )
     if obs.now < window_ends_at:
@@ -626,7 +606,7 @@ def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
     policy = state.policy
     if state.mode is not Mode.MONITORING or policy is None:
         return Decision(state, note="sample failure outside a window ignored")
-    later = state.model_copy(update={"next_sample_at": _next_sample_at(state, policy, obs.now)})
+    later = state.model_copy(update={"next_sample_at": _next_sample_at(state)})
     return Decision(later, note=f"mid-window sample failed, skipped: {obs.error}")
 
 

@@ -37,7 +37,6 @@ NOTIFY_WORKFLOW = "NotifyWorkflow"
 ROUTE_NOTIFICATION = "route_notification"
 SEND_NOTIFICATION = "send_notification"
 REPORT_NOTIFICATION_FAILURE = "report_notification_failure"
-REPORTED_FAILURES = "reported-failures"  # patch: the child reports what could not report itself
 ROUTING = "(routing)"  # the receiver named in the report of a routing that failed
 SEND_ATTEMPTS = 6  # 1s, 2s, 4s, 8s, 16s between them: about half a minute, then reported
 SEND_TIMEOUT = timedelta(seconds=15)  # one attempt, the receiver's own timeout included
@@ -181,8 +180,6 @@ class NotifyWorkflow:
                 summary="which receivers want this transition",
             )
         except ActivityError as err:
-            if not workflow.patched(REPORTED_FAILURES):
-                raise
             detail = f"routing failed: {err.cause or err}"
             return [await self._report(ROUTING, notification, detail)]
         return list(await asyncio.gather(*(self._send(r, notification) for r in routed.receivers)))
@@ -218,8 +215,4 @@ class NotifyWorkflow:
             )
             return result
         except ActivityError as err:  # the last attempt timed out: it could not report itself
-            detail = str(err.cause or err)
-            if workflow.patched(REPORTED_FAILURES):
-                return await self._report(receiver, notification, detail)
-            workflow.logger.warning("notification to %s not delivered: %s", receiver, detail)
-            return SendResult(receiver=receiver, delivered=False, detail=detail)
+            return await self._report(receiver, notification, str(err.cause or err))

@@ -75,7 +75,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.durations import Duration
     from workflows.fingerprint import Recommendation
     from workflows.machine import (
-        DEFAULT_SAMPLE_INTERVAL,
         Aborted,
         AttemptStarted,
         BackoffOver,
@@ -108,24 +107,8 @@ MAX_SAMPLES_PER_RUN = 500  # runs that sample every interval: continue-as-new we
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
 MAX_HISTORY_EVENTS = 10_000
-# Patch: a window is sampled at its end only (and when it opens if the baseline is unknown).
-# Runs recorded before it replay sampling every interval (``RollbackState.mid_window_samples``).
-FINAL_SAMPLE_ONLY = "final-sample-only"
 # The modes a window's verdict leads to (timed by the rollback_time_to_verdict histogram).
 VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_PERMANENT})
-NOTIFICATIONS = "notifications"  # patch: transitions that matter start a NotifyWorkflow child
-# Patch: a NotifyWorkflow child is named after its owner and transition and carries the owner's
-# search attributes, so the UI lists it readably and a filter on a workload finds it.
-READABLE_NOTIFY_IDS = "readable-notify-ids"
-# Patch: the short reads and the state records run as local activities (``LOCAL``): no activity
-# task round trip, no scheduled/started/completed events, one billable action per workflow task
-# for all of them. It implies final-sample-only, so a new run checks one patch, not two (each
-# check the SDK records costs a marker and a TemporalChangeVersion upsert). Runs recorded before
-# it replay with regular activities.
-LEAN_ATTEMPTS = "lean-attempts"
-# Patch: only a transition notifies. Before it, a run that woke nothing and ended at once in the
-# mode it found (say failedPermanent) notified that mode again, under a new key.
-NOTIFY_TRANSITIONS = "notify-transitions-only"
 # A held step looks again at least this often: the intake signals ``resume`` when a pause
 # annotation goes, but a term that ended before it could is caught up with here.
 PAUSE_RECHECK = timedelta(minutes=10)
@@ -190,8 +173,6 @@ class RollbackInput(CamelModel):
     recommendation: Recommendation
     trigger: Trigger = Trigger.OBSERVE
     observed_pod_created_at: datetime | None = None
-    # Used only by runs recorded before FINAL_SAMPLE_ONLY, which sampled every interval.
-    sample_interval: Duration = DEFAULT_SAMPLE_INTERVAL
     max_samples_per_run: int = Field(default=MAX_SAMPLES_PER_RUN, ge=1)
     max_history_events: int = Field(default=MAX_HISTORY_EVENTS, ge=1)
     retry_budget: Duration = RETRY_BUDGET
@@ -278,8 +259,8 @@ class RollbackWorkflow:
     the current version, while a long window's continue-as-new, the same attempt, stays pinned
     (docs/operating/upgrade.md, "Worker versioning")."""
 
-    # The cost benchmark's baseline turns it off (bench/regular.py): regular activities, as runs
-    # recorded before the lean-attempts patch; nothing else does.
+    # The cost benchmark's baseline turns it off (bench/regular.py): every activity a regular
+    # one, to show what the local ones save; nothing else does.
     local_activities = True
 
     def __init__(self) -> None:
@@ -287,9 +268,10 @@ class RollbackWorkflow:
         self._pending: list[Observation] = []
         self._input: RollbackInput | None = None
         self._samples_this_run = 0
-        self._lean = False
         self._held: Pause | None = None  # the pause a step waits on now
-        self._held_shown: str | None = None  # ``RollbackHeld`` as last upserted
+        # The search attributes the run shows (set with its start, inherited across
+        # continue-as-new, or upserted since), by name: an upsert carries only what differs.
+        self._shown: dict[str, Any] = {}
         self._resumes = 0  # resume signals received
 
     # --- signals and query -------------------------------------------------------------------
@@ -324,14 +306,8 @@ class RollbackWorkflow:
     @workflow.run
     async def run(self, input: RollbackInput) -> RollbackResult:
         self._input = input
-        # A held window's continue-as-new carries its search attributes into this run.
-        self._held_shown = workflow.info().typed_search_attributes.get(SA_HELD)
-        initial = input.resume or initial_state(
-            input.owner, input.recommendation, input.sample_interval
-        )
-        self._lean = self.local_activities and workflow.patched(LEAN_ATTEMPTS)
-        if not self._lean and not workflow.patched(FINAL_SAMPLE_ONLY):
-            initial = initial.model_copy(update={"mid_window_samples": True})
+        self._shown = {p.key.name: p.value for p in workflow.info().typed_search_attributes}
+        initial = input.resume or initial_state(input.owner, input.recommendation)
         try:
             await self._attempt(input, initial)
         except ActivityError as err:
@@ -471,10 +447,8 @@ class RollbackWorkflow:
         if pause.until is not None:
             wait = min(wait, max(pause.until - workflow.now(), timedelta(seconds=1)))
         workflow.set_current_details(f"**Held**: the {step} waits, {pause.describe()}")
-        held = f"{step}: {pause.describe()}"[:HELD_SHOWN_CHARS]
-        if held != self._held_shown:  # once per hold, not once per look again
-            workflow.upsert_search_attributes([SA_HELD.value_set(held)])
-            self._held_shown = held
+        # Once per hold, not once per look again.
+        self._show([SA_HELD.value_set(f"{step}: {pause.describe()}"[:HELD_SHOWN_CHARS])])
         with suppress(TimeoutError):
             await workflow.wait_condition(
                 lambda: self._resumes > resumes or (wake_on_signals and bool(self._pending)),
@@ -556,12 +530,8 @@ class RollbackWorkflow:
         # not when a run that wakes nothing ends in the mode it found.
         transitioned = self.state.transitions > (before.transitions if before else 0)
         if shown:
-            # A step that was held has gone ahead: this state is what came of it.
-            unheld = [SA_HELD.value_unset()] if self._held_shown is not None else []
-            workflow.upsert_search_attributes(
-                [*search_attributes(self.state, self.cluster), *unheld]
-            )
-            self._held_shown = None
+            # (a step that was held has gone ahead: this state is what came of it)
+            self._show([*search_attributes(self.state, self.cluster), SA_HELD.value_unset()])
         if transitioned:
             self._count_transition()
         follow: Observation | None = None
@@ -610,8 +580,6 @@ class RollbackWorkflow:
                     )
         if transitioned:
             await self._notify(decision)
-        elif shown and severity_of(self.state.mode) and not workflow.patched(NOTIFY_TRANSITIONS):
-            await self._notify(decision)  # as runs recorded before the patch did: replayed so
         return follow
 
     async def _actuate(
@@ -626,12 +594,20 @@ class RollbackWorkflow:
             step = "rollback" if name == ROLL_BACK else "re-apply"
             await self._hold(result.paused, step, wake_on_signals=False)
 
+    def _show(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
+        """Upsert the attributes whose value differs from what the run shows: a state that its
+        start already named (the intake sets them with it) costs no upsert."""
+        changed = [u for u in updates if self._shown.get(u.key.name) != u.value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self._shown.update({u.key.name: u.value for u in changed})
+
     async def _notify(self, decision: Decision) -> None:
         """A transition that matters starts a ``NotifyWorkflow`` child (``workflows.notify``),
         abandoned when this run closes: the rollback waits for its start only."""
         state = self.state
-        if severity_of(state.mode) is None or not workflow.patched(NOTIFICATIONS):
-            return  # runs recorded before notifications replay without them
+        if severity_of(state.mode) is None:
+            return
         info = workflow.info()
         notification = Notification.of(
             cluster=self.cluster,
@@ -651,22 +627,21 @@ class RollbackWorkflow:
         )
         if notification is None:
             return
-        child_id, attributes = f"notify/{notification.key}", None
-        if workflow.patched(READABLE_NOTIFY_IDS):
-            child_id = notification.workflow_id_for_child()
-            attributes = TypedSearchAttributes(
-                [
-                    *([SearchAttributePair(SA_CLUSTER, self.cluster)] if self.cluster else []),
-                    SearchAttributePair(SA_NAMESPACE, state.owner.namespace),
-                    SearchAttributePair(SA_WORKLOAD, state.owner.workload),
-                    SearchAttributePair(SA_FINGERPRINT, state.fingerprint),
-                ]
-            )
+        # Named after its owner and transition, with the owner's search attributes: the UI lists
+        # it readably and a filter on a workload finds it.
+        attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_CLUSTER, self.cluster),
+                SearchAttributePair(SA_NAMESPACE, state.owner.namespace),
+                SearchAttributePair(SA_WORKLOAD, state.owner.workload),
+                SearchAttributePair(SA_FINGERPRINT, state.fingerprint),
+            ]
+        )
         with suppress(WorkflowAlreadyStartedError):  # this transition is being notified already
             await workflow.start_child_workflow(
                 NotifyWorkflow.run,
                 notification,
-                id=child_id,
+                id=notification.workflow_id_for_child(),
                 search_attributes=attributes,
                 task_queue=info.task_queue,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
@@ -729,7 +704,7 @@ class RollbackWorkflow:
         retry: RetryPolicy = K8S_RETRY,
     ) -> R:
         assert self._input is not None
-        if name in LOCAL and self._lean:
+        if name in LOCAL and self.local_activities:
             try:
                 local: R = await workflow.execute_local_activity(
                     name,

@@ -84,6 +84,13 @@ class Verdict:
     def wakes(self) -> bool:
         return self.wake is not Wake.NONE
 
+    def turn(self, last: int | None) -> int:
+        """The turn of the attempt this verdict leads to, after the last attempt's ``last``
+        (the one it keeps when it wakes nothing)."""
+        if last is None or self.wake in (Wake.NEW, Wake.RETRY):
+            return 1
+        return last + 1 if self.wake is Wake.NEXT_TURN else last
+
 
 def wake(last: LastAttempt | None, sighting: Sighting, reopen_enabled: bool) -> Verdict:
     """How ``sighting`` wakes an owner whose last attempt is ``last``; see the module table."""

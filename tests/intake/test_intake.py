@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
+from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
@@ -138,6 +139,22 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
     assert env.intake.stats["signals"] == 1
     assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
     assert await env.runs() == 1
+    # The run starts showing the attempt it opens (turn 1, in monitoring, under the policy): its
+    # only upsert is its verdict's.
+    history = await env.client.get_workflow_handle(rollback_id(CLUSTER, REF)).fetch_history()
+    first = history.events[0].workflow_execution_started_event_attributes
+    shown = decode_search_attributes(first.search_attributes)
+    assert (shown["RollbackMode"], shown["RollbackTurn"], shown["RollbackPolicy"]) == (
+        ["monitoring"],
+        [1],
+        ["RollbackPolicy/shop/p"],
+    )
+    upserts = [
+        e
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    assert len(upserts) == 1
     # Updates that change nothing about adoption signal nothing.
     pods = env.api.store.rtype("Pod")
     env.api.store.patch(

@@ -37,7 +37,6 @@ from workflows.machine import (
     dominant_reason,
     initial_state,
     required_adopters,
-    sample_interval,
 )
 from workflows.policy import Backoff
 from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
@@ -120,7 +119,7 @@ def start(
     pod_created: datetime | None = None,
     rec: Recommendation = REC,
 ) -> Decision:
-    state = initial_state(OWNER, rec, timedelta(seconds=30))
+    state = initial_state(OWNER, rec)
     return decide(state, AttemptStarted(T0, loaded, trigger, pod_created))
 
 
@@ -171,14 +170,6 @@ def end_window(state: RollbackState, s: CohortSample) -> Decision:
 )
 def test_required_adopters(baseline: int, percent: int, required: int) -> None:
     assert required_adopters(baseline, percent) == required
-
-
-def test_sample_interval_is_bounded_by_short_windows() -> None:
-    assert sample_interval(timedelta(seconds=30), timedelta(minutes=10)) == timedelta(seconds=30)
-    assert sample_interval(timedelta(seconds=30), timedelta(seconds=2)) == timedelta(
-        milliseconds=500
-    )
-    assert sample_interval(timedelta(seconds=30), timedelta(seconds=8)) == timedelta(seconds=2)
 
 
 def test_dominant_reason() -> None:

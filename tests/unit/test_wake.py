@@ -95,7 +95,7 @@ def test_run_start_follows_the_rule(
 def test_run_end_follows_the_rule(
     mode: Mode, trigger: Trigger, pod: datetime | None, enabled: bool, expected: Wake
 ) -> None:
-    state = initial_state(OWNER, REC, timedelta(seconds=30)).model_copy(
+    state = initial_state(OWNER, REC).model_copy(
         update={"mode": mode, "last_transition_time": T0, "policy": policy(reopen=enabled)}
     )
     assert state.wake(Sighting(F, trigger, pod)).wake is expected
@@ -128,19 +128,8 @@ def test_a_failed_window_opening_sample_leaves_the_decision_to_the_final_one() -
     assert decide(ended, SampleFailed(NEWER)).state == ended
 
 
-def test_a_run_recorded_before_final_sample_only_waits_one_shortened_interval() -> None:
-    state = start(LoadOwnerResult(exists=True, policy=policy())).state
-    short = state.policy.model_copy(update={"monitoring_period": timedelta(seconds=8)})
-    state = state.model_copy(update={"policy": short, "mid_window_samples": True})
-    later = decide(state, SampleFailed(NEWER, "API down"))
-    # The window is 8s: samples every 2s (a quarter), not the configured 30s.
-    assert later.state.next_sample_at == NEWER + timedelta(seconds=2)
-
-
 def test_reapply_result_is_an_observation() -> None:
-    state = initial_state(OWNER, REC, timedelta(seconds=30)).model_copy(
-        update={"mode": Mode.BACKED_OFF}
-    )
+    state = initial_state(OWNER, REC).model_copy(update={"mode": Mode.BACKED_OFF})
     done = decide(state, Reapplied(T0, ActuationResult(message="3 pods resized in place")))
     assert done.state == state and "3 pods resized" in done.note
     gone = decide(state, Reapplied(T0, ActuationResult(exists=False)))

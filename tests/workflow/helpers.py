@@ -126,14 +126,20 @@ async def histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
 async def check_replay(client: Client, workflow_id: str, record_as: str) -> int:
     """Replay every run of the workflow; save the histories when recording is asked for."""
     found = await histories(client, workflow_id)
-    replayer = Replayer(workflows=[RollbackWorkflow], data_converter=pydantic_data_converter)
+    await replay_and_record(found, record_as, RollbackWorkflow)
+    return len(found)
+
+
+async def replay_and_record(found: list[WorkflowHistory], record_as: str, workflow: type) -> None:
+    """Replay ``found`` (the runs of one story, oldest first) on today's ``workflow``; with
+    ``ROLLBACK_RECORD_HISTORIES`` set, save them as ``<record_as>.<n>.json``."""
+    replayer = Replayer(workflows=[workflow], data_converter=pydantic_data_converter)
     for history in found:
         await replayer.replay_workflow(history)
     if os.environ.get("ROLLBACK_RECORD_HISTORIES"):
         HISTORIES.mkdir(exist_ok=True)
         for index, history in enumerate(found):
             (HISTORIES / f"{record_as}.{index}.json").write_text(history.to_json())
-    return len(found)
 
 
 async def terminate_running(client: Client, task_queue: str) -> None:

@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
 from tests import CLUSTER
+from tests.workflow.helpers import replay_and_record
 from worker.runner import build_worker
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import Mode, WorkloadKind
@@ -66,21 +67,25 @@ def notification() -> Notification:
     return made
 
 
-async def _run(env: WorkflowEnvironment, fake: Failing) -> list[SendResult]:
+async def _run(env: WorkflowEnvironment, fake: Failing, record_as: str) -> list[SendResult]:
+    """The child to its end; its history replayed (and recorded as ``record_as``)."""
     queue = f"notify-{uuid.uuid4().hex[:6]}"
     async with build_worker(
         env.client, queue, fake, ClusterGuard(CLUSTER), workflows=[NotifyWorkflow]
     ):
-        return await env.client.execute_workflow(
+        handle = await env.client.start_workflow(
             NotifyWorkflow.run, notification(), id=f"notify-{queue}", task_queue=queue
         )
+        results = await handle.result()
+    await replay_and_record([await handle.fetch_history()], record_as, NotifyWorkflow)
+    return results
 
 
 async def test_a_send_that_could_not_report_itself_is_reported(
     temporal_env: WorkflowEnvironment,
 ) -> None:
     fake = Failing(routing_fails=False)
-    results = {r.receiver: r for r in await _run(temporal_env, fake)}
+    results = {r.receiver: r for r in await _run(temporal_env, fake, "notify.send-failed")}
     assert results["chat"].delivered and not results["oncall"].delivered
     (report,) = fake.reported
     assert report.receiver == "oncall" and "StartToClose timeout" in report.detail
@@ -90,7 +95,7 @@ async def test_a_routing_that_keeps_failing_is_reported_not_raised(
     temporal_env: WorkflowEnvironment,
 ) -> None:
     fake = Failing(routing_fails=True)
-    (result,) = await _run(temporal_env, fake)  # the child ends; it used to fail
+    (result,) = await _run(temporal_env, fake, "notify.routing-failed")  # the child ends
     assert not result.delivered and result.receiver == ROUTING
     (report,) = fake.reported
     assert report.receiver == ROUTING and "owner lookup forbidden" in report.detail

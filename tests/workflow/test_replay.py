@@ -1,22 +1,20 @@
-"""Replay the recorded histories of ``histories/`` against today's ``RollbackWorkflow``.
+"""Replay the recorded histories of ``histories/`` against today's workflows: the 1.0 format.
 
-These are real histories from the scenarios of ``test_rollback_workflow.py`` (success, OOM over
-two turns to failedPermanent, threshold not met with a manifest rollback, lastSuccessful
-unavailable, cancel and reopen, supersede by a key change, continue-as-new, worker restarts, an
-observe-only policy).
-A change to the workflow that would break a running workflow after a deploy fails here.
+They are real histories of the tests that record them (``check_replay``, ``replay_and_record``):
+success, OOM over two turns with its notifications, threshold not met with a manifest rollback,
+lastSuccessful unavailable, cancel and reopen, supersede by a key change, continue-as-new,
+worker restarts, an observe-only policy, a retry after failedPermanent, a run that wakes
+nothing, a held rollback, a local activity that falls back to a regular one, and the
+``NotifyWorkflow`` children that could not deliver (``notify.*``). A change to the workflows that
+would break a running workflow after a deploy fails here.
 
-``sampled-every-interval.*``: recorded before the ``final-sample-only`` patch, when a window was
-sampled every interval; they replay through the patch's old branch, so runs started before an
-upgrade finish on the new worker. ``notify-ids-by-key.*``: recorded before the
-``readable-notify-ids`` patch, likewise. ``regular-activities.*``: recorded before the
-``lean-attempts`` patch, with every activity a regular one. ``no-cluster.*``: recorded before
-clusters had names (0.1: IDs ``rollback/<namespace>/<Kind>/<name>``); an upgrade drains them on a
-0.1 worker (docs/operating/upgrade.md) and a 1.0 worker refuses to act for them, but they still
-replay, so the code keeps reading their inputs.
+1.0 has no ``workflow.patched`` branch: the histories of 0.1 and of the changes before 1.0 are
+gone with their branches, since the upgrade from 0.1 is a drain (docs/operating/upgrade.md).
+From 1.0 on, a change to workflow code is replay-safe, or guarded by a patch (and its histories
+kept), or shipped through Worker Versioning; the upgrade page says which.
 
-To re-record after an intentional, versioned change:
-``ROLLBACK_RECORD_HISTORIES=1 pytest tests/workflow/test_rollback_workflow.py``.
+To re-record after an intentional change that no running attempt can meet:
+``ROLLBACK_RECORD_HISTORIES=1 pytest tests/workflow``.
 """
 
 from __future__ import annotations
@@ -29,53 +27,43 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.workflow.helpers import HISTORIES
+from workflows.notify import NotifyWorkflow
 from workflows.rollback import RollbackWorkflow
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
+STORIES = {
+    "success", "notified-oom-two-turns", "below-threshold-manifest", "last-successful-unavailable",
+    "cancel-reopen", "supersede-key-change", "continue-as-new", "worker-restart-monitoring",
+    "worker-restart-backingOff", "observe-only", "retry-after-failed-permanent",
+    "wakes-nothing-after-failed", "paused-rollback", "local-fallback", "notify.send-failed",
+    "notify.routing-failed",
+}  # fmt: skip
 
 
-SCENARIOS = {"success", "oom-two-turns", "cancel-reopen", "supersede-key-change", "continue-as-new"}
-CURRENT_ONLY = {
-    "observe-only",
-    "notified-oom-two-turns",
-    "notify-ids-by-key",  # before the readable-notify-ids patch: children named notify/<key>
-    "retry-after-failed-permanent",
-    "wakes-nothing-after-failed",  # the notify-transitions-only patch: no second notification
-}  # paths added since the final-sample-only patch
+def _story(path: Path) -> str:
+    return path.name.rsplit(".", 2)[0]
 
 
-def test_histories_are_recorded() -> None:
-    names = [p.name.split(".") for p in RECORDED]
-    assert {n[0] for n in names} >= (SCENARIOS - {"oom-two-turns"}) | CURRENT_ONLY
-    assert {n[1] for n in names if n[0] == "no-cluster"} >= SCENARIOS | CURRENT_ONLY - {
-        "notify-ids-by-key"
-    }
-    assert {n[1] for n in names if n[0] == "sampled-every-interval"} >= SCENARIOS
-    assert {n[1] for n in names if n[0] == "regular-activities"} >= SCENARIOS - {"oom-two-turns"}
+def test_every_story_is_recorded_and_no_other() -> None:
+    assert {_story(p) for p in RECORDED} == STORIES
 
 
-def test_current_histories_name_their_cluster() -> None:
-    """What the tests record now runs in a named cluster: its search attributes and its
-    notifications' IDs carry it."""
-    current = [p for p in RECORDED if p.name.split(".")[0] == "notified-oom-two-turns"]
-    assert current
-    for path in current:
-        text = path.read_text()
-        assert "RollbackCluster" in text and '"notify/test/shop/Deployment/' in text
-
-
-def test_current_histories_run_local_activities() -> None:
-    """What the tests record now takes the lean path: reads and records as local activities."""
-    current = [p for p in RECORDED if p.name.split(".")[0] in {"success", "cancel-reopen"}]
-    assert current
-    for path in current:
-        text = path.read_text()
-        assert "core_local_activity" in text, path.name
-        assert "ACTIVITY_TASK_SCHEDULED" not in text, path.name
+@pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
+def test_each_history_is_of_the_1_0_format(path: Path) -> None:
+    """Named for its cluster, no patch marker (nor its TemporalChangeVersion upsert), and the
+    reads and records of a rollback run as local activities."""
+    text = path.read_text()
+    assert "TemporalChangeVersion" not in text and "core_patch" not in text, path.name
+    if _story(path).startswith("notify."):
+        return
+    assert '"RollbackCluster"' in text, path.name
+    if _story(path) in {"success", "cancel-reopen"}:
+        assert "core_local_activity" in text and "ACTIVITY_TASK_SCHEDULED" not in text, path.name
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
 async def test_replay(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[RollbackWorkflow], data_converter=pydantic_data_converter)
+    workflow = NotifyWorkflow if _story(path).startswith("notify.") else RollbackWorkflow
+    replayer = Replayer(workflows=[workflow], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from temporalio.client import Client
+from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
 from cli import ops
@@ -109,11 +110,23 @@ def span(state: OwnerState, from_mode: Mode, to_mode: Mode, turn: int) -> timede
 async def test_success_records_last_successful(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:
-    ref, owner = new_owner(cluster, settings())
+    """Started as the intake starts it (its turn and policy set with the start), a successful
+    attempt upserts its search attributes once: for its verdict."""
+    policy = settings()
+    ref, owner = new_owner(cluster, policy)
     owner.apply(FITS)
-    result = await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS, turn=1, policy=policy.ref)
+    result = await handle.result()
 
     assert (result.mode, result.turn, result.failure_reason) == (Mode.MONITORING_SUCCEEDED, 1, None)
+    upserts = [
+        decode_search_attributes(
+            e.upsert_workflow_search_attributes_event_attributes.search_attributes
+        )
+        for e in (await handle.fetch_history()).events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+    ]
+    assert upserts == [{"RollbackMode": ["monitoringSucceeded"]}]
     state = owner.state
     assert state is not None and state.last_successful_state == ResourceSnapshot.of(
         FITS.requests, {}

@@ -20,7 +20,7 @@ from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
-from tests.workflow.helpers import end_if_running
+from tests.workflow.helpers import end_if_running, replay_and_record
 from worker.kube import RETRIES, activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
@@ -156,7 +156,11 @@ async def run_attempt(
 
 
 async def run_attempt_with_history(
-    temporal_env: WorkflowEnvironment, api: KubeEmulator, ref: OwnerRef, **options: object
+    temporal_env: WorkflowEnvironment,
+    api: KubeEmulator,
+    ref: OwnerRef,
+    record_as: str | None = None,
+    **options: object,
 ) -> tuple[RollbackResult, list[Any]]:
     queue = f"k8s-{uuid.uuid4().hex[:6]}"
     acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
@@ -169,7 +173,10 @@ async def run_attempt_with_history(
             task_queue=queue,
         )
         result = await handle.result()
-        return result, list((await handle.fetch_history()).events)
+        history = await handle.fetch_history()
+        if record_as:
+            await replay_and_record([history], record_as, RollbackWorkflow)
+        return result, list(history.events)
 
 
 def scheduled(history: list[Any]) -> list[str]:
@@ -194,7 +201,7 @@ async def test_a_local_read_that_keeps_failing_falls_back_to_a_regular_activity(
     lists = (RETRIES.status + 1) * LOCAL_RETRY.maximum_attempts
     fault = api.inject(Fault(status=503, method="GET", path="/namespaces/shop/pods$", times=lists))
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
-    result, history = await run_attempt_with_history(temporal_env, api, ref)
+    result, history = await run_attempt_with_history(temporal_env, api, ref, "local-fallback")
     assert result.mode is Mode.MONITORING_SUCCEEDED
     assert fault.hits == lists
     assert scheduled(history) == ["sample_cohort"]  # the reads and records before it: local
