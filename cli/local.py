@@ -75,10 +75,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except ValidationError as exc:  # one line per problem, with its path
         for error in exc.errors():
             where = ".".join(str(p) for p in error["loc"])
-            print(f"{args.scenario}: {where}: {error['msg']}", file=sys.stderr)
+            print(f"error: {args.scenario}: {where}: {error['msg']}", file=sys.stderr)
         return 1
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        print(f"{args.scenario}: {exc}", file=sys.stderr)
+        print(f"error: {args.scenario}: {exc}", file=sys.stderr)
         return 1
     if getattr(args, "validate", False):
         print(

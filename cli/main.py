@@ -531,7 +531,11 @@ def _add_operations(sub: Any) -> None:
         help="only the attempts a pause holds now (rightsizing.kubex.ai/pause-until)",
     )
     listing.add_argument(
-        "-o", "--output", choices=["table", "wide", "json", "yaml"], default="table"
+        "-o",
+        "--output",
+        choices=["table", "wide", "json", "yaml"],
+        default="table",
+        help="table (default); wide adds the start, the workflow ID and what holds it; json, yaml",
     )
     listing.add_argument(
         "-w", "--watch", action="store_true", help="then print each change, until Ctrl-C"
@@ -557,7 +561,9 @@ def _add_operations(sub: Any) -> None:
             cmd.add_argument(
                 "-n", "--namespace", dest="namespace_filter", help="a policy's namespace"
             )
-            cmd.add_argument("-o", "--output", choices=["text", "json"], default="text")
+            cmd.add_argument(
+                "-o", "--output", choices=["text", "json"], default="text", help="text or json"
+            )
             cmd.add_argument(
                 "--report",
                 metavar="FILE.html",
@@ -572,7 +578,11 @@ def _add_operations(sub: Any) -> None:
                 " Deployment, deployment, deployments, deploy)",
             )
         if name == "cancel":
-            cmd.add_argument("--reason", default="cancelled with rollbackctl")
+            cmd.add_argument(
+                "--reason",
+                default="cancelled with rollbackctl",
+                help="why: in the cancelled state and its Event",
+            )
         cmd.set_defaults(handler=handler)
 
 
@@ -586,10 +596,12 @@ def _add_versions(sub: Any) -> None:
     actions = versions.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="versions, their status and running attempts (default)")
     current = actions.add_parser("set-current", help="new attempts start on BUILD")
-    current.add_argument("build_id", metavar="BUILD")
+    current.add_argument("build_id", metavar="BUILD", help="the build ID new attempts start on")
     ramping = actions.add_parser("ramp", help="PERCENT of new attempts start on BUILD (0: stop)")
-    ramping.add_argument("build_id", metavar="BUILD")
-    ramping.add_argument("percent", type=float, metavar="PERCENT")
+    ramping.add_argument("build_id", metavar="BUILD", help="the build ID to ramp to")
+    ramping.add_argument(
+        "percent", type=float, metavar="PERCENT", help="share of new attempts on it; 0 stops"
+    )
     versions.set_defaults(handler=cmd_versions, action="list")
     check = sub.add_parser(
         "upgrade-check",
@@ -625,8 +637,18 @@ def _add_local(sub: Any) -> None:
     demo.set_defaults(handler=_local("cmd_demo"))
 
     simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
-    simulate.add_argument("scenario", metavar="SCENARIO.yaml")
-    simulate.add_argument("-o", "--output", choices=["text", "json", "html"], default="text")
+    simulate.add_argument(
+        "scenario",
+        metavar="SCENARIO.yaml",
+        help="a scenario file, or a shipped scenario's name (e.g. in-place-paced)",
+    )
+    simulate.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json", "html"],
+        default="text",
+        help="the result as text (default), json, or an html page on stdout",
+    )
     simulate.add_argument(
         "--report", metavar="FILE.html", help="also write the story as a self-contained page"
     )
@@ -640,12 +662,12 @@ def _add_local(sub: Any) -> None:
     completion = sub.add_parser(
         "completion", help="print a shell completion script: rollbackctl completion bash|zsh"
     )
-    completion.add_argument("shell", choices=["bash", "zsh"])
+    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
     completion.set_defaults(handler=cmd_completion)
 
     dev = sub.add_parser("dev-server", help="run the embedded Temporal dev server (SQLite, Web UI)")
     dev.add_argument("--data-dir", default=".rollback-data", help="where the SQLite file lives")
-    dev.add_argument("--port", type=int, default=7233)
+    dev.add_argument("--port", type=int, default=7233, help="the gRPC port (default 7233)")
     dev.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port + 1000)")
     dev.add_argument("--headless", action="store_true", help="no Web UI")
     dev.set_defaults(handler=_local("cmd_dev_server"))
@@ -667,16 +689,26 @@ def build_parser() -> argparse.ArgumentParser:
     validate = policy_sub.add_parser(
         "validate", help="validate RollbackPolicy/ClusterRollbackPolicy YAML"
     )
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument(
+        "files", nargs="+", metavar="FILE", help="policy YAML files (several documents each)"
+    )
     validate.set_defaults(handler=cmd_policy_validate)
     explain = policy_sub.add_parser("explain", help="which policy applies to a workload, and why")
-    explain.add_argument("--policies", nargs="+", required=True, metavar="FILE")
+    explain.add_argument(
+        "--policies",
+        nargs="+",
+        required=True,
+        metavar="FILE",
+        help="the policy YAML files to resolve against",
+    )
     explain.add_argument("--workload", required=True, metavar="FILE", help="one workload manifest")
     explain.add_argument(
         "--namespace", help="namespace of the workload (default: its manifest's, else 'default')"
     )
     explain.add_argument("--protected-namespaces", metavar="PATTERNS", help=PROTECTED_HELP)
-    explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    explain.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="text or json"
+    )
     explain.set_defaults(handler=cmd_policy_explain)
 
     crd = sub.add_parser("crds", help="print the CustomResourceDefinitions (or --write DIR)")
@@ -702,7 +734,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_versions(sub)
 
     _add_local(sub)
+    _describe_commands(parser)
     return parser
+
+
+def _describe_commands(parser: argparse.ArgumentParser) -> None:
+    """A command's ``--help`` opens with what it does: its one line in the list, unless it has
+    a description of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            said = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, command in action.choices.items():
+                command.description = command.description or said.get(name)
+                _describe_commands(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -328,7 +328,8 @@ class Scenario(ClusterSpec):
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
-        return cls.model_validate(yaml.safe_load(Path(path).read_text()))
+        with open(path) as stream:  # a YAML error then names the file, not "<unicode string>"
+            return cls.model_validate(yaml.safe_load(stream))
 
 
 @dataclass

@@ -490,8 +490,8 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--notifications",
         metavar="FILE",
-        help="notification receivers, YAML (ROLLBACK_NOTIFICATIONS; README, 'Notifications and"
-        " alerts'; default none)",
+        help="notification receivers, YAML (ROLLBACK_NOTIFICATIONS; default none; the docs'"
+        " operating/notifications-and-alerts.md)",
     )
 
 

@@ -4,6 +4,7 @@ pages are what the code makes now (``python -m cli.docs``), and the site builds 
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -13,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import temporalio
 import yaml
 
 from cli import docs
+from cli.main import build_parser
 from tests.conftest import ROOT
 
 README_MAX_LINES = 150
@@ -115,3 +118,74 @@ def test_the_chart_readme_describes_every_value() -> None:
         assert key in rows, f"{key}: no row"
         parent = key.rsplit(".", 1)[0]
         assert rows[key] or rows.get(parent), f"{key}: no description"
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted(docs.DOCS.rglob("*.md"))]
+
+
+def test_every_variable_the_docs_name_is_read() -> None:
+    """An environment variable a page names is read by our code, or (TEMPORAL_*) by the SDK's
+    envconfig, which ours loads; none is documented that nothing reads."""
+    named = {
+        v
+        for page in _pages()
+        for v in re.findall(r"\b(?:ROLLBACK|TEMPORAL)_[A-Z_]*[A-Z]", page.read_text())
+    }
+    ours = "".join(
+        p.read_text()
+        for d in ("worker", "cli", "activities", "sim", "workflows")
+        for p in (ROOT / d).rglob("*.py")
+    )
+    sdk = Path(temporalio.__file__).parent
+    envconfig = "".join(p.read_text(errors="ignore") for p in sdk.rglob("envconfig*"))
+    missing = sorted(
+        v for v in named if v not in ours and not (v.startswith("TEMPORAL_") and v in envconfig)
+    )
+    assert named and missing == []
+
+
+def _arguments(
+    parser: argparse.ArgumentParser, path: str = "rollbackctl"
+) -> Iterator[tuple[str, argparse.Action]]:
+    """Every argument of every command (its subcommands too), with the command it belongs to."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield path, action
+            for name, sub in action.choices.items():
+                yield from _arguments(sub, f"{path} {name}")
+        else:
+            yield path, action
+
+
+def test_every_command_and_argument_says_what_it_is() -> None:
+    """No empty cell in the CLI reference, no bare name in ``--help``, and each command's
+    ``--help`` opens with what it does."""
+    arguments = list(_arguments(build_parser()))
+    bare = [
+        f"{c} {a.option_strings or a.dest}"
+        for c, a in arguments
+        if not a.help and not isinstance(a, argparse._SubParsersAction)
+    ]
+    assert bare == []
+    commands = [
+        (name, parser)
+        for _, action in arguments
+        if isinstance(action, argparse._SubParsersAction)
+        for name, parser in action.choices.items()
+    ]
+    assert commands and [name for name, parser in commands if not parser.description] == []
+
+
+def test_every_rollbackctl_flag_the_docs_name_exists() -> None:
+    """Each ``-x``/``--flag`` in a ``rollbackctl ...`` command a page prints is one the parser
+    takes."""
+    flags = {f for _, action in _arguments(build_parser()) for f in action.option_strings}
+    unknown = []
+    for page in _pages():
+        for command in re.findall(r"rollbackctl [^`\n]*", page.read_text()):
+            for token in command.split(" #", 1)[0].split()[1:]:  # a shell comment ends it
+                flag = token.split("=", 1)[0].rstrip(".,;:)")
+                if re.fullmatch(r"--?[A-Za-z][A-Za-z-]*", flag) and flag not in flags:
+                    unknown.append(f"{page.name}: {flag} in `{command}`")
+    assert flags and unknown == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +94,16 @@ def test_simulate_rejects_a_bad_scenario(tmp_path: object) -> None:
     assert (
         out.returncode == 1 and "invalid duration" in out.stderr and "Traceback" not in out.stderr
     )
+
+
+def test_simulate_names_the_file_of_a_yaml_error(tmp_path: Path) -> None:
+    """Not ``<unicode string>``: the file and the line, after ``error:`` as every error."""
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: x\nsteps: [{at: 1s\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "simulate", str(bad)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.startswith(f"error: {bad}: ") and f'in "{bad}", line 3' in out.stderr
+    assert "<unicode string>" not in out.stderr and "Traceback" not in out.stderr
