@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -104,6 +105,9 @@ def main() -> int:
     say(lines, "# Benchmark results")
     say(lines)
     say(lines, f"Machine: {machine()}. Command: `{command}`. Date: {datetime.now(UTC):%Y-%m-%d}.")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    say(lines, f"Load average at the start: {load} (1, 5, 15 min). Timings and ratios are only")
+    say(lines, "comparable from a run alone on the machine; a busy one makes every figure worse.")
     say(lines)
     if "cost" in only:
         say(lines, "## Cost of one successful attempt by window length")
@@ -161,7 +165,10 @@ def main() -> int:
             say(lines, line)
         say(lines)
     if args.write:
-        stamp = f"Command: `{command}` on this machine, {datetime.now(UTC):%Y-%m-%d}."
+        stamp = (
+            f"Command: `{command}` on this machine, {datetime.now(UTC):%Y-%m-%d}; load average"
+            f" at the start {load}."
+        )
         RESULTS.write_text(
             merge_results(RESULTS.read_text() if RESULTS.exists() else "", lines, stamp)
         )

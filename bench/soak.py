@@ -24,6 +24,10 @@ The oracle, checked once the story has settled, counts what must be 0:
 - ``actedWhilePaused``: a rollback published on an owner while its pause
   (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its window opens, to end
   after the window) was in force; the fate's verdict must wait for the pause, then roll back;
+- ``actedInProtected``: a write by the engine (a worker or an intake, by the User-Agent the
+  emulator journals) into ``kube-soak``, a namespace protected by the default patterns that the
+  ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
+  policies' status there excepted: it says the namespace is protected);
 - ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
   cluster): while an owner is ``rollingBack``, more pods taken down by the engine at once than
   its ``maxUnavailable`` (1, set on every owner). Every container's memory resize policy is
@@ -67,6 +71,7 @@ from sim.devserver import DevServer, die_with_parent
 from sim.scenario import _resources, free_port
 from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
 from workflows.contract import (
+    API_GROUP,
     CONTROL_ANNOTATION,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
@@ -86,6 +91,7 @@ WORKING_SET = "300Mi"
 KUBE_TIMEOUT = 3.0
 MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-place paces by)
 MIN_READY = "2s"  # the workers' --min-ready-duration
+PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 
 
@@ -110,6 +116,7 @@ class Fate:
     # the engine's re-apply) each resize the pods they see room for, and the kubelet defers the
     # one the node cannot take after all: ``resizeDeferred`` says the cut did not fit as well.
     in_place_reason: str | None = None
+    protected: bool = False  # lives in PROTECTED_NS: never a state, an Event or a rollback
 
 
 FATES = [
@@ -132,6 +139,9 @@ FATES = [
     Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
     Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
     Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
+    # In a protected namespace that the cluster policy's selector names: it OOMs on its cut and
+    # nothing rolls it back, since no policy applies there.
+    Fate("protected", OOM, None, pods=OOM, protected=True),
 ]  # fmt: skip
 
 
@@ -238,10 +248,12 @@ def plan(count: int, namespaces: int, in_place: bool = False) -> list[Workload]:
             Workload(
                 i,
                 fate,
-                f"soak-{i % namespaces:02d}",
+                PROTECTED_NS if fate.protected else f"soak-{i % namespaces:02d}",
                 f"{fate.name}-{i}",
                 "Deployment" if round_ % 2 == 0 else "StatefulSet",
-                "RollbackPolicy" if (round_ // 2) % 2 == 0 else "ClusterRollbackPolicy",
+                "RollbackPolicy"
+                if (round_ // 2) % 2 == 0 and not fate.protected
+                else "ClusterRollbackPolicy",
             )
         )
     return workloads
@@ -454,7 +466,7 @@ class Soak:
             store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         store.create(
             _policy("ClusterRollbackPolicy", "soak-cluster", None,
-                    {"namespaceSelector": {"operator": "In", "values": ["soak-*"]},
+                    {"namespaceSelector": {"operator": "In", "values": ["soak-*", PROTECTED_NS]},
                      "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}},
                     self.window, self.backoff)
         )  # fmt: skip
@@ -624,6 +636,11 @@ class Soak:
         state, fate = self._state(w), w.fate
         if fate.name == "owner-deleted":
             return "deleted" in w.actions
+        if fate.protected:  # its pods run the cut: the engine has seen what it must leave alone
+            return bool(self._pods(w)) and all(
+                (r.get("requests") or {}).get("memory") == fate.memory
+                for p in self._pods(w) for r in _resources(p).values()
+            )  # fmt: skip
         if fate.mode is None:
             return "policy deleted" in w.actions and state is None
         if state is None:
@@ -793,7 +810,11 @@ class Soak:
         state, fate = self._state(w), w.fate
         if fate.name == "owner-deleted":
             return None if self._owner(w) is None else "owner still there"
-        if fate.mode is None:
+        if fate.protected:
+            states = [s for _, s in self.timeline.states.get(w.ref, [])]
+            if any(states) or self.timeline.events.get(w.ref):
+                return "a state or an Event in a protected namespace"
+        elif fate.mode is None:
             if state is not None:
                 return f"state {state.get('mode')}, expected cleared"
             if "RollbackStateCleared" not in self.timeline.events.get(w.ref, []):
@@ -854,6 +875,7 @@ class Soak:
         self._notifications(bad)
         self._writes(bad)
         self._paused(bad)
+        self._protected(bad)
         restarting = self._unavailable(bad) if self.in_place else 0
         await self._signals(client, bad)
         await self._crossed(client, bad)
@@ -868,6 +890,7 @@ class Soak:
             faults["in-place rollback restarting pods"] = restarting
         names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
                  "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
+                 "actedInProtected",
                  *(("moreUnavailable",) if self.in_place else ()))  # fmt: skip
         return SoakResult(
             len(self.workloads),
@@ -893,6 +916,16 @@ class Soak:
                 if start <= at < until:
                     bad("actedWhilePaused", f"{w.ref}: rollback published {until - at:.1f}s"
                         " before its pause ended")  # fmt: skip
+
+    def _protected(self, bad: Any) -> None:
+        """Engine writes into the protected namespace, but to our own policies (whose status
+        says the namespace is protected)."""
+        for r in list(self.api.journal):
+            engine = r.agent.startswith((WORKER_AGENT, INTAKE_AGENT))
+            writes = r.method in ("POST", "PUT", "PATCH", "DELETE")
+            ours = r.path.startswith(f"/apis/{API_GROUP}/")
+            if engine and writes and not ours and f"/namespaces/{PROTECTED_NS}/" in r.path:
+                bad("actedInProtected", f"{r.agent} {r.method} {r.path}")
 
     def _unavailable(self, bad: Any) -> int:
         """``moreUnavailable``: while an owner is ``rollingBack``, the pods the engine took down

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from bench.soak import (
     FATES,
+    PROTECTED_NS,
     Child,
     Soak,
     Timeline,
@@ -148,3 +149,27 @@ async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:
     found: list[str] = []
     await Soak._crossed(Fake(), NoRuns(), lambda kind, what: found.append(kind))  # type: ignore[arg-type]
     assert found == ["crossedClusters"]
+
+
+def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
+    now = time.time()
+    journal = [
+        Request("PATCH", f"/apis/apps/v1/namespaces/{PROTECTED_NS}/deployments/a", {}, "", 200,
+                f"{WORKER_AGENT}/1.0", now),  # the engine: a violation
+        Request("PATCH", f"/api/v1/namespaces/{PROTECTED_NS}/pods/a-0", {}, "", 200,
+                "kubelet", now),  # the cluster itself: fine
+        Request("GET", f"/apis/apps/v1/namespaces/{PROTECTED_NS}/deployments/a", {}, "", 200,
+                f"{INTAKE_AGENT}/intake-a", now),  # a read: fine
+        Request("POST", "/api/v1/namespaces/soak-00/events", {}, "", 201,
+                f"{INTAKE_AGENT}/intake-a", now),  # elsewhere: fine
+        Request("PATCH", f"/apis/rightsizing.kubex.ai/v1alpha1/namespaces/{PROTECTED_NS}"
+                "/rollbackpolicies/p/status", {}, "", 200, f"{INTAKE_AGENT}/intake-a", now),
+        # our policy's status, saying the namespace is protected: fine
+    ]  # fmt: skip
+    fake = SimpleNamespace(api=SimpleNamespace(journal=journal))
+    found: list[str] = []
+    Soak._protected(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    assert found == [
+        f"actedInProtected: {WORKER_AGENT}/1.0 PATCH /apis/apps/v1/namespaces/{PROTECTED_NS}"
+        "/deployments/a"
+    ]
