@@ -19,9 +19,7 @@ Pauses (``workflows.pause``): the verdict's sample, the rollback and the re-appl
 in force, if any, and write nothing; the run then holds, durably, until the pause's time, the
 intake's ``resume``, or ``PAUSE_RECHECK`` (a resume the intake could not send), and looks again:
 a verdict decides on what it sees then. A hold sets the ``RollbackHeld`` search attribute (what
-``rollbackctl get`` and the UI show), unset with the next state shown. Runs recorded before
-pauses never held, and replay as they ran (the hold is taken only on a result that says
-``paused``).
+``rollbackctl get`` and the UI show), unset with the next state shown.
 """
 
 from __future__ import annotations
@@ -103,7 +101,7 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 WORKFLOW_NAME = "RollbackWorkflow"
-MAX_SAMPLES_PER_RUN = 500  # runs that sample every interval: continue-as-new well before 50k
+MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
 MAX_HISTORY_EVENTS = 10_000
