@@ -115,8 +115,7 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
 async def test_two_clusters_on_one_temporal_never_cross() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
-    and no run crosses clusters. The second actuates in place, its containers restarting to
-    resize: its rollbacks never take more pods down than maxUnavailable."""
+    and no run crosses clusters."""
     results = await soak_fleet(40, clusters=2, deadline=200.0)
     lines = "\n".join(line for r in results for line in report(r))
     assert [r.cluster for r in results] == ["soak-0", "soak-1"]
@@ -125,9 +124,6 @@ async def test_two_clusters_on_one_temporal_never_cross() -> None:
         assert result.invariants["crossedClusters"] == 0, lines
         assert all(n == 0 for n in result.invariants.values()), lines
     assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
-    assert "moreUnavailable" not in results[0].invariants, lines
-    assert results[1].invariants["moreUnavailable"] == 0, lines
-    assert results[1].faults["in-place rollback restarting pods"] > 0, lines  # it had work
 
 
 async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:
