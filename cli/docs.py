@@ -317,7 +317,7 @@ def _values_rows(
                 yield f"| `{path}` | object |  | {_cell(note)} |"
             yield from _values_rows(value, node, notes, f"{path}.")
             continue
-        kinds = [n for n in node.get("oneOf", node.get("anyOf", [node]))]
+        kinds = node.get("oneOf") or node.get("anyOf") or [node]
         kind = " or ".join(
             dict.fromkeys(
                 "one of " + ", ".join(json.dumps(e) for e in n["enum"]) if "enum" in n

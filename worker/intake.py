@@ -32,6 +32,7 @@ newer pod, or start the next turn after ``backedOff``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -116,6 +117,9 @@ class Observation:
     recommendation: Recommendation
     pod: str
     pod_created_at: datetime | None
+    # The turn and policy of the attempt it opens, once decided: set with the run's start.
+    turn: int | None = None
+    policy: PolicyRef | None = None
 
 
 class Intake:
@@ -164,8 +168,6 @@ class Intake:
         self._informers: list[Informer] = []
         self.started = threading.Event()
         self._undelivered: dict[OwnerRef, Observation] = {}  # not yet accepted by Temporal
-        # The turn and policy of the attempt each undelivered sighting opens: set with its start.
-        self._opens: dict[OwnerRef, tuple[int, PolicyRef]] = {}
         self._delivering: set[OwnerRef] = set()
         self._controlling: set[OwnerRef] = set()  # control annotations being carried out
         # Controls carried out whose annotation is not yet seen removed: not carried out twice.
@@ -496,8 +498,12 @@ class Intake:
                 self.stats["deduplicated"] += 1
                 return
             self._signalled[owner] = basis
-            self._undelivered[owner] = seen  # the newest sighting wins: it says the most
-            self._opens[owner] = (verdict.turn(state.turn if state else None), PolicyRef.of(policy))
+            # The newest sighting wins: it says the most.
+            self._undelivered[owner] = dataclasses.replace(
+                seen,
+                turn=verdict.turn(state.turn if state else None),
+                policy=PolicyRef.of(policy),
+            )
             self.stats["signals"] += 1
             log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, fingerprint)
             if owner in self._delivering:
@@ -637,7 +643,6 @@ class Intake:
         while True:
             with self._lock:
                 seen = self._undelivered.get(owner)
-                turn, policy = self._opens.get(owner, (None, None))
                 if seen is None or not self.acting():
                     self._delivering.discard(owner)
                     return  # a deposed leader drops it: the next one relists and sees it too
@@ -656,8 +661,8 @@ class Intake:
                         pod=seen.pod,
                         pod_created_at=seen.pod_created_at,
                         rpc_timeout=timedelta(seconds=SIGNAL_TIMEOUT),
-                        turn=turn,
-                        policy=policy,
+                        turn=seen.turn,
+                        policy=seen.policy,
                     )
             except Exception as exc:  # RPC errors of every kind: retried alike
                 failures += 1
@@ -673,7 +678,6 @@ class Intake:
             with self._lock:
                 if self._undelivered.get(owner) is seen:
                     del self._undelivered[owner]
-                    self._opens.pop(owner, None)
 
     def _malformed(self, pod: Obj, exc: Exception) -> None:
         meta = pod["metadata"]
