@@ -23,13 +23,15 @@ The oracle, checked once the story has settled, counts what must be 0:
   is in the workflow's history);
 - ``actedWhilePaused``: a rollback published on an owner while its pause
   (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its window opens, to end
-  after the window) was in force; the fate's verdict must wait for the pause, then roll back;
+  after the window; by ``paused-infinite`` without an end, lifted by the script once the
+  engine's ``RollbackPaused`` Event shows the hold) was in force; the fate's verdict must wait
+  for the pause, then roll back;
 - ``actedInProtected``: a write by the engine (a worker or an intake, by the User-Agent the
   emulator journals) into ``kube-soak``, a namespace protected by the default patterns that the
   ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
   policies' status there excepted: it says the namespace is protected);
 - ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
-  cluster, with ``soak_fleet(..., in_place=True)``): while an owner is ``rollingBack``, more pods taken down by the engine at once than
+  cluster): while an owner is ``rollingBack``, more pods taken down by the engine at once than
   its ``maxUnavailable`` (1, set on every owner). Every container's memory resize policy is
   ``RestartContainer``, so each Ready pod the rollback resizes restarts; which pods a worker
   resized and when comes from the emulator's journal, when they were Ready from the store.
@@ -44,6 +46,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -77,6 +80,7 @@ from workflows.contract import (
     PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    EventReason,
     Obj,
 )
 from workflows.durations import parse_duration
@@ -136,6 +140,10 @@ FATES = [
     # Paused on its owner as its first window opens, until after the window: the verdict waits,
     # then rolls back as the oom fate does.
     Fate("paused", OOM, "failedPermanent", 2, "oomKilled"),
+    # Paused without an end (``infinite``) on its owner as its first window opens; the script
+    # lifts the pause once the engine's RollbackPaused Event shows the verdict held. Whichever
+    # intake leads then (they are killed and cut off on the way) must resume it.
+    Fate("paused-infinite", OOM, "failedPermanent", 2, "oomKilled"),
     Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
     Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
     Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
@@ -579,19 +587,36 @@ class Soak:
                     {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}}, MERGE)  # fmt: skip
         w.actions.append(value)
 
-    def _pause(self, w: Workload) -> None:
+    def _pause(self, w: Workload, infinite: bool = False) -> None:
         """Pause the owner from now until 5 s after its window ends (RFC 3339, to the second,
-        rounded down: the pause ends no later than the verdict's earliest end)."""
+        rounded down: the pause ends no later than the verdict's earliest end), or until the
+        script lifts it (``infinite``)."""
         now = time.time()
         until = int(now + parse_duration(self.window).total_seconds() + 5)
-        stamp = kube_time(datetime.fromtimestamp(until, UTC))
-        annotations = {PAUSE_UNTIL_ANNOTATION: stamp, PAUSE_REASON_ANNOTATION: "soak"}
+        stamp = "infinite" if infinite else kube_time(datetime.fromtimestamp(until, UTC))
+        self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: stamp, PAUSE_REASON_ANNOTATION: "soak"})
+        w.paused = (now, math.inf if infinite else float(until))
+        w.actions.append("paused")
+        self.faults["owner paused without an end, until lifted" if infinite else
+                    "owner paused through its verdict"] += 1  # fmt: skip
+
+    def _lift_pause(self, w: Workload) -> None:
+        """Lift an ``infinite`` pause once the engine's RollbackPaused Event says it held."""
+        held = any(
+            e.get("reason") == EventReason.PAUSED
+            and (e.get("involvedObject") or {}).get("name") == w.name
+            for e in self.api.store.items("Event", w.namespace)
+        )
+        if held:
+            self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: None, PAUSE_REASON_ANNOTATION: None})
+            assert w.paused is not None
+            w.paused = (w.paused[0], time.time())
+            w.actions.append("lifted")
+
+    def _annotate_pause(self, w: Workload, annotations: dict[str, str | None]) -> None:
         store = self.api.store
         store.patch(store.rtype(w.kind), w.namespace, w.name,
                     {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
-        w.paused = (now, float(until))
-        w.actions.append("paused")
-        self.faults["owner paused through its verdict"] += 1
 
     def _delete_pods(self, w: Workload) -> None:
         store = self.api.store
@@ -624,8 +649,15 @@ class Soak:
             elif fate == "policy-deleted" and "policy deleted" not in done:
                 store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
                 w.actions.append("policy deleted")
-        elif fate == "paused" and mode == "monitoring" and turn == 1 and "paused" not in done:
-            self._pause(w)
+        elif (
+            fate.startswith("paused")
+            and mode == "monitoring"
+            and turn == 1
+            and ("paused" not in done)
+        ):
+            self._pause(w, infinite=fate == "paused-infinite")
+        elif fate == "paused-infinite" and "paused" in done and "lifted" not in done:
+            self._lift_pause(w)
         elif fate in ("cancel", "reopen") and mode == "monitoring" and "cancel" not in done:
             self._annotate(w, "cancel")
         elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
@@ -950,22 +982,31 @@ class Soak:
             ]  # fmt: skip
             namespace = owner.split("/", 1)[0]
             for began, ended in spans:
-                downs = []  # (went not Ready, Ready again) for each pod the engine took down
+                # (pod, went not Ready, Ready again) for each pod the engine took down: a set,
+                # since a retried activity may resize a pod again before it goes down (its
+                # first answer lost), and that pod is down once.
+                downs: set[tuple[str, float, float]] = set()
+                when: dict[str, list[str]] = defaultdict(list)  # pod -> its resizes, as said
                 for pod, changes in self.timeline.pods.get(owner, {}).items():
                     for at in resized.get((namespace, pod), []):
                         if not began <= at < ended:
                             continue
+                        when[pod].append(f"+{at - began:.1f}s")
                         ready_then = next((r for t, r in reversed(changes) if t <= at), None)
                         down = next((t for t, r in changes if t >= at and r is False), None)
                         if not ready_then or down is None or down >= ended:
                             continue
                         up = next((t for t, r in changes if t > down and r is not False), ended)
-                        downs.append((down, up))
+                        downs.add((pod, down, up))
                 measured += bool(downs)
-                most = max((sum(1 for d, u in downs if d <= at < u) for at, _ in downs), default=0)
-                if most > MAX_UNAVAILABLE:
-                    bad("moreUnavailable", f"{owner}: the rollback had {most} pods not Ready at"
-                        f" once, {MAX_UNAVAILABLE} allowed")  # fmt: skip
+                peak = max(([p for p, d, u in downs if d <= at < u] for _, at, _ in downs),
+                           key=len, default=[])  # fmt: skip
+                if len(peak) > MAX_UNAVAILABLE:
+                    resizes = "; ".join(
+                        f"{p} resized at {', '.join(when[p])}" for p in sorted(peak)
+                    )
+                    bad("moreUnavailable", f"{owner}: the rollback had {len(peak)} pods not Ready"
+                        f" at once, {MAX_UNAVAILABLE} allowed ({resizes})")  # fmt: skip
         return measured
 
     def _id(self, w: Workload) -> str:
@@ -1053,14 +1094,10 @@ async def soak(count: int, deadline: float = 900.0, seed: int = 1) -> SoakResult
         return result
 
 
-async def soak_fleet(
-    count: int, clusters: int = 2, deadline: float = 900.0, in_place: bool = False
-) -> list[SoakResult]:
+async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> list[SoakResult]:
     """The soak in ``clusters`` clusters at once, ``count`` workloads each with the same names,
     on one Temporal (restarted by the first cluster's script): each cluster's oracle, plus
-    ``crossedClusters``. With ``in_place``, every second cluster actuates in place
-    (``moreUnavailable``): not in CI yet, since one run in four reported a rollback with two
-    pods down at once, which is being investigated (a real pacing gap or the oracle's)."""
+    ``crossedClusters``. Every second cluster actuates in place (``moreUnavailable``)."""
     Receiver.received = []
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="rollback-soak-fleet-") as tmp:
@@ -1071,7 +1108,7 @@ async def soak_fleet(
         try:
             soaks = [
                 Soak(count, Path(tmp), seed=i + 1, cluster=f"soak-{i}", temporal=server,
-                     restarts_temporal=i == 0, in_place=in_place and i % 2 == 1)
+                     restarts_temporal=i == 0, in_place=i % 2 == 1)
                 for i in range(clusters)
             ]  # fmt: skip
             results = list(await asyncio.gather(*(s.run(deadline) for s in soaks)))

@@ -106,7 +106,7 @@ async def locate(client: Client, cluster: str | None, owner: OwnerRef) -> str:
     if cluster is not None:
         return cluster
     query = list_query(owner.namespace) + (
-        f" AND {SearchAttribute.WORKLOAD} = {_quote(owner.workload)}"
+        f" AND {SearchAttribute.WORKLOAD} = {control.quote(owner.workload)}"
     )
     found: list[str] = sorted({r.cluster async for r in _rows(client, query)})
     if len(found) == 1:
@@ -122,17 +122,13 @@ async def locate(client: Client, cluster: str | None, owner: OwnerRef) -> str:
     )
 
 
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def list_query(
     namespace: str | None = None,
     mode: str | None = None,
     policy: str | None = None,
     cluster: str | None = None,
 ) -> str:
-    clauses = [f"WorkflowType = {_quote(WORKFLOW_NAME)}"]
+    clauses = [f"WorkflowType = {control.quote(WORKFLOW_NAME)}"]
     for attribute, value in (
         (SearchAttribute.CLUSTER, cluster),
         (SearchAttribute.NAMESPACE, namespace),
@@ -140,7 +136,7 @@ def list_query(
         (SearchAttribute.POLICY, policy),
     ):
         if value:
-            clauses.append(f"{attribute} = {_quote(value)}")
+            clauses.append(f"{attribute} = {control.quote(value)}")
     return " AND ".join(clauses)
 
 
@@ -305,7 +301,7 @@ async def recorded_transitions(
     transitions: list[tuple[datetime, str, int]] = []
     failures: list[tuple[datetime, str]] = []
     workflow_id = rollback_id(cluster, owner)
-    async for run in client.list_workflows(f"WorkflowId = {_quote(workflow_id)}"):
+    async for run in client.list_workflows(f"WorkflowId = {control.quote(workflow_id)}"):
         handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
         async for event in handle.fetch_history_events():
             at = event.event_time.ToDatetime(tzinfo=UTC)

@@ -26,7 +26,9 @@ newer pod, or start the next turn after ``backedOff``.
 - Each policy's ``status`` is kept by ``worker.status`` from these same watches.
 - A pause annotation (``rightsizing.kubex.ai/pause-until``, ``workflows.pause``) that goes or
   changes on a namespace, an owner or a pod signals ``resume`` to the runs it may hold (owners
-  with an active state there), so a held verdict or rollback looks again within seconds.
+  with an active state there), so a held verdict or rollback looks again within seconds. A pause
+  that went between two leaders' terms, when no watch saw it go, is found at the next term's
+  start: the runs Temporal shows held (``RollbackHeld``) that no pause holds any more are resumed.
 """
 
 from __future__ import annotations
@@ -255,6 +257,7 @@ class Intake:
         log.info(
             "intake started: %d policies indexed, %d pods known", len(self.index), len(pods.cache)
         )
+        self._spawn(self._resume_lifted())
 
     def problems(self, stuck_after: float) -> list[str]:
         """Why the running intake is not healthy: a dead informer thread, or one failing without
@@ -399,6 +402,16 @@ class Intake:
                 self.stats["resumes"] += 1
             except Exception as exc:  # RPC errors of every kind: the run looks again itself
                 log.warning("%s: resume not sent (%s); the run looks again by itself", owner, exc)
+
+    async def _resume_lifted(self) -> None:
+        """Resume the runs held by a pause that the watches, just synced, no longer show: it
+        went while no intake led (one visibility query a term)."""
+        try:
+            held = await control.held_runs(self.temporal, self.cluster)
+        except Exception as exc:  # RPC errors of every kind: each run looks again by itself
+            log.warning("held runs not listed (%s); each looks again by itself", exc)
+            return
+        await self._send_resumes([owner for owner in held if not self.held(owner)])
 
     def _on_pod(self, kind: str, pod: Obj, initial: bool) -> None:
         meta = pod["metadata"]

@@ -28,8 +28,8 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.activity_api import OwnerRef, rollback_id
-from workflows.contract import Mode
+from workflows.activity_api import OwnerRef, parse_rollback_id, rollback_id
+from workflows.contract import Mode, SearchAttribute
 from workflows.fingerprint import Recommendation
 from workflows.machine import RollbackState
 from workflows.pause import Pause
@@ -41,6 +41,7 @@ from workflows.rollback import (
     SA_POLICY,
     SA_TURN,
     SA_WORKLOAD,
+    WORKFLOW_NAME,
     CancelSignal,
     ObserveSignal,
     ReopenSignal,
@@ -183,6 +184,25 @@ async def resume(client: Client, cluster: str, owner: OwnerRef, rpc_timeout: flo
     except RPCError as exc:
         if exc.status is not RPCStatusCode.NOT_FOUND:
             raise
+
+
+def quote(value: str) -> str:
+    """``value`` as a string literal of a visibility query."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def held_runs(client: Client, cluster: str) -> list[OwnerRef]:
+    """The owners in ``cluster`` whose running attempt a pause holds (its ``RollbackHeld``
+    search attribute is set), by one visibility query."""
+    query = (
+        f"WorkflowType = {quote(WORKFLOW_NAME)} AND ExecutionStatus = 'Running'"
+        f" AND {SearchAttribute.CLUSTER} = {quote(cluster)} AND {SearchAttribute.HELD} IS NOT NULL"
+    )
+    return [
+        parsed[1]
+        async for wf in client.list_workflows(query)
+        if (parsed := parse_rollback_id(wf.id)) is not None
+    ]
 
 
 async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef) -> RollbackState:

@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ReadTimeoutError
 
-from activities.kubernetes import KubernetesActivities
+from activities.errors import classify
+from activities.kubernetes import Actuation, KubernetesActivities
 from activities.kubetime import kube_time
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
@@ -698,6 +700,46 @@ def test_an_in_place_rollback_that_restarts_keeps_the_workload_available(
         )
     )
     assert api.requests("patch", "/resize$") == []
+
+
+def test_a_retried_in_place_rollback_whose_first_answer_was_lost_takes_one_pod_down(
+    api: KubeEmulator,
+) -> None:
+    """The first resize's answer is lost (the client times out; the write lands later): the
+    activity fails, and its retry, which cannot see that write yet, resizes the same first pod
+    again rather than another, so one pod is down at a time and each restarts once."""
+    kubelet = RestartingKubelet(api.store)
+    api.store.create(node("roomy", memory="16Gi"))
+    deployment = owner("Deployment", replicas=3)
+    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": 1}}
+    api.store.create(deployment)
+    for i in range(3):
+        p = pod(f"web-{i}", WEB, memory="512Mi", rec=REC, node="roomy")
+        p["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+        ]
+        api.store.create(p)
+    lost = api.inject(Fault(status=None, method="PATCH", path="/resize$", delay=1.0))
+    rollback = RollBackInput(
+        cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+    )
+    with api_client(url=api.url, read_timeout=0.3) as client:
+        acts = KubernetesActivities(
+            CoreV1Api(client), CustomObjectsApi(client), Actuation.IN_PLACE, "test"
+        )
+        with pytest.raises(ReadTimeoutError) as timed_out:
+            acts.roll_back(rollback)
+        assert classify(timed_out.value) is timed_out.value  # transient: Temporal retries it
+        assert lost.hits == 1
+        result = acts.roll_back(rollback)  # the retry, before the lost write lands
+    assert result.pods_resized == 3 and kubelet.most_not_ready == 1
+    first = [r.path for r in api.requests("patch", "/resize$")][:2]
+    assert first == [f"/api/v1/namespaces/{NS}/pods/web-0/resize"] * 2
+    restarts = {
+        p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
+        for p in api.store.items("Pod", NS)
+    }
+    assert restarts == {"web-0": 1, "web-1": 1, "web-2": 1}
 
 
 def test_an_in_place_re_apply_stops_when_a_pod_crashes_on_it(

@@ -76,7 +76,8 @@ def test_the_oracle_sees_a_rollback_while_paused() -> None:
 
 def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
     """``moreUnavailable`` counts the pods a worker's resize took down while the owner was
-    rollingBack: not a pod already down when resized, not one the kubelet took down alone."""
+    rollingBack: not a pod already down when resized, not one the kubelet took down alone, and
+    a pod resized twice (a retry whose first answer was lost) down once."""
     timeline = Timeline()
     t = time.time() - 100
     modes = [(0, "monitoring"), (10, "rollingBack"), (20, "backingOff")]
@@ -96,9 +97,14 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
             "c-1": [(t, up), (t + 5, down), (t + 11.5, up)],
             "c-2": [(t, up), (t + 11.4, down), (t + 12, up)],
         },
+        "ns/Deployment/retried": {  # d-0 resized twice before it went down: then d-1
+            "d-0": [(t, up), (t + 11.5, down), (t + 12, up)],
+            "d-1": [(t, up), (t + 13.2, down), (t + 14, up)],
+        },
     }
     timeline.states = {owner: story for owner in timeline.pods}
-    resizes = [("a-0", 11), ("a-1", 11), ("b-0", 11), ("b-1", 13), ("c-0", 11), ("c-1", 11)]
+    resizes = [("a-0", 11), ("a-1", 11), ("b-0", 11), ("b-1", 13), ("c-0", 11), ("c-1", 11),
+               ("d-0", 11), ("d-0", 11.3), ("d-1", 13)]  # fmt: skip
 
     journal = [Request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", {}, "", 200,
                        f"{WORKER_AGENT}/1.0", t + at) for pod, at in resizes]  # fmt: skip
@@ -107,15 +113,16 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
     measured = Soak._unavailable(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert found == [
         "moreUnavailable: ns/Deployment/at-once: the rollback had 2 pods not Ready at once,"
-        " 1 allowed"
+        " 1 allowed (a-0 resized at +1.0s; a-1 resized at +1.0s)"
     ]
-    assert measured == 3
+    assert measured == 4
 
 
 async def test_two_clusters_on_one_temporal_never_cross() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
-    and no run crosses clusters."""
+    and no run crosses clusters. The second actuates in place, its containers restarting to
+    resize: its rollbacks never take more pods down than maxUnavailable."""
     results = await soak_fleet(40, clusters=2, deadline=200.0)
     lines = "\n".join(line for r in results for line in report(r))
     assert [r.cluster for r in results] == ["soak-0", "soak-1"]
@@ -124,6 +131,9 @@ async def test_two_clusters_on_one_temporal_never_cross() -> None:
         assert result.invariants["crossedClusters"] == 0, lines
         assert all(n == 0 for n in result.invariants.values()), lines
     assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
+    assert "moreUnavailable" not in results[0].invariants, lines
+    assert results[1].invariants["moreUnavailable"] == 0, lines
+    assert results[1].faults["in-place rollback restarting pods"] > 0, lines  # it had work
 
 
 async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:

@@ -16,8 +16,10 @@ import pytest
 
 from cli.main import main
 from sim.scenario import Apply, Scenario, Step, World
+from worker import temporal as control
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.process import IntakeService
+from workflows.activity_api import OwnerRef
 from workflows.contract import (
     CONTROL_ANNOTATION,
     OBSERVE_ONLY_ANNOTATION,
@@ -88,6 +90,7 @@ SCENARIO = Scenario.model_validate(
             deployment("none"),
             deployment("held"),
             deployment("held-pod"),
+            deployment("held-between"),
         ],
         "policies": [
             rollback_policy("ok"),
@@ -97,6 +100,7 @@ SCENARIO = Scenario.model_validate(
             rollback_policy("none", scope={"labelSelector": {"matchLabels": {"app": "other"}}}),
             rollback_policy("held"),
             rollback_policy("held-pod"),
+            rollback_policy("held-between"),
         ],
     }
 )
@@ -233,6 +237,51 @@ async def test_a_pause_holds_the_verdict_and_the_policy_says_so(
     await until(lambda: condition(world, ns, "WorkloadsPaused")["status"] == "False")
 
 
+async def restart_intake(world: World, identity: str) -> IntakeService:
+    """A new intake in place of the world's, as a new leader's term would start."""
+    assert world.intake is not None
+    await asyncio.to_thread(world.intake.stop)
+    temporal = TemporalConfig.at(world.temporal.address, world.task_queue, world.first.name)
+    kube = KubeConfig(url=world.api.url)
+    world.first.intake = IntakeService(
+        await temporal.connect(),
+        kube.client(),
+        IntakeConfig(temporal, kube, identity=identity),
+        lease_duration=3.0,
+    ).start()
+    return world.first.intake
+
+
+async def test_a_pause_lifted_between_two_leaders_terms_resumes_the_run(world: World) -> None:
+    """A pause holds the verdict, and goes while no intake leads, so no watch sees it go: the
+    next term's intake finds the run Temporal shows held and resumes it. (A held verdict also
+    wakes on the observe each term sends anew; a held rollback or re-apply would not, and
+    would wait for its own look again, 10 minutes on.)"""
+    ns, store = "held-between", world.api.store
+
+    def pause(value: str | None) -> None:
+        body = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: value}}}
+        store.patch(store.rtype("Namespace"), None, ns, body, "application/merge-patch+json")
+
+    await apply(world, ns, OOMS)
+    await until(lambda: state(world, ns).get("mode") == "monitoring")
+    pause("infinite")
+    await until(lambda: events(world, ns, EventReason.PAUSED))
+    client = await TemporalConfig.at(world.temporal.address, world.task_queue).connect()
+    runs: list[OwnerRef] = []
+    for _ in range(100):  # Temporal's visibility shows it held (the new term's query reads it)
+        if runs := await control.held_runs(client, world.first.name):
+            break
+        await asyncio.sleep(0.1)
+    assert [str(o) for o in runs] == [f"{ns}/Deployment/api"]
+    assert world.intake is not None
+    await asyncio.to_thread(world.intake.stop)
+    pause(None)  # no intake: no watch sees it go
+    service = await restart_intake(world, "after-the-pause")
+    await until(lambda: service.intake.stats["resumes"] == 1)
+    await until(lambda: state(world, ns).get("mode") in ("rollingBack", "backingOff"))
+
+
 async def test_status_survives_an_intake_restart_without_a_write(world: World) -> None:
     await until(lambda: state(world, "oom").get("mode") == "failedPermanent")
     await until(lambda: status(world, "oom").get("failedWorkloads") == 1)
@@ -240,16 +289,7 @@ async def test_status_survives_an_intake_restart_without_a_write(world: World) -
     # Every write due has been made and seen back through the watch: nothing is pending.
     await until(lambda: world.intake is not None and world.intake.intake.status.pending() == 0)
     before = {ns: status(world, ns) for ns in ("ok", "oom", "watch", "ctl", "none")}
-    await asyncio.to_thread(world.intake.stop)
-    temporal = TemporalConfig.at(world.temporal.address, world.task_queue, world.first.name)
-    kube = KubeConfig(url=world.api.url)
-    world.first.intake = IntakeService(
-        await temporal.connect(),
-        kube.client(),
-        IntakeConfig(temporal, kube, identity="restarted"),
-        lease_duration=3.0,
-    ).start()
-    restarted = world.intake.intake
+    restarted = (await restart_intake(world, "restarted")).intake
     await until(lambda: restarted.status.passes >= 1)
     assert restarted.status.sync() == 0  # it computes the status it found: nothing to write
     assert restarted.status.writes == 0
