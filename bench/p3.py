@@ -1,6 +1,9 @@
 """P3: N workloads monitored at once by one worker process through the real intake and
 activities: every final mode right; worker peak RSS, CPU per workload, samples taken, time from
-the last workload created to all done."""
+the last workload created to all done. Then, on the same server, the floor: the same N attempts
+as floor workflows (each the activities and timers of its rollback run, read from a history,
+over the same window; no-op activities) on a worker process of their own (``bench.floor_worker``),
+started at once: time from the last started to all done, and the ratio of the two."""
 
 from __future__ import annotations
 
@@ -8,14 +11,16 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
+from temporalio.client import Client
 
-from bench import CLUSTER
+from bench import CLUSTER, actions
 from bench.harness import (
     OOM,
     READY,
@@ -26,6 +31,9 @@ from bench.harness import (
     proc_stats,
     say,
 )
+from bench.soak import Child
+from bench.throughput import work_of
+from bench.workloads import FloorWorkflow
 from sim.apiserver import KubeEmulator
 from sim.devserver import DevServer
 from sim.scenario import WorkerProcess, free_port
@@ -34,6 +42,8 @@ from worker.intake import Intake
 from worker.kube import api_client
 from worker.runner import MAX_CACHED_WORKFLOWS
 from workflows.rollback import WORKFLOW_NAME
+
+WINDOW_SECONDS = 20
 
 
 async def concurrent(workloads: int, lines: Lines) -> None:
@@ -59,7 +69,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                     "kind": "ClusterRollbackPolicy",
                     "metadata": {"name": "all"},
                     "spec": {
-                        "monitoringPeriod": "20s",
+                        "monitoringPeriod": f"{WINDOW_SECONDS}s",
                         "rollbackTarget": "manifest",
                         "adoptionThresholdPercent": 100,
                         "backoff": {"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 1},
@@ -81,17 +91,10 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 make_workload(api, ns, name, 2, OOM if oom(w) else READY)
                 adopted_at.setdefault(f"rollback/{CLUSTER}/{ns}/Deployment/{name}", time.time())
                 await asyncio.sleep(0)  # the intake signals through this loop: let it
-            began = time.monotonic()
-            done: dict[str, Any] = {}
             # Only the rollbacks: NotifyWorkflow children complete too (about two per OOM).
-            finished = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Completed'"
-            while len(done) < workloads and time.monotonic() - began < max(600, workloads * 0.5):
-                async for wf in client.list_workflows(finished):
-                    done[wf.id] = wf
-                await asyncio.sleep(2)
-            took = time.monotonic() - began
-            if len(done) < workloads:
-                say(lines, f"  NOT MET: only {len(done)}/{workloads} attempts ended within"
+            took, done = await _all_done(client, WORKFLOW_NAME, workloads)
+            if done < workloads:
+                say(lines, f"  NOT MET: only {done}/{workloads} attempts ended within"
                            f" {took:.0f}s; the figures below are of an unfinished run")  # fmt: skip
             assert worker.process is not None
             rss, cpu = proc_stats(worker.process.pid)
@@ -116,6 +119,15 @@ async def concurrent(workloads: int, lines: Lines) -> None:
             )
             await asyncio.to_thread(intake.stop)
             worker.stop()
+            work = {
+                failing: work_of(
+                    actions.shape((await client.get_workflow_handle(wid).fetch_history()).events)
+                )
+                for failing, wid in (
+                    (oom(w), wid) for w, wid in enumerate(adopted_at) if w in (0, 9)
+                )
+            }
+            floor_took, floor_rss = await _floor(client, server.address, tmp, workloads, work)
             pod_lists = len(api.requests("list", r"/namespaces/[^/]+/pods$"))
             cached = os.environ.get("ROLLBACK_MAX_CACHED_WORKFLOWS", str(MAX_CACHED_WORKFLOWS))
             starts.sort()
@@ -140,3 +152,54 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 lines,
                 f"    pod adopted -> workflow started: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms",
             )
+            ratio = took / floor_took
+            say(
+                lines,
+                f"    floor (the same {workloads} attempts as floor workflows, {work[False][0]}"
+                f" activities + {work[False][1]} timers each, {work[True][0]} + {work[True][1]} for"
+                f" the OOM ones, 20 s windows): all done {floor_took:.0f}s after the last started,"
+                f" worker peak RSS {floor_rss:.0f} MiB; the engine {ratio:.2f}x the floor (target"
+                f" <= 1.0x{met(ratio <= 1.0)})",
+            )
+
+
+async def _floor(
+    client: Client, address: str, tmp: str, workloads: int, work: dict[bool, tuple[int, int]]
+) -> tuple[float, float]:
+    """The floor's run: seconds from the last started to all done, and its worker's peak RSS."""
+    queue = "bench-p3-floor"
+    floor = Child("floor", [sys.executable, "-m", "bench.floor_worker", address, queue],
+                  Path(tmp) / "floor.log")  # fmt: skip
+    floor.start()
+    starting = asyncio.Semaphore(100)
+
+    async def start(w: int) -> None:
+        async with starting:
+            await client.start_workflow(
+                FloorWorkflow.run,
+                (*work[oom(w)], WINDOW_SECONDS),
+                id=f"floor-{w}",
+                task_queue=queue,
+            )
+
+    await asyncio.gather(*(start(w) for w in range(workloads)))
+    took, done = await _all_done(client, "FloorWorkflow", workloads, floor.sample_rss)
+    floor.stop()
+    if done < workloads:
+        raise RuntimeError(f"the floor finished {done}/{workloads} in {took:.0f}s: {floor.log}")
+    return took, floor.peak_rss_mib
+
+
+async def _all_done(
+    client: Client, workflow_type: str, count: int, meanwhile: Callable[[], None] = lambda: None
+) -> tuple[float, int]:
+    """Seconds until ``count`` runs of ``workflow_type`` have completed (looked at every 2 s,
+    one count each time; at most ``max(600, count / 2)``), and how many had."""
+    began = time.monotonic()
+    finished = f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Completed'"
+    while (done := (await client.count_workflows(finished)).count) < count:
+        meanwhile()
+        if time.monotonic() - began > max(600, count * 0.5):
+            break
+        await asyncio.sleep(2)
+    return time.monotonic() - began, done

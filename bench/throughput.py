@@ -29,7 +29,7 @@ from bench.harness import (
     met,
     say,
 )
-from bench.workloads import FloorWorkflow, InstantCluster
+from bench.workloads import WINDOW, FloorWorkflow, InstantCluster
 from sim.devserver import DevServer
 from sim.scenario import free_port
 from worker.config import TemporalConfig
@@ -64,7 +64,7 @@ async def _shapes(handles: list[Any], sample: int = 10) -> list[dict[str, int]]:
     return [actions.shape((await h.fetch_history()).events) for h in picked]
 
 
-def _work(shape: dict[str, int]) -> tuple[int, int]:
+def work_of(shape: dict[str, int]) -> tuple[int, int]:
     """The effects of a run: its activities, local or not (the floor runs each as a regular
     one), and its timers."""
     return shape["activities"] + shape["local"], shape["timers"]
@@ -91,7 +91,7 @@ async def throughput(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", "bench")
         ),
     ):
-        work = _work(await _finished_shape(client, queue, "shape"))
+        work = work_of(await _finished_shape(client, queue, "shape"))
         for n in sizes:
             run = uuid.uuid4().hex[:6]
             rates: dict[str, list[float]] = {"rollback": [], "floor": []}
@@ -104,7 +104,10 @@ async def throughput(
                     def start(i: int, kind: str = kind, r: int = r, run: str = run) -> Any:
                         if kind == "floor":
                             return client.start_workflow(
-                                FloorWorkflow.run, work, id=f"floor-{run}-{r}-{i}", task_queue=queue
+                                FloorWorkflow.run,
+                                (*work, WINDOW.total_seconds()),
+                                id=f"floor-{run}-{r}-{i}",
+                                task_queue=queue,
                             )
                         return _start_rollback(client, queue, f"w{run}-{r}-{i}")
 
@@ -112,7 +115,7 @@ async def throughput(
                     rate, handles = await _rate(client, queue, n, start)
                     cpu[kind].append((time.process_time() - cpu_before) / n * 1000)
                     shapes = await _shapes(handles)
-                    assert all(_work(s) == work for s in shapes), (kind, work, shapes)
+                    assert all(work_of(s) == work for s in shapes), (kind, work, shapes)
                     rates[kind].append(rate)
                     events[kind] += [s["events"] for s in shapes]
             ratios[n] = statistics.median(rates["rollback"]) / statistics.median(rates["floor"])
@@ -161,7 +164,7 @@ async def versioning_cost(address: str, n: int, repeats: int, lines: Lines) -> f
         assert await adopt_if_first(client, version)
         shapes = {q: await _finished_shape(client, q, f"shape-{q}") for q in (plain, versioned)}
         assert shapes[plain] == shapes[versioned], shapes  # the same work on both
-        work = _work(shapes[plain])
+        work = work_of(shapes[plain])
         say(lines, f"  one run on either worker = {work[0]} activities + {work[1]} timers")
         rates: dict[str, list[float]] = {plain: [], versioned: []}
         for r in range(repeats):
@@ -172,7 +175,7 @@ async def versioning_cost(address: str, n: int, repeats: int, lines: Lines) -> f
 
                 rate, handles = await _rate(client, queue, n, start)
                 shapes_now = await _shapes(handles)
-                assert all(_work(s) == work for s in shapes_now), (queue, work, shapes_now)
+                assert all(work_of(s) == work for s in shapes_now), (queue, work, shapes_now)
                 rates[queue].append(rate)
     ratio = statistics.median(rates[versioned]) / statistics.median(rates[plain])
     say(

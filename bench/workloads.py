@@ -101,11 +101,12 @@ class InstantCluster:
 
 @workflow.defn(name="FloorWorkflow")
 class FloorWorkflow:
-    """``activities`` no-op activities and ``timers`` timers, interleaved like a window."""
+    """``activities`` no-op activities and ``timers`` timers over ``window`` seconds in all,
+    interleaved like a window."""
 
     @workflow.run
-    async def run(self, shape: tuple[int, int]) -> int:
-        activities, timers = shape
+    async def run(self, shape: tuple[int, int, float]) -> int:
+        activities, timers, window = shape
         done = 0
         for i in range(max(activities, timers)):
             if i < activities:
@@ -113,5 +114,5 @@ class FloorWorkflow:
                     "noop", i, start_to_close_timeout=timedelta(seconds=20), result_type=int
                 )
             if i < timers:
-                await asyncio.sleep(WINDOW.total_seconds() / max(timers, 1))
+                await asyncio.sleep(window / max(timers, 1))
         return done

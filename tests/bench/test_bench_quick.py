@@ -37,4 +37,5 @@ def test_quick_bench_prints_every_section() -> None:
     assert "same answers" in out.stdout  # the index and the linear scan agreed
     assert "(1 GET of the owner, 1 LIST of pods)" in out.stdout  # never a GET per pod
     assert "20/20 reached the right final mode" in out.stdout
+    assert "floor (the same 20 attempts as floor workflows" in out.stdout  # P3's floor ran
     assert "at most 1 write(s) of one policy in any 2 s" in out.stdout  # the writer's period
