@@ -5,16 +5,23 @@ N workloads (default 1,000; the CI test runs 100) across namespaces, two owner k
 fate and so a known end (``FATES``). The engine runs as in production, as separate processes:
 two workers and two intakes electing a leader on a Lease in the emulator, against the real
 Temporal dev server. A fault schedule runs throughout: a worker SIGKILLed (each in turn), the
-leading intake SIGKILLed (twice), Temporal restarted, the emulator answering about 10% of the
-engine's requests with 5xx, 429 or a timeout, 409 to patches, slow answers, and every watch
-stream cut now and then.
+leading intake SIGKILLed (twice), the leader cut off its Lease for 20 s while work falls due
+(the ``late`` fates applied, the ``cancel-in-cut`` ones annotated), Temporal restarted, the
+emulator answering about 10% of the engine's requests with 5xx, 429 or a timeout, 409 to
+patches, slow answers, every watch stream cut now and then, and a burst of 503s on one
+namespace's pod LISTs through each ``flaky-verdict`` fate's verdict, long enough to drive its
+sample from a local activity to a regular one (the fallbacks are counted from the workers' logs).
 
 The oracle, checked once the story has settled, counts what must be 0:
 
 - ``wrongEnd``: a workload whose final mode, turn, failure reason or pods' memory differ from
   its script;
-- ``lostOrStuck``: an attempt that should have ended and is still running, or never started;
-- ``doubleRollback``: a rollback written twice for one turn (``rollingBack`` entered twice);
+- ``lostOrStuck``: from Temporal's runs of the cluster, closed ones too, against the fates and
+  the owners' final states: an attempt that never started, one still running that should have
+  ended, or an owner left in a mode that waits for a next step with no run to take it;
+- ``doubleRollback``: from the owners' history in the store, a turn that entered ``rollingBack``
+  twice, or a rollback published (its annotations written) twice in a turn or outside
+  ``rollingBack``;
 - ``notNotified`` / ``notifiedTwice``: a notable transition (rollingBack, failedPermanent,
   cancelled, aborted) that no receiver got, or got under two different idempotency keys;
 - ``nonLeaderWrites`` / ``nonLeaderSignals``: a write to the API server or a signal to a
@@ -97,6 +104,11 @@ MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-plac
 MIN_READY = "2s"  # the workers' --min-ready-duration
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
+WAITING = {"monitoring", "rollingBack", "backingOff"}  # modes a run must be there to leave
+# Seconds into the Lease cut at which its work falls: while the cut-off leader still holds the
+# Lease, past its renew deadline (10 s: it must have stopped acting), and after the Lease has
+# expired (15 s) and the other intake may take it.
+CUT_WORK = (1.0, 8.0, 11.0, 13.0, 17.0)
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,7 @@ class Fate:
     # one the node cannot take after all: ``resizeDeferred`` says the cut did not fit as well.
     in_place_reason: str | None = None
     protected: bool = False  # lives in PROTECTED_NS: never a state, an Event or a rollback
+    in_cut: bool = False  # its scripted act (applied, or annotated) falls inside the Lease cut
 
 
 FATES = [
@@ -147,6 +160,14 @@ FATES = [
     Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
     Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
     Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
+    # Its scripted act falls while the leader is cut off its Lease, so the deposed leader has
+    # work it must not do: applied only then (late), or its cancel annotated only then.
+    Fate("late", OOM, "failedPermanent", 2, "oomKilled", in_cut=True),
+    Fate("cancel-in-cut", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True, in_cut=True),
+    # Its namespace's pod LISTs by the workers fail (503) from its window's start until 10 s past
+    # its end: the verdict's sample exhausts its local tries and goes on as a regular activity
+    # (the fallback), and must still end right.
+    Fate("flaky-verdict", HEALTHY, "monitoringSucceeded", 1, None, HEALTHY),
     # In a protected namespace that the cluster policy's selector names: it OOMs on its cut and
     # nothing rolls it back, since no policy applies there.
     Fate("protected", OOM, None, pods=OOM, protected=True),
@@ -332,7 +353,8 @@ class Timeline:
         self.states: dict[str, list[tuple[float, Obj | None]]] = defaultdict(list)
         self.holders: list[tuple[float, str]] = []
         self.events: dict[str, list[str]] = defaultdict(list)  # owner -> reasons
-        self.rollbacks: dict[str, list[float]] = defaultdict(list)  # owner -> published at
+        # owner -> (published at, the owner's state then: mode, turn) for each rollback published
+        self.rollbacks: dict[str, list[tuple[float, str | None, int | None]]] = defaultdict(list)
         self._last: dict[str, str | None] = {}
         self._published: set[str] = set()  # owners carrying a rollback recommendation now
         self.kinds: dict[tuple[str, str], str] = {}  # (namespace, app label) -> owner kind
@@ -360,7 +382,9 @@ class Timeline:
         annotations = {} if kind == "DELETED" else (meta.get("annotations") or {})
         if ROLLBACK_REQUESTS_ANNOTATION in annotations and owner not in self._published:
             self._published.add(owner)
-            self.rollbacks[owner].append(time.time())
+            raw_state = annotations.get(ROLLBACK_STATE_ANNOTATION)
+            state = json.loads(raw_state) if raw_state else {}
+            self.rollbacks[owner].append((time.time(), state.get("mode"), state.get("turn")))
         elif ROLLBACK_REQUESTS_ANNOTATION not in annotations:
             self._published.discard(owner)
         raw = (
@@ -460,6 +484,7 @@ class Soak:
         self.faults: Counter[str] = Counter()
         self.api_faults: list[tuple[str, Fault]] = []
         self.children: dict[str, Child] = {}
+        self.cut_begun = False  # the Lease cut has begun: its work is due (``_in_cut``)
 
     # --- the world ------------------------------------------------------------------------------
 
@@ -573,6 +598,8 @@ class Soak:
 
     def _apply(self, w: Workload) -> None:
         store, fate = self.api.store, w.fate
+        if fate.name == "late" and not self.cut_begun:
+            return  # applied by the Lease cut (``_in_cut``)
         limits = (
             {} if fate.grow_only else {LIMITS_KEY: json.dumps({"app": {"memory": fate.memory}})}
         )
@@ -618,6 +645,39 @@ class Soak:
         store.patch(store.rtype(w.kind), w.namespace, w.name,
                     {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
 
+    def _fail_pod_lists(self, w: Workload) -> None:
+        """503 to the workers' pod LISTs in ``w``'s namespace from now (its window's start) to
+        10 s past the window's end: its verdict's sample exhausts its local tries."""
+        burst = self.api.inject(Fault(status=503, method="GET", times=None, agent=WORKER_AGENT,
+                                      path=rf"^/api/v1/namespaces/{w.namespace}/pods$"))  # fmt: skip
+        lasting = parse_duration(self.window).total_seconds() + 10
+
+        def over() -> None:
+            with self.api._lock:
+                self.api.faults[:] = [f for f in self.api.faults if f is not burst]
+
+        asyncio.get_running_loop().call_later(lasting, over)
+        w.actions.append("503 burst")
+        self.faults["pod LISTs failing through a verdict (503 burst)"] += 1
+
+    def _in_cut(self, part: int, parts: int) -> None:
+        """The work that falls inside the Lease cut, in ``parts`` parts through it: the ``late``
+        fates applied, a part at a time; the ``cancel-in-cut`` ones annotated (those monitoring;
+        the rest as they get there)."""
+        self.cut_begun = True
+        for w in self.workloads:
+            if w.fate.name == "late" and "applied" not in w.actions and w.index % parts <= part:
+                self._apply(w)
+                self.faults["workloads applied inside the Lease cut"] += 1
+            elif (
+                w.fate.name == "cancel-in-cut"
+                and "cancel" not in w.actions
+                and w.index % parts <= part
+                and (self._state(w) or {}).get("mode") == "monitoring"
+            ):
+                self._annotate(w, "cancel")
+                self.faults["cancels annotated inside the Lease cut"] += 1
+
     def _delete_pods(self, w: Workload) -> None:
         store = self.api.store
         for pod in self._pods(w):
@@ -660,6 +720,15 @@ class Soak:
             self._lift_pause(w)
         elif fate in ("cancel", "reopen") and mode == "monitoring" and "cancel" not in done:
             self._annotate(w, "cancel")
+        elif (
+            fate == "cancel-in-cut"
+            and mode == "monitoring"
+            and "cancel" not in done
+            and (self.cut_begun)
+        ):
+            self._annotate(w, "cancel")  # (at the cut itself when monitoring by then: ``_in_cut``)
+        elif fate == "flaky-verdict" and mode == "monitoring" and "503 burst" not in done:
+            self._fail_pod_lists(w)
         elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
             self._annotate(w, "reopen")
 
@@ -686,9 +755,10 @@ class Soak:
 
     def _api_faults(self, on: bool) -> None:
         """About 10% of the engine's requests answered badly, 409 to patches, slow answers."""
-        if not on:
+        if not on:  # its own faults only (a burst or a partition ends by itself)
+            mine = {id(fault) for _, fault in self.api_faults}
             with self.api._lock:
-                self.api.faults.clear()
+                self.api.faults[:] = [f for f in self.api.faults if id(f) not in mine]
             return
         for kind, fault in (
             ("503", Fault(status=503, times=None, probability=0.04)),
@@ -763,15 +833,22 @@ class Soak:
             # Alive and able to write everything else, it cannot renew (its renewals hang):
             # it must stop acting before the other intake can take the Lease.
             leader = await self._leader()
-            if leader is not None:
-                partition = self.api.inject(
-                    Fault(status=None, path="/leases/", times=None, delay=KUBE_TIMEOUT + 2,
-                          agent=f"{INTAKE_AGENT}/{leader.name}")
-                )  # fmt: skip
-                self.faults["leader cut off its Lease (20s)"] += 1
-                await asyncio.sleep(20)
-                with self.api._lock:
-                    self.api.faults.remove(partition)
+            if leader is None:  # said, so a test can require the cut; its work is done anyway
+                self.faults["Lease cut skipped: no leader"] += 1
+                self._in_cut(len(CUT_WORK) - 1, len(CUT_WORK))
+                return
+            partition = self.api.inject(
+                Fault(status=None, path="/leases/", times=None, delay=KUBE_TIMEOUT + 2,
+                      agent=f"{INTAKE_AGENT}/{leader.name}")
+            )  # fmt: skip
+            self.faults["leader cut off its Lease (20s)"] += 1
+            began = time.monotonic()
+            for part, at in enumerate(CUT_WORK):
+                await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
+                self._in_cut(part, len(CUT_WORK))
+            await asyncio.sleep(max(0.0, 20 - (time.monotonic() - began)))
+            with self.api._lock:
+                self.api.faults.remove(partition)
         elif what == "restart temporal" and self.restarts_temporal:
             await asyncio.to_thread(self.temporal.stop)
             self.faults["Temporal restart"] += 1
@@ -878,32 +955,16 @@ class Soak:
             if len(examples[kind]) < 5:
                 examples[kind].append(what)
 
-        running = {
-            wf.id
-            async for wf in client.list_workflows(
-                f'WorkflowType = "{WORKFLOW_NAME}" AND ExecutionStatus = "Running"'
-                f' AND RollbackCluster = "{self.cluster}"'
-            )
-        }
+        runs: dict[str, set[str]] = defaultdict(set)  # workflow ID -> its runs' statuses
+        async for wf in client.list_workflows(
+            f'WorkflowType = "{WORKFLOW_NAME}" AND RollbackCluster = "{self.cluster}"'
+        ):
+            runs[wf.id].add(wf.status.name if wf.status else "UNKNOWN")
         outcomes: Counter[str] = Counter()
         for w in self.workloads:
-            state = self._state(w)
-            outcomes[(state or {}).get("mode") or "no state"] += 1
-            wrong = self._wrong_end(w)
-            if wrong:
-                bad("wrongEnd", f"{w.ref} ({w.fate.name}): {wrong}; actions {w.actions}")
-            if w.fate.terminal and self._id(w) in running:
-                bad("lostOrStuck", f"{w.ref} ({w.fate.name}): still running")
-            if not w.fate.terminal and self._id(w) not in running:
-                bad("lostOrStuck", f"{w.ref} ({w.fate.name}): not running")
-            entered = Counter(
-                (s or {}).get("turn")
-                for _, s in self.timeline.states.get(w.ref, [])
-                if (s or {}).get("mode") == "rollingBack"
-            )
-            for turn, times in entered.items():
-                if times > 1:
-                    bad("doubleRollback", f"{w.ref}: rollingBack {times} times in turn {turn}")
+            outcomes[(self._state(w) or {}).get("mode") or "no state"] += 1
+        self._ends(bad, runs)
+        self._rollbacks(bad)
         self._notifications(bad)
         self._writes(bad)
         self._paused(bad)
@@ -920,6 +981,12 @@ class Soak:
         )
         if restarting:
             faults["in-place rollback restarting pods"] = restarting
+        fallbacks = sum(  # each logged by the workflow (``RollbackWorkflow._activity``)
+            child.log.read_text(errors="replace").count("kept failing locally")
+            for name, child in self.children.items() if name.startswith("worker")
+        )  # fmt: skip
+        if fallbacks:
+            faults["local activities gone on as regular ones (fallback)"] = fallbacks
         names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
                  "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
                  "actedInProtected",
@@ -939,12 +1006,56 @@ class Soak:
             fates=len({w.fate.name for w in self.workloads}),
         )
 
+    def _ends(self, bad: Any, runs: dict[str, set[str]]) -> None:
+        """``wrongEnd``, and ``lostOrStuck`` from Temporal's runs of this cluster (``runs``: each
+        workflow ID's runs' statuses, closed ones too) against the scripted fates and the owners'
+        final states: a fate the engine must act on that never had a run; a run still going
+        whose fate ends; none going for a fate that does not; an owner left in a mode that waits
+        for a next step (monitoring, rollingBack, backingOff) with no run to take it."""
+        for w in self.workloads:
+            wrong = self._wrong_end(w)
+            if wrong:
+                bad("wrongEnd", f"{w.ref} ({w.fate.name}): {wrong}; actions {w.actions}")
+            statuses = runs.get(self._id(w), set())
+            going = "RUNNING" in statuses
+            mode = (self._state(w) or {}).get("mode")
+            lost = (
+                "never started" if not statuses and not w.fate.protected
+                else "still running" if going and w.fate.terminal
+                else "not running" if not going and not w.fate.terminal
+                else f"left {mode} with no run to go on" if mode in WAITING and not going
+                else None
+            )  # fmt: skip
+            if lost:
+                bad("lostOrStuck", f"{w.ref} ({w.fate.name}): {lost}")
+
+    def _rollbacks(self, bad: Any) -> None:
+        """``doubleRollback``: a turn that entered ``rollingBack`` twice, or a rollback published
+        (the rollback annotations written onto an owner that had none) twice in one turn, or
+        while its state was not ``rollingBack`` (the previous turn's written again)."""
+        for ref, states in self.timeline.states.items():
+            entered = Counter(
+                (s or {}).get("turn") for _, s in states if (s or {}).get("mode") == "rollingBack"
+            )
+            for turn, times in entered.items():
+                if times > 1:
+                    bad("doubleRollback", f"{ref}: rollingBack {times} times in turn {turn}")
+        for ref, published in self.timeline.rollbacks.items():
+            for (mode, turn), times in Counter((m, t) for _, m, t in published).items():
+                if mode != "rollingBack":
+                    bad("doubleRollback", f"{ref}: a rollback published in {mode} turn {turn}")
+                elif times > 1:
+                    bad(
+                        "doubleRollback",
+                        f"{ref}: a rollback published {times} times in turn {turn}",
+                    )
+
     def _paused(self, bad: Any) -> None:
         for w in self.workloads:
             if w.paused is None:
                 continue
             start, until = w.paused
-            for at in self.timeline.rollbacks.get(w.ref, []):
+            for at, _, _ in self.timeline.rollbacks.get(w.ref, []):
                 if start <= at < until:
                     bad("actedWhilePaused", f"{w.ref}: rollback published {until - at:.1f}s"
                         " before its pause ended")  # fmt: skip

@@ -7,11 +7,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
+
+from temporalio.api.history.v1 import HistoryEvent
 
 from bench.soak import (
     FATES,
     PROTECTED_NS,
     Child,
+    Receiver,
     Soak,
     Timeline,
     Workload,
@@ -34,6 +38,13 @@ async def test_the_soak_reports_zero_on_every_invariant() -> None:
         assert result.faults[kind] > 0, lines
     assert result.faults["owner paused through its verdict"] > 0, lines  # actedWhilePaused: 0
     assert result.outcomes["failedPermanent"] and result.outcomes["cancelled"], lines
+    # The Lease cut happened, with work inside it, and leadership changed hands.
+    assert result.faults["leader cut off its Lease (20s)"] == 1, lines
+    assert result.faults["workloads applied inside the Lease cut"] > 0, lines
+    assert result.faults["cancels annotated inside the Lease cut"] > 0, lines
+    assert result.leaders >= 2, lines
+    # The verdicts under a 503 burst went on as regular activities.
+    assert result.faults["local activities gone on as regular ones (fallback)"] > 0, lines
 
 
 def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: object) -> None:
@@ -64,7 +75,10 @@ def test_the_oracle_sees_a_rollback_while_paused() -> None:
     )
     for w in (paused, early, late):
         w.paused = (now - 10, now)
-    timeline.rollbacks = {early.ref: [now - 3], late.ref: [now + 1]}  # early: in the pause
+    timeline.rollbacks = {  # early: in the pause
+        early.ref: [(now - 3, "rollingBack", 1)],
+        late.ref: [(now + 1, "rollingBack", 1)],
+    }
 
     fake = SimpleNamespace(timeline=timeline, workloads=[paused, early, late])
     found: list[str] = []
@@ -179,3 +193,114 @@ def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
         f"actedInProtected: {WORKER_AGENT}/1.0 PATCH /apis/apps/v1/namespaces/{PROTECTED_NS}"
         "/deployments/a"
     ]
+
+
+def test_the_oracle_sees_lost_and_stuck_attempts_and_wrong_ends() -> None:
+    """``lostOrStuck`` from Temporal's runs (closed ones too) against the fates and the owners'
+    final states; ``wrongEnd`` from the script's known end."""
+    fates = {f.name: f for f in FATES}
+    names = ["healthy", "healthy", "oom", "oom", "reopen", "protected", "healthy"]
+    ws = [Workload(i, fates[n], "ns", f"{n}-{i}", "Deployment", "RollbackPolicy")
+          for i, n in enumerate(names)]  # fmt: skip
+    runs = {
+        ws[0].ref: {"COMPLETED"},  # ended as scripted
+        ws[2].ref: {"COMPLETED", "RUNNING"},  # should have ended
+        ws[3].ref: {"COMPLETED"},  # its owner says backingOff: nothing will take it on
+        ws[4].ref: {"COMPLETED"},  # reopened: should be running
+        ws[6].ref: {"COMPLETED"},
+    }  # ws[1]: never started; ws[5]: protected, no run, as it should be
+    fake = SimpleNamespace(
+        workloads=ws,
+        _id=lambda w: w.ref,
+        _state=lambda w: {"mode": "backingOff"} if w is ws[3] else None,
+        _wrong_end=lambda w: "('aborted', 1, None), expected ..." if w is ws[6] else None,
+    )
+    found: list[str] = []
+    Soak._ends(fake, lambda kind, what: found.append(f"{kind}: {what}"), runs)  # type: ignore[arg-type]
+    assert found == [
+        "lostOrStuck: ns/Deployment/healthy-1 (healthy): never started",
+        "lostOrStuck: ns/Deployment/oom-2 (oom): still running",
+        "lostOrStuck: ns/Deployment/oom-3 (oom): left backingOff with no run to go on",
+        "lostOrStuck: ns/Deployment/reopen-4 (reopen): not running",
+        "wrongEnd: ns/Deployment/healthy-6 (healthy): ('aborted', 1, None), expected ...;"
+        " actions []",
+    ]
+
+
+def test_the_oracle_sees_a_rollback_entered_or_published_twice() -> None:
+    timeline = Timeline()
+    t = time.time() - 100
+    back, off = {"mode": "rollingBack", "turn": 1}, {"mode": "backingOff", "turn": 1}
+    timeline.states = {
+        "ns/Deployment/ok": [(t, back), (t + 1, off)],
+        "ns/Deployment/entered-twice": [(t, back), (t + 1, off), (t + 2, back)],
+    }
+    timeline.rollbacks = {
+        "ns/Deployment/ok": [(t, "rollingBack", 1), (t + 5, "rollingBack", 2)],
+        "ns/Deployment/doubled": [(t, "rollingBack", 1), (t + 1, "rollingBack", 1)],
+        "ns/Deployment/again": [(t, "rollingBack", 1), (t + 5, "monitoring", 2)],
+    }
+    found: list[str] = []
+    Soak._rollbacks(SimpleNamespace(timeline=timeline), lambda k, what: found.append(what))  # type: ignore[arg-type]
+    assert found == [
+        "ns/Deployment/entered-twice: rollingBack 2 times in turn 1",
+        "ns/Deployment/doubled: a rollback published 2 times in turn 1",
+        "ns/Deployment/again: a rollback published in monitoring turn 2",
+    ]
+
+
+def test_the_oracle_sees_a_transition_not_notified_or_notified_twice() -> None:
+    timeline = Timeline()
+    t = time.time() - 100
+    timeline.states = {
+        ref: [(t, {"mode": "rollingBack", "turn": 1})]
+        for ref in ("ns/Deployment/ok", "ns/Deployment/missed", "ns/Deployment/twice")
+    }
+
+    def sent(name: str, key: str, cluster: str = "c") -> tuple[str, Obj]:
+        owner = {"namespace": "ns", "kind": "Deployment", "name": name}
+        return key, {"cluster": cluster, "owner": owner, "transition": "rollingBack", "turn": 1}
+
+    received = [sent("ok", "k1"), sent("twice", "k2"), sent("twice", "k3"),
+                sent("missed", "k4", cluster="another")]  # fmt: skip
+    found: list[str] = []
+    with mock.patch.object(Receiver, "received", received):
+        fake = SimpleNamespace(cluster="c", timeline=timeline)
+        Soak._notifications(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    assert sorted(found) == [
+        "notNotified: ns/Deployment/missed: rollingBack turn 1",
+        "notifiedTwice: ns/Deployment/twice: rollingBack turn 1: 2 keys",
+    ]
+
+
+async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> None:
+    timeline = Timeline()
+    now = time.time()
+    timeline.holders = [(now - 10, "intake-a"), (now - 5, "intake-b")]
+
+    def signalled(by: str, at: float) -> HistoryEvent:
+        event = HistoryEvent(event_id=5)
+        event.event_time.FromSeconds(int(at))
+        event.workflow_execution_signaled_event_attributes.identity = by
+        return event
+
+    events = [signalled("intake-a", now - 8), signalled("intake-a", now - 2),
+              signalled("rollbackctl", now - 1)]  # fmt: skip
+
+    class Handle:
+        async def fetch_history_events(self):  # type: ignore[no-untyped-def]
+            for event in events:
+                yield event
+
+    class Runs:
+        async def list_workflows(self, query: str):  # type: ignore[no-untyped-def]
+            yield SimpleNamespace(run_id="r1")
+
+        def get_workflow_handle(self, workflow_id: str, run_id: str) -> Handle:
+            return Handle()
+
+    w = Workload(0, FATES[0], "ns", "a", "Deployment", "RollbackPolicy")
+    fake = SimpleNamespace(workloads=[w], timeline=timeline, _id=lambda w: w.ref)
+    found: list[str] = []
+    await Soak._signals(fake, Runs(), lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    assert found == ["nonLeaderSignals: intake-a signalled ns/Deployment/a while 'intake-b' led"]

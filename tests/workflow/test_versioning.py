@@ -59,6 +59,22 @@ async def server() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
+def how_it_ran(history: WorkflowHistory) -> str:
+    """A run's start and the build of each workflow task, for a failure message: which run it
+    continued, how, and on which version each task completed."""
+    started = history.events[0].workflow_execution_started_event_attributes
+    fields = ("continued_execution_run_id", "initiator", "inherited_pinned_version",
+              "inherited_auto_upgrade_info", "versioning_override")  # fmt: skip
+    start = {f: str(getattr(started, f)).replace("\n", " ") for f in fields}
+    tasks = [
+        (e.event_id, e.event_time.ToJsonString(),
+         e.workflow_task_completed_event_attributes.deployment_version.build_id)
+        for e in history.events if e.HasField("workflow_task_completed_event_attributes")
+    ]  # fmt: skip
+    run = started.original_execution_run_id
+    return f"run {run}: started {start}; tasks (event, time, build) {tasks}"
+
+
 def builds(history: WorkflowHistory) -> set[str]:
     """The build IDs that completed this run's workflow tasks."""
     return {
@@ -163,7 +179,8 @@ async def test_attempts_finish_on_the_version_they_started_on(
                 rollback_id(CLUSTER, moving_ref), run_id=first_run
             ).fetch_history()
             after = await moving.fetch_history()
-            assert builds(before) == {"v1"} and builds(after) == {"v2"} and has_v2_marker(after)
+            assert builds(before) == {"v1"}, how_it_ran(before)
+            assert builds(after) == {"v2"} and has_v2_marker(after), how_it_ran(after)
             old.append(before)
             assert sum(failed_tasks(h) for h in [*old, new, after]) == 0  # no non-determinism
 
