@@ -1,0 +1,125 @@
+"""``python -m bench.mutations [NAME ...]``: does the soak catch what it claims to? Each mutation
+puts a known defect into a copy of the product (a git worktree of HEAD, one text replaced), runs
+the CI-size soak there (100 workloads, as ``tests/bench/test_soak.py``), and checks that the
+invariant meant for that defect fires. Prints a line per mutation and exits 1 if any was missed.
+About 2 minutes a mutation; run alone, not in CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # in the repository
+    old: str  # replaced once; it must appear exactly once
+    new: str
+    caught_by: tuple[str, ...]  # the invariants meant for it: one of them must fire
+
+
+MUTATIONS = [
+    Mutation(
+        "the intake's per-write fence check removed (Intake.acting)",
+        "worker/intake.py",
+        "        return not self._stopping.is_set() and self._fence()\n",
+        "        return not self._stopping.is_set()\n",
+        ("nonLeaderWrites", "nonLeaderSignals"),
+    ),
+    Mutation(
+        "the intake never starts the attempts of one fate (healthy)",
+        "worker/intake.py",
+        "        owner, fingerprint = seen.owner, seen.recommendation.fingerprint\n",
+        "        owner, fingerprint = seen.owner, seen.recommendation.fingerprint\n"
+        '        if owner.name.startswith("healthy-"):\n'
+        "            return\n",
+        ("lostOrStuck",),
+    ),
+    Mutation(
+        "the previous turn's rollback published again as a re-apply clears it",
+        "activities/kubernetes.py",
+        "            obj, written = self.writer.patch_annotations(input.owner, wanted,"
+        " read_first=False)\n",
+        '            before = (self.lookup.get(input.owner) or {}).get("metadata") or {}\n'
+        "            obj, written = self.writer.patch_annotations(input.owner, wanted,"
+        " read_first=False)\n"
+        '            kept = {k: v for k, v in (before.get("annotations") or {}).items()\n'
+        "                    if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"
+        "            if input.clear_rollback_recommendation and kept and obj is not None:\n"
+        "                self.writer.patch_annotations(input.owner, kept)\n",
+        ("doubleRollback",),
+    ),
+    Mutation(
+        "a local activity that keeps failing ends the attempt (no regular-activity fallback)",
+        "workflows/rollback.py",
+        "                workflow.logger.warning(\n"
+        '                    "%s: %s kept failing locally (%s); retrying it as a regular'
+        ' activity",\n',
+        "                raise _activity_error(name) from cause\n"
+        "                workflow.logger.warning(\n"
+        '                    "%s: %s kept failing locally (%s); retrying it as a regular'
+        ' activity",\n',
+        ("wrongEnd",),
+    ),
+]
+
+SOAK = (
+    "import asyncio, json; from bench.soak import soak;"
+    " r = asyncio.run(soak(100, deadline=170.0));"
+    " print('INVARIANTS ' + json.dumps(r.invariants)); print('EXAMPLES ' + json.dumps(r.examples))"
+)
+
+
+def run(mutation: Mutation) -> tuple[bool, dict[str, int], dict[str, list[str]]]:
+    """Soak a copy of HEAD with ``mutation`` in it: (caught, invariants, examples)."""
+    with tempfile.TemporaryDirectory(prefix="rollback-mutation-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), "HEAD"],
+                       cwd=ROOT, check=True)  # fmt: skip
+        try:
+            target = tree / mutation.path
+            text = target.read_text()
+            if text.count(mutation.old) != 1:
+                raise SystemExit(f"{mutation.name}: the text to replace is not in {mutation.path}")
+            target.write_text(text.replace(mutation.old, mutation.new))
+            out = subprocess.run(
+                [sys.executable, "-c", SOAK], cwd=tree, capture_output=True, text=True,
+                env={**os.environ, "PYTHONPATH": str(tree)}, check=False, timeout=900,
+            )  # fmt: skip
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                           check=False)  # fmt: skip
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in out.stdout.splitlines()
+             if line.startswith(("INVARIANTS ", "EXAMPLES "))}  # fmt: skip
+    if "INVARIANTS" not in lines:
+        raise SystemExit(f"{mutation.name}: the soak did not finish:\n{out.stderr[-3000:]}")
+    invariants: dict[str, int] = json.loads(lines["INVARIANTS"])
+    examples: dict[str, list[str]] = json.loads(lines["EXAMPLES"])
+    return any(invariants.get(i) for i in mutation.caught_by), invariants, examples
+
+
+def main(names: list[str]) -> int:
+    missed = 0
+    for mutation in MUTATIONS:
+        if names and not any(n in mutation.name for n in names):
+            continue
+        caught, invariants, examples = run(mutation)
+        fired = {k: v for k, v in invariants.items() if v}
+        first = next((examples[i][0] for i in mutation.caught_by if examples.get(i)), "")
+        print(f"{'caught' if caught else 'MISSED'}: {mutation.name}: meant for"
+              f" {' or '.join(mutation.caught_by)}; the soak reported {fired or 'nothing'}"
+              + (f" (e.g. {first})" if first else ""), flush=True)  # fmt: skip
+        missed += not caught
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
