@@ -6,7 +6,9 @@ fate and so a known end (``FATES``). The engine runs as in production, as separa
 two workers and two intakes electing a leader on a Lease in the emulator, against the real
 Temporal dev server. A fault schedule runs throughout: a worker SIGKILLed (each in turn), the
 leading intake SIGKILLed (twice), the leader cut off its Lease for 20 s while work falls due
-(the ``late`` fates applied, the ``cancel-in-cut`` ones annotated), Temporal restarted, the
+(the ``late`` fates applied, the ``cancel-in-cut`` ones annotated), the leader frozen (SIGSTOP)
+for 20 s, past its Lease, with more such work falling due while it sleeps and as it wakes,
+deposed before its elector knows it, Temporal restarted, the
 emulator answering about 10% of the engine's requests with 5xx, 429 or a timeout, 409 to
 patches, slow answers, every watch stream cut now and then, and a burst of 503s on one
 namespace's pod LISTs through each ``flaky-verdict`` fate's verdict, long enough to drive its
@@ -109,6 +111,9 @@ WAITING = {"monitoring", "rollingBack", "backingOff"}  # modes a run must be the
 # Lease, past its renew deadline (10 s: it must have stopped acting), and after the Lease has
 # expired (15 s) and the other intake may take it.
 CUT_WORK = (1.0, 8.0, 11.0, 13.0, 17.0)
+# And into a freeze of the leading intake (SIGSTOP for 20 s): while it is stopped, before and
+# after the Lease expires, and right after it is woken (its elector has yet to step down).
+FREEZE_WORK = (2.0, 16.0, 20.3, 21.0)
 
 
 @dataclass(frozen=True)
@@ -484,7 +489,7 @@ class Soak:
         self.faults: Counter[str] = Counter()
         self.api_faults: list[tuple[str, Fault]] = []
         self.children: dict[str, Child] = {}
-        self.cut_begun = False  # the Lease cut has begun: its work is due (``_in_cut``)
+        self.due: set[int] = set()  # workloads whose in-cut act is due (``_due``)
 
     # --- the world ------------------------------------------------------------------------------
 
@@ -598,8 +603,8 @@ class Soak:
 
     def _apply(self, w: Workload) -> None:
         store, fate = self.api.store, w.fate
-        if fate.name == "late" and not self.cut_begun:
-            return  # applied by the Lease cut (``_in_cut``)
+        if fate.name == "late" and w.index not in self.due:
+            return  # applied by the Lease cut or the freeze (``_due``)
         limits = (
             {} if fate.grow_only else {LIMITS_KEY: json.dumps({"app": {"memory": fate.memory}})}
         )
@@ -660,23 +665,39 @@ class Soak:
         w.actions.append("503 burst")
         self.faults["pod LISTs failing through a verdict (503 burst)"] += 1
 
-    def _in_cut(self, part: int, parts: int) -> None:
-        """The work that falls inside the Lease cut, in ``parts`` parts through it: the ``late``
-        fates applied, a part at a time; the ``cancel-in-cut`` ones annotated (those monitoring;
-        the rest as they get there)."""
-        self.cut_begun = True
-        for w in self.workloads:
-            if w.fate.name == "late" and "applied" not in w.actions and w.index % parts <= part:
+    def _shares(self) -> tuple[list[list[Workload]], list[list[Workload]]]:
+        """The ``in_cut`` fates' work, dealt to the Lease cut's moments (``CUT_WORK``) and the
+        freeze's (``FREEZE_WORK``), alternately."""
+        work = [w for w in self.workloads if w.fate.in_cut]
+        cut, freeze = work[::2], work[1::2]
+        return (
+            [cut[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))],
+            [freeze[i :: len(FREEZE_WORK)] for i in range(len(FREEZE_WORK))],
+        )
+
+    def _due(self, workloads: list[Workload], during: str) -> None:
+        """Their scripted act is due now: the ``late`` ones applied, the ``cancel-in-cut`` ones
+        annotated (now if monitoring, else by ``step`` as they get there)."""
+        for w in workloads:
+            self.due.add(w.index)
+            if w.fate.name == "late" and "applied" not in w.actions:
                 self._apply(w)
-                self.faults["workloads applied inside the Lease cut"] += 1
+                self.faults[f"workloads applied {during}"] += 1
             elif (
                 w.fate.name == "cancel-in-cut"
                 and "cancel" not in w.actions
-                and w.index % parts <= part
                 and (self._state(w) or {}).get("mode") == "monitoring"
             ):
                 self._annotate(w, "cancel")
-                self.faults["cancels annotated inside the Lease cut"] += 1
+                self.faults[f"cancels annotated {during}"] += 1
+
+    async def _timed(self, moments: tuple[float, ...], shares: list[list[Workload]],
+                     during: str) -> None:  # fmt: skip
+        """Each share's work due at its moment, in seconds from now."""
+        began = time.monotonic()
+        for at, share in zip(moments, shares, strict=True):
+            await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
+            self._due(share, during)
 
     def _delete_pods(self, w: Workload) -> None:
         store = self.api.store
@@ -724,9 +745,9 @@ class Soak:
             fate == "cancel-in-cut"
             and mode == "monitoring"
             and "cancel" not in done
-            and (self.cut_begun)
+            and w.index in self.due
         ):
-            self._annotate(w, "cancel")  # (at the cut itself when monitoring by then: ``_in_cut``)
+            self._annotate(w, "cancel")  # (at its moment itself when monitoring by then)
         elif fate == "flaky-verdict" and mode == "monitoring" and "503 burst" not in done:
             self._fail_pod_lists(w)
         elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
@@ -795,6 +816,7 @@ class Soak:
             0.35: "kill leading intake",
             0.42: "cut the leader off its Lease",
             0.50: "restart temporal",
+            0.58: "freeze the leader",
             0.65: "kill worker-b",
             0.80: "kill leading intake",
             1.00: "api faults off",
@@ -832,23 +854,39 @@ class Soak:
         elif what == "cut the leader off its Lease":
             # Alive and able to write everything else, it cannot renew (its renewals hang):
             # it must stop acting before the other intake can take the Lease.
+            shares = self._shares()[0]
             leader = await self._leader()
             if leader is None:  # said, so a test can require the cut; its work is done anyway
                 self.faults["Lease cut skipped: no leader"] += 1
-                self._in_cut(len(CUT_WORK) - 1, len(CUT_WORK))
+                self._due([w for share in shares for w in share], "inside the Lease cut")
                 return
             partition = self.api.inject(
                 Fault(status=None, path="/leases/", times=None, delay=KUBE_TIMEOUT + 2,
                       agent=f"{INTAKE_AGENT}/{leader.name}")
             )  # fmt: skip
             self.faults["leader cut off its Lease (20s)"] += 1
-            began = time.monotonic()
-            for part, at in enumerate(CUT_WORK):
-                await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
-                self._in_cut(part, len(CUT_WORK))
-            await asyncio.sleep(max(0.0, 20 - (time.monotonic() - began)))
+            await self._timed(CUT_WORK, shares, "inside the Lease cut")
+            await asyncio.sleep(20 - CUT_WORK[-1])
             with self.api._lock:
                 self.api.faults.remove(partition)
+        elif what == "freeze the leader":
+            # A process paused (SIGSTOP: a long GC, a starved node) past its Lease wakes up
+            # deposed, its elector yet to notice, with watch events queued and more coming: it
+            # must act on none of them (the fence checked before each write and signal).
+            before, after = FREEZE_WORK[:-2], FREEZE_WORK[-2:]
+            shares = self._shares()[1]
+            leader = await self._leader()
+            if leader is None or leader.process is None:
+                self.faults["freeze skipped: no leader"] += 1
+                self._due([w for share in shares for w in share], "while the leader was frozen")
+                return
+            leader.process.send_signal(signal.SIGSTOP)
+            self.faults["leading intake frozen (SIGSTOP, 20s)"] += 1
+            await self._timed(before, shares[: len(before)], "while the leader was frozen")
+            await asyncio.sleep(20 - before[-1])
+            leader.process.send_signal(signal.SIGCONT)
+            await self._timed(tuple(at - 20 for at in after), shares[len(before):],
+                              "while the leader was frozen")  # fmt: skip
         elif what == "restart temporal" and self.restarts_temporal:
             await asyncio.to_thread(self.temporal.stop)
             self.faults["Temporal restart"] += 1
