@@ -667,9 +667,12 @@ class Soak:
 
     def _shares(self) -> tuple[list[list[Workload]], list[list[Workload]]]:
         """The ``in_cut`` fates' work, dealt to the Lease cut's moments (``CUT_WORK``) and the
-        freeze's (``FREEZE_WORK``), alternately."""
-        work = [w for w in self.workloads if w.fate.in_cut]
-        cut, freeze = work[::2], work[1::2]
+        freeze's (``FREEZE_WORK``), each fate's alternately."""
+        cut: list[Workload] = []
+        freeze: list[Workload] = []
+        for fate in (f for f in FATES if f.in_cut):
+            work = [w for w in self.workloads if w.fate is fate]
+            cut, freeze = cut + work[::2], freeze + work[1::2]
         return (
             [cut[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))],
             [freeze[i :: len(FREEZE_WORK)] for i in range(len(FREEZE_WORK))],
