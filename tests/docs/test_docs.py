@@ -19,7 +19,7 @@ import yaml
 
 from cli import docs
 from cli.main import build_parser
-from tests.conftest import ROOT
+from tests.conftest import ROOT, chromium
 
 README_MAX_LINES = 150
 
@@ -88,10 +88,27 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    site = tmp_path / "site"
     # The snippets are in: the README's things to try, the results, the chart's values.
-    assert "plays a shipped scenario" in (tmp_path / "site/getting-started/index.html").read_text()
-    assert "Soak: many workloads" in (tmp_path / "site/benchmarks/index.html").read_text()
-    assert "kubeTimeoutSeconds" in (tmp_path / "site/operating/install/index.html").read_text()
+    assert "plays a shipped scenario" in (site / "getting-started.html").read_text()
+    assert "Soak: many workloads" in (site / "benchmarks.html").read_text()
+    assert "kubeTimeoutSeconds" in (site / "operating/install.html").read_text()
+    # Opened from disk (file://), every link of every page leads to a file, not a directory
+    # (but the 404 page's: a web server's, at the site's root).
+    for page in set(site.rglob("*.html")) - {site / "404.html"}:
+        for href in re.findall(r'href="([^"#?]*)[^"]*"', page.read_text()):
+            if href and not re.match(r"[a-z]+:", href):
+                assert (page.parent / href).is_file(), f"{page.relative_to(site)}: {href}"
+    # The state machine's diagram renders with no network at all: mermaid comes with the site
+    # (the theme's CDN fetch would fail and leave its source on the page).
+    shown = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+         "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=10000", "--dump-dom",
+         (site / "concepts/state-machine.html").as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert '<div class="mermaid">' in shown.stdout and "<code>stateDiagram" not in shown.stdout
 
 
 def test_the_chart_readme_describes_every_value() -> None:

@@ -35,8 +35,7 @@ import pytest
 
 from cli.localrun import write_kubeconfig
 from sim.scenario import free_port
-from tests.conftest import ROOT
-from tests.e2e.test_report import chromium
+from tests.conftest import ROOT, chromium
 
 VENV = Path(sys.executable).parent.parent
 TIMEOUT = 90.0  # seconds any one wait of this story may take

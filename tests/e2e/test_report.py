@@ -4,19 +4,12 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from sim.scenario import SCENARIOS
-from tests.conftest import ROOT
-
-
-def chromium() -> str:
-    found = shutil.which("chromium")
-    assert found, "chromium not installed: apt-get install chromium (make test does)"
-    return found
+from tests.conftest import ROOT, chromium
 
 
 def test_the_report_renders_one_lane_per_owner_without_console_errors(tmp_path: Path) -> None:
