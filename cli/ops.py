@@ -30,7 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.cohort import actual_resources, pod_state
 from activities.kubernetes import KubernetesActivities, cohort_sample
 from activities.kubetime import parse_kube_time
-from activities.owners import OWNER_KINDS, desired_replicas, dig
+from activities.owners import OWNER_KINDS, desired_replicas, dig, manifest_resources
 from worker import temporal as control
 from workflows.activity_api import (
     CohortSample,
@@ -410,6 +410,7 @@ class LiveCohort:
     since: datetime
     for_verdict: bool
     running: dict[str, int]  # resources as running -> how many pods
+    template: str = ""  # the owner's pod template's resources ("": none read)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -451,7 +452,9 @@ def live_cohort(kube: ApiClient, cluster: str, state: RollbackState) -> LiveCoho
     )
     sample = cohort_sample(owner, pods, request, desired_replicas(owner.kind, obj), query)
     running = Counter(ResourceSnapshot.of(*actual_resources(p)).describe() for p in pods)
-    return LiveCohort(sample, since, window_open, dict(running.most_common()))
+    manifest = manifest_resources(owner.kind, obj)
+    template = ResourceSnapshot.of(*manifest).describe() if manifest else ""
+    return LiveCohort(sample, since, window_open, dict(running.most_common()), template)
 
 
 def _tally(sample: CohortSample, state: RollbackState) -> str:
@@ -502,6 +505,11 @@ def describe_text(
         lines.append(f"{label} {_tally(sample, state)}{at}")
     if isinstance(cohort, LiveCohort):
         lines.append(f"Cohort now:   {cohort.text(state)}")
+        if cohort.template and any(r != cohort.template for r in cohort.running):
+            lines.append(
+                f"Template:     {cohort.template} (the pods run what an annotation applier set:"
+                " it resizes pods at admission and in place, and leaves the template as it was)"
+            )
     elif cohort is not None:
         lines.append(f"Cohort now:   {cohort}")
     lines.append("History:")

@@ -227,6 +227,7 @@ class Store:
             meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
         obj["apiVersion"] = rtype.api_version
         discovery.default_policy(obj)
+        discovery.default_workload(obj)
         if admit is not None:
             admit(obj)
         with self._lock:
@@ -269,6 +270,7 @@ class Store:
             updated = self._admit(rtype, current, copy.deepcopy(new), subresource)
             if subresource is None:
                 discovery.default_policy(updated)
+                discovery.default_workload(updated)
                 if admit is not None:
                     admit(updated)
             if updated == current:

@@ -200,6 +200,33 @@ def default_policy(obj: Obj) -> None:
         scope.setdefault("workloadTypes", [k.value for k in DEFAULT_WORKLOAD_TYPES])
 
 
+# What the API server fills in for a workload's rollout (apps/v1 defaulting), so the cluster's
+# objects read as a real one's (``kubectl describe deploy``: ``StrategyType: RollingUpdate``).
+_ROLLOUT_DEFAULTS: dict[str, tuple[str, Obj]] = {
+    "Deployment": ("strategy", {"maxUnavailable": "25%", "maxSurge": "25%"}),
+    "StatefulSet": ("updateStrategy", {"partition": 0}),
+    "DaemonSet": ("updateStrategy", {"maxUnavailable": 1, "maxSurge": 0}),
+}
+
+
+def default_workload(obj: Obj) -> None:
+    """Fill in a workload's rollout strategy as the API server does, in place: the type
+    ``RollingUpdate`` and, for that type, the rolling update's fields left out."""
+    spec = obj.get("spec")
+    if obj.get("kind") not in _ROLLOUT_DEFAULTS or not isinstance(spec, dict):
+        return
+    field, rolling = _ROLLOUT_DEFAULTS[str(obj["kind"])]
+    strategy = spec.setdefault(field, {})
+    if not isinstance(strategy, dict):
+        return
+    strategy.setdefault("type", "RollingUpdate")
+    if strategy["type"] == "RollingUpdate" and isinstance(
+        strategy.setdefault("rollingUpdate", {}), dict
+    ):
+        for key, value in rolling.items():
+            strategy["rollingUpdate"].setdefault(key, value)
+
+
 def invalid_policy(obj: Obj) -> Obj | None:
     """The 422 Status a real API server with our CRD returns for ``obj``, or None when valid."""
     model = POLICY_KINDS.get(str(obj.get("kind")))

@@ -216,6 +216,9 @@ def _banner_commands(clone: Path, look: list[str], export: str, kubectl: str) ->
     # Point 6: what was true at the verdict, and what is true now, apart.
     assert "3/3 pods OOMKilled" in verdict
     assert "3 pods (3 on app:" in now and "OOMKilled" not in now and "768Mi" in now, now
+    # Point 7: why the pods' 768Mi sits beside the template's 1Gi.
+    template = next(line for line in described.splitlines() if line.startswith("Template:"))
+    assert "1Gi" in template and "annotation applier" in template, template
     shell.run(export)
     deployed = shell.run(kubectl)
     assert re.search(r"NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE", deployed), deployed

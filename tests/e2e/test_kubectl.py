@@ -5,6 +5,7 @@ invalid policy (the API server's 422 with field paths), events by field selector
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -206,3 +207,8 @@ def test_events_by_field_selector_and_describe(cluster: tuple[KubeEmulator, Path
     assert described.returncode == 0, described.stderr
     assert "Name:" in described.stdout and "api" in described.stdout
     assert "RollbackRollingBackStarted" in described.stdout  # the owner's Events, as on a cluster
+    # The rollout strategy the API server defaults, as kubectl shows it for a real cluster's.
+    assert re.search(r"StrategyType:\s+RollingUpdate", described.stdout), described.stdout
+    assert re.search(
+        r"RollingUpdateStrategy:\s+25% max unavailable, 25% max surge", described.stdout
+    )
