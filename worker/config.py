@@ -35,6 +35,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.runtime import Runtime
+from temporalio.service import RetryConfig
 
 from activities.cohort import DEFAULT_MIN_READY
 from activities.kubernetes import Actuation
@@ -148,12 +149,18 @@ class TemporalConfig:
     def address(self) -> str:
         return self.profile.address or DEFAULT_ADDRESS
 
-    async def connect(self, runtime: Runtime | None = None, identity: str | None = None) -> Client:
+    async def connect(
+        self, runtime: Runtime | None = None, identity: str | None = None, retries: bool = True
+    ) -> Client:
         """A client; ``identity`` is recorded with each signal it sends (the intake's is its
-        leader-election identity, so a workflow's history says which intake woke it)."""
+        leader-election identity, so a workflow's history says which intake woke it). Without
+        ``retries``, a call that fails is not tried again by the SDK (the intake's: its own
+        retries are fenced, and a signal must not land after its leader's term)."""
         options = self.profile.to_client_connect_config()
         options["target_host"] = self.address
         named: dict[str, Any] = {"identity": identity} if identity else {}
+        if not retries:
+            named["retry_config"] = RetryConfig(max_retries=0)
         return await Client.connect(
             **options, **named, data_converter=pydantic_data_converter, runtime=runtime
         )
@@ -163,13 +170,14 @@ class TemporalConfig:
         runtime: Runtime | None = None,
         within: float = CONNECT_PATIENCE_SECONDS,
         identity: str | None = None,
+        retries: bool = True,
     ) -> Client:
         """``connect``, retried with backoff for ``within`` seconds: a worker or intake that
         starts while the Temporal frontend restarts waits for it instead of crash-looping."""
         deadline, delay = time.monotonic() + within, 0.5
         while True:
             try:
-                return await self.connect(runtime, identity)
+                return await self.connect(runtime, identity, retries)
             except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
                 if time.monotonic() + delay > deadline:
                     raise

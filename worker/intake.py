@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -91,7 +92,7 @@ log = logging.getLogger(__name__)
 MAX_CONCURRENT_SIGNALS = 32  # signal-with-starts in flight at once (a burst queues, bounded)
 SIGNAL_BACKOFF_BASE = 0.5  # seconds, doubling per failure up to the cap; never given up
 SIGNAL_BACKOFF_CAP = 30.0
-SIGNAL_TIMEOUT = 10.0  # seconds one signal-with-start may take before it counts as failed
+SIGNAL_TIMEOUT = 10.0  # seconds one signal may take before it counts as failed, at the most
 CONTROL_REASON = f"requested with the annotation {CONTROL_ANNOTATION}"
 JSON_PATCH = "application/json-patch+json"
 REMOVE_ATTEMPTS = 5  # removals of a control annotation after a transient failure
@@ -134,14 +135,16 @@ class Intake:
         task_queue: str,
         loop: asyncio.AbstractEventLoop,
         meter: MetricMeter = MetricMeter.noop,
-        fence: Callable[[], bool] = lambda: True,
+        fence: Callable[[], float] = lambda: math.inf,
         protection: Protection = PROTECTED,
     ) -> None:
         self.core, self.custom = core, custom
-        # The leader's fence (``LeaderElector.holds``), checked right before every write and
-        # signal; and this intake's own end. An Intake serves one leadership term: once
-        # stopped it never acts again, whatever its threads were doing (docs/concepts/intake.md,
-        # "Intake").
+        # The leader's fence (``LeaderElector.time_left``: the seconds it holds from now),
+        # checked right before every write and signal, and the deadline of every signal, so none
+        # lands after the term (the intake's Temporal client retries nothing by itself: a retry
+        # is this intake's, fenced again); and this intake's own end. An Intake serves one
+        # leadership term: once stopped it never acts again, whatever its threads were doing
+        # (docs/concepts/intake.md, "Intake").
         self._fence = fence
         self._stopping = threading.Event()
         self.temporal, self.task_queue, self.loop = temporal, task_queue, loop
@@ -192,7 +195,11 @@ class Intake:
 
     def acting(self) -> bool:
         """Whether this intake may write or signal now: not stopped, and still the leader."""
-        return not self._stopping.is_set() and self._fence()
+        return not self._stopping.is_set() and self._fence() > 0
+
+    def _rpc_timeout(self) -> timedelta:
+        """A signal's deadline: ``SIGNAL_TIMEOUT``, or less, so that it ends within the term."""
+        return timedelta(seconds=max(0.001, min(SIGNAL_TIMEOUT, self._fence())))
 
     def _launch(self, informer: Informer) -> bool:
         """Start ``informer`` unless this intake was stopped meanwhile (a start racing a lost
@@ -398,7 +405,7 @@ class Intake:
             if not self.acting():
                 return
             try:
-                await control.resume(self.temporal, self.cluster, owner, SIGNAL_TIMEOUT)
+                await control.resume(self.temporal, self.cluster, owner, self._rpc_timeout())
                 self.stats["resumes"] += 1
             except Exception as exc:  # RPC errors of every kind: the run looks again itself
                 log.warning("%s: resume not sent (%s); the run looks again by itself", owner, exc)
@@ -569,9 +576,13 @@ class Intake:
                     return  # the next leader carries it out: the annotation is still there
                 try:
                     if value == Control.CANCEL:
-                        await control.cancel(self.temporal, self.cluster, owner, CONTROL_REASON)
+                        await control.cancel(
+                            self.temporal, self.cluster, owner, CONTROL_REASON, self._rpc_timeout()
+                        )
                     elif value == Control.REOPEN:
-                        await control.reopen(self.temporal, self.cluster, self.task_queue, owner)
+                        await control.reopen(
+                            self.temporal, self.cluster, self.task_queue, owner, self._rpc_timeout()
+                        )
                     else:
                         known = ", ".join(c.value for c in Control)
                         refusal = f"unknown value {value!r} (expected one of: {known})"
@@ -673,7 +684,7 @@ class Intake:
                         seen.recommendation,
                         pod=seen.pod,
                         pod_created_at=seen.pod_created_at,
-                        rpc_timeout=timedelta(seconds=SIGNAL_TIMEOUT),
+                        rpc_timeout=self._rpc_timeout(),
                         turn=seen.turn,
                         policy=seen.policy,
                     )

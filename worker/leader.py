@@ -75,7 +75,14 @@ class LeaderElector:
 
     def holds(self) -> bool:
         """Whether this candidate may act as the leader now (the fence; see the module)."""
-        return self.leading.is_set() and time.monotonic() < self._last_renew + self.renew_deadline
+        return self.time_left() > 0
+
+    def time_left(self) -> float:
+        """Seconds the fence holds from now (0 when not leading): what an action that must
+        finish within this term (a signal to Temporal) may take."""
+        if not self.leading.is_set():
+            return 0.0
+        return max(0.0, self._last_renew + self.renew_deadline - time.monotonic())
 
     def stop(self, release: bool = True) -> None:
         """Stop campaigning; a leader steps down (and releases the Lease unless told not to)."""

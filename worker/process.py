@@ -86,7 +86,7 @@ class IntakeService:
                 config.temporal.task_queue,
                 loop,
                 meter,
-                fence=self.elector.holds,
+                fence=self.elector.time_left,
                 protection=config.kube.protection,
             )
 
@@ -167,8 +167,11 @@ async def serve(
         if config is not None:
             build_info.set(1, {"version": package_version(), "component": component})
     identity = intake.identity if intake is not None else None
+    # The intake's client retries nothing by itself (``worker.intake``: no signal outlives its
+    # leader's term); the worker's, beside it, keeps the SDK's retries.
     temporal = await _until_stopped(
-        chosen.temporal.connect_patiently(runtime, identity=identity), stop
+        chosen.temporal.connect_patiently(runtime, identity=identity, retries=worker is not None),
+        stop,
     )
     if temporal is None:
         return  # stopped while waiting for Temporal
@@ -184,8 +187,11 @@ async def serve(
             )
         )
         agent = f"{INTAKE_AGENT}/{intake.identity}"
+        signaller = temporal
+        if worker is not None:  # the worker's client retries; the intake gets one of its own
+            signaller = await intake.temporal.connect(runtime, identity, retries=False)
         service = IntakeService(
-            temporal, intake.kube.client(runtime, agent), intake, meter=telemetry.meter(runtime)
+            signaller, intake.kube.client(runtime, agent), intake, meter=telemetry.meter(runtime)
         ).start()
         health.live("intake", service.live)
         health.ready("intake", service.ready)

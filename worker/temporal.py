@@ -154,11 +154,17 @@ async def state_of(
     return status is WorkflowExecutionStatus.RUNNING, state
 
 
-async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> None:
+async def cancel(
+    client: Client,
+    cluster: str,
+    owner: OwnerRef,
+    reason: str,
+    rpc_timeout: timedelta | None = None,
+) -> None:
     """Signal ``cancel`` to the running attempt (no query: it needs no worker to be up)."""
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     try:
-        info = await handle.describe()
+        info = await handle.describe(rpc_timeout=rpc_timeout)
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             raise ControlRefusedError(
@@ -170,17 +176,19 @@ async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> 
         raise ControlRefusedError(
             f"no attempt is running for {owner} ({status}): nothing to cancel"
         )
-    await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason=reason))
+    await handle.signal(
+        RollbackWorkflow.cancel, CancelSignal(reason=reason), rpc_timeout=rpc_timeout
+    )
 
 
-async def resume(client: Client, cluster: str, owner: OwnerRef, rpc_timeout: float) -> None:
+async def resume(
+    client: Client, cluster: str, owner: OwnerRef, rpc_timeout: timedelta | None = None
+) -> None:
     """Signal ``resume`` to the owner's running attempt (a pause annotation went: a held step
     looks again); an owner without a running attempt is left alone."""
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     try:
-        await handle.signal(
-            RollbackWorkflow.resume, ResumeSignal(), rpc_timeout=timedelta(seconds=rpc_timeout)
-        )
+        await handle.signal(RollbackWorkflow.resume, ResumeSignal(), rpc_timeout=rpc_timeout)
     except RPCError as exc:
         if exc.status is not RPCStatusCode.NOT_FOUND:
             raise
@@ -205,14 +213,29 @@ async def held_runs(client: Client, cluster: str) -> list[OwnerRef]:
     ]
 
 
-async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef) -> RollbackState:
+async def reopen(
+    client: Client,
+    cluster: str,
+    task_queue: str,
+    owner: OwnerRef,
+    rpc_timeout: timedelta | None = None,
+) -> RollbackState:
     """Reopen monitoring of the owner's current recommendation (from its last run) when the
-    workflow would act on it; returns the state before the signal."""
+    workflow would act on it; returns the state before the signal. ``rpc_timeout`` bounds the
+    signal (the state is read first, with the SDK's own timeout)."""
     running, state = await state_of(client, cluster, owner)
     if state is None:
         raise ControlRefusedError(f"{owner} has no recorded state to reopen")
     refusal = state.reopen_refusal(running=running)
     if refusal is not None:
         raise ControlRefusedError(f"{owner} cannot be reopened ({state.mode}): {refusal}")
-    await observe(client, cluster, task_queue, owner, state.recommendation, trigger=Trigger.REOPEN)
+    await observe(
+        client,
+        cluster,
+        task_queue,
+        owner,
+        state.recommendation,
+        trigger=Trigger.REOPEN,
+        rpc_timeout=rpc_timeout,
+    )
     return state

@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -29,8 +31,9 @@ from tests import CLUSTER
 from tests.activity.builders import pod, policy
 from tests.intake.test_intake import REC, WEB, add_pods, deployment, eventually
 from worker import informer as informer_module
+from worker.config import TemporalConfig
 from worker.informer import Informer
-from worker.intake import Intake
+from worker.intake import SIGNAL_TIMEOUT, Intake
 from worker.kube import api_client
 from worker.leader import LeaderElector
 from workflows.contract import EventReason
@@ -53,6 +56,7 @@ def test_the_fence_falls_while_a_renewal_hangs(cluster: tuple[KubeEmulator, ApiC
     elector.start()
     try:
         assert elector.leading.wait(5) and elector.holds()
+        assert 0 < elector.time_left() <= 1.0  # what a signal may take: no more than the term
         # Every renewal now hangs in the server (4 s, past the client's patience or not).
         api.inject(Fault(status=None, method="PUT", path="/leases/", times=None, delay=4.0))
         deadline = time.monotonic() + 3
@@ -60,13 +64,13 @@ def test_the_fence_falls_while_a_renewal_hangs(cluster: tuple[KubeEmulator, ApiC
             time.sleep(0.02)
         # The election thread is stuck in the renewal; the fence fell anyway, before the
         # Lease (3 s) can expire for another candidate.
-        assert not elector.holds()
+        assert not elector.holds() and elector.time_left() == 0
     finally:
         api.faults.clear()
         elector.stop(release=False)
 
 
-def _intake(client: ApiClient, temporal: Any = None, fence: Any = lambda: True) -> Intake:
+def _intake(client: ApiClient, temporal: Any = None, fence: Any = lambda: math.inf) -> Intake:
     loop = asyncio.new_event_loop()
     return Intake(
         CoreV1Api(client), CustomObjectsApi(client), temporal, CLUSTER, "q", loop, fence=fence
@@ -108,7 +112,7 @@ async def test_a_fenced_intake_signals_and_writes_nothing(
         queue = f"fenced-{uuid.uuid4().hex[:6]}"
         intake = Intake(
             CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, CLUSTER, queue,
-            asyncio.get_running_loop(), fence=leading.is_set,
+            asyncio.get_running_loop(), fence=lambda: math.inf if leading.is_set() else 0.0,
         )  # fmt: skip
         api.store.create(policy(monitoringPeriod="2s"))
         await asyncio.to_thread(intake.start)
@@ -183,3 +187,18 @@ def test_an_object_listed_without_kind_is_reported_under_its_own_kind(
     assert event["reason"] == EventReason.OBJECT_SKIPPED
     assert event["involvedObject"]["kind"] == "Namespace"
     assert event["involvedObject"]["name"] == "shop"
+
+
+async def test_a_signal_may_take_no_longer_than_the_term_left(
+    cluster: tuple[KubeEmulator, ApiClient], temporal_env: WorkflowEnvironment
+) -> None:
+    """A signal's deadline is the fence's time left (at most ``SIGNAL_TIMEOUT``), and the
+    intake's Temporal client does not retry a call by itself, so no retry outlives the term."""
+    _, client = cluster
+    assert _intake(client, fence=lambda: 0.4)._rpc_timeout() == timedelta(seconds=0.4)
+    assert _intake(client)._rpc_timeout() == timedelta(seconds=SIGNAL_TIMEOUT)
+    address = temporal_env.client.service_client.config.target_host
+    intake_client = await TemporalConfig.at(address).connect(retries=False)
+    retry = intake_client.service_client.config.retry_config
+    assert retry is not None and retry.max_retries == 0
+    await intake_client.count_workflows()  # and it works
