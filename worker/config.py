@@ -159,8 +159,8 @@ class TemporalConfig:
         options = self.profile.to_client_connect_config()
         options["target_host"] = self.address
         named: dict[str, Any] = {"identity": identity} if identity else {}
-        if not retries:
-            named["retry_config"] = RetryConfig(max_retries=0)
+        if not retries:  # (max_retries=0 would mean no bound on them, but the elapsed time)
+            named["retry_config"] = RetryConfig(max_retries=1, max_elapsed_time_millis=0)
         return await Client.connect(
             **options, **named, data_converter=pydantic_data_converter, runtime=runtime
         )

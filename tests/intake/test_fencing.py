@@ -14,19 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import math
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from sim.apiserver import Fault, KubeEmulator
+from sim.devserver import DevServer
+from sim.scenario import free_port
 from tests import CLUSTER
 from tests.activity.builders import pod, policy
 from tests.intake.test_intake import REC, WEB, add_pods, deployment, eventually
@@ -190,15 +195,25 @@ def test_an_object_listed_without_kind_is_reported_under_its_own_kind(
 
 
 async def test_a_signal_may_take_no_longer_than_the_term_left(
-    cluster: tuple[KubeEmulator, ApiClient], temporal_env: WorkflowEnvironment
+    cluster: tuple[KubeEmulator, ApiClient],
 ) -> None:
     """A signal's deadline is the fence's time left (at most ``SIGNAL_TIMEOUT``), and the
     intake's Temporal client does not retry a call by itself, so no retry outlives the term."""
     _, client = cluster
     assert _intake(client, fence=lambda: 0.4)._rpc_timeout() == timedelta(seconds=0.4)
     assert _intake(client)._rpc_timeout() == timedelta(seconds=SIGNAL_TIMEOUT)
-    address = temporal_env.client.service_client.config.target_host
-    intake_client = await TemporalConfig.at(address).connect(retries=False)
-    retry = intake_client.service_client.config.retry_config
-    assert retry is not None and retry.max_retries == 0
-    await intake_client.count_workflows()  # and it works
+    with tempfile.TemporaryDirectory() as tmp:
+        server = DevServer(Path(tmp) / "t", free_port(), headless=True, log_path=Path(tmp) / "log")
+        await asyncio.to_thread(server.start)
+        config = TemporalConfig.at(server.address)
+        clients = {retries: await config.connect(retries=retries) for retries in (True, False)}
+        await clients[False].count_workflows()  # it works
+        await asyncio.to_thread(server.stop)
+        took = {}
+        for retries, temporal in clients.items():
+            began = time.monotonic()
+            with pytest.raises(RPCError):
+                await temporal.count_workflows(rpc_timeout=timedelta(seconds=1))
+            took[retries] = time.monotonic() - began
+    # Temporal gone: the SDK's client tries again for seconds; the intake's, once.
+    assert took[False] < 1.0 < took[True], took
