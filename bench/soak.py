@@ -107,6 +107,7 @@ MIN_READY = "2s"  # the workers' --min-ready-duration
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 WAITING = {"monitoring", "rollingBack", "backingOff"}  # modes a run must be there to leave
+ACTED_IN = ("rollingBack", "backingOff")  # when the policy-changed/-deleted fates act (turn 1)
 # Seconds into the Lease cut at which its work falls: while the cut-off leader still holds the
 # Lease, past its renew deadline (10 s: it must have stopped acting), and after the Lease has
 # expired (15 s) and the other intake may take it.
@@ -725,7 +726,10 @@ class Soak:
         elif fate == "owner-deleted" and mode == "monitoring" and "deleted" not in done:
             store.delete(store.rtype(w.kind), w.namespace, w.name)
             w.actions.append("deleted")
-        elif fate in ("policy-changed", "policy-deleted") and mode == "backingOff" and turn == 1:
+        # From rollingBack on: the backoff reads the policy afresh at its end, so acting this
+        # early counts the same, and a backingOff recorded late (its rollback carried across a
+        # worker kill) can be over before the script's next round sees it.
+        elif fate in ("policy-changed", "policy-deleted") and turn == 1 and mode in ACTED_IN:
             if fate == "policy-changed" and "changed" not in done:
                 patch = {"spec": {"backoff": {"maxAttempts": 1}}}
                 store.patch(store.rtype("RollbackPolicy"), w.namespace, w.name, patch, MERGE)
@@ -820,9 +824,6 @@ class Soak:
             0.42: "cut the leader off its Lease",
             0.50: "restart temporal",
             0.65: "kill worker-b",
-            # Not while Temporal restarts: a signal waiting on the reconnection when the leader
-            # is frozen lands when it wakes, after its term (the limit of a lease's fence:
-            # docs/concepts/intake.md, "Intake").
             0.70: "freeze the leader",
             0.80: "kill leading intake",
             1.00: "api faults off",
@@ -1078,9 +1079,13 @@ class Soak:
         (the rollback annotations written onto an owner that had none) twice in one turn, or
         while its state was not ``rollingBack`` (the previous turn's written again)."""
         for ref, states in self.timeline.states.items():
+            # Entered: from another mode or turn (the same state recorded again, as after a
+            # worker killed while its decision's record was not yet in the history, is not).
+            modes = [((s or {}).get("mode"), (s or {}).get("turn")) for _, s in states]
             entered = Counter(
-                (s or {}).get("turn") for _, s in states if (s or {}).get("mode") == "rollingBack"
-            )
+                turn for i, (mode, turn) in enumerate(modes)
+                if mode == "rollingBack" and (i == 0 or modes[i - 1] != (mode, turn))
+            )  # fmt: skip
             for turn, times in entered.items():
                 if times > 1:
                     bad("doubleRollback", f"{ref}: rollingBack {times} times in turn {turn}")

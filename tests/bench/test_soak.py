@@ -233,8 +233,8 @@ def test_the_oracle_sees_a_rollback_entered_or_published_twice() -> None:
     timeline = Timeline()
     t = time.time() - 100
     back, off = {"mode": "rollingBack", "turn": 1}, {"mode": "backingOff", "turn": 1}
-    timeline.states = {
-        "ns/Deployment/ok": [(t, back), (t + 1, off)],
+    timeline.states = {  # recorded twice in a row (a record done again after a crash): fine
+        "ns/Deployment/ok": [(t, back), (t + 0.5, back | {"at": 2}), (t + 1, off)],
         "ns/Deployment/entered-twice": [(t, back), (t + 1, off), (t + 2, back)],
     }
     timeline.rollbacks = {
