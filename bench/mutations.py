@@ -30,7 +30,7 @@ MUTATIONS = [
     Mutation(
         "the intake's per-write fence check removed (Intake.acting)",
         "worker/intake.py",
-        "        return not self._stopping.is_set() and self._fence()\n",
+        "        return not self._stopping.is_set() and self._fence() > 0\n",
         "        return not self._stopping.is_set()\n",
         ("nonLeaderWrites", "nonLeaderSignals"),
     ),
