@@ -656,6 +656,27 @@ def test_the_verdict_s_sample_finds_a_pod_s_pause(
     assert found.problem == "'later' is neither infinite nor an RFC 3339 time"
 
 
+def restarting_cohort(
+    api: KubeEmulator,
+    replicas: int,
+    max_unavailable: int | str,
+    memory: str,
+    rec: Recommendation | None = REC,
+) -> None:
+    """A Deployment of ``replicas`` pods on one roomy node, whose containers restart to apply a
+    memory resize (``RestartContainer``), paced by ``max_unavailable``."""
+    api.store.create(node("roomy", memory="16Gi"))
+    deployment = owner("Deployment", replicas=replicas)
+    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": max_unavailable}}
+    api.store.create(deployment)
+    for i in range(replicas):
+        p = pod(f"web-{i}", WEB, memory=memory, rec=rec, node="roomy")
+        p["spec"]["containers"][0]["resizePolicy"] = [
+            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
+        ]
+        api.store.create(p)
+
+
 @pytest.mark.parametrize(
     ("max_unavailable", "batches"),
     [pytest.param(1, 6, id="one-at-a-time"), pytest.param("50%", 2, id="half")],
@@ -666,16 +687,7 @@ def test_an_in_place_rollback_that_restarts_keeps_the_workload_available(
     """Six Ready pods whose memory resize restarts their container: never more of them down
     at once than the Deployment's maxUnavailable, each batch Ready again before the next."""
     kubelet = RestartingKubelet(api.store)
-    api.store.create(node("roomy", memory="16Gi"))
-    deployment = owner("Deployment", replicas=6)
-    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": max_unavailable}}
-    api.store.create(deployment)
-    for i in range(6):
-        p = pod(f"web-{i}", WEB, memory="512Mi", rec=REC, node="roomy")
-        p["spec"]["containers"][0]["resizePolicy"] = [
-            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
-        ]
-        api.store.create(p)
+    restarting_cohort(api, 6, max_unavailable, "512Mi")
     result = in_place.roll_back(
         RollBackInput(
             cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
@@ -709,16 +721,7 @@ def test_a_retried_in_place_rollback_whose_first_answer_was_lost_takes_one_pod_d
     activity fails, and its retry, which cannot see that write yet, resizes the same first pod
     again rather than another, so one pod is down at a time and each restarts once."""
     kubelet = RestartingKubelet(api.store)
-    api.store.create(node("roomy", memory="16Gi"))
-    deployment = owner("Deployment", replicas=3)
-    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": 1}}
-    api.store.create(deployment)
-    for i in range(3):
-        p = pod(f"web-{i}", WEB, memory="512Mi", rec=REC, node="roomy")
-        p["spec"]["containers"][0]["resizePolicy"] = [
-            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
-        ]
-        api.store.create(p)
+    restarting_cohort(api, 3, 1, "512Mi")
     lost = api.inject(Fault(status=None, method="PATCH", path="/resize$", delay=1.0))
     rollback = RollBackInput(
         cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
@@ -748,16 +751,7 @@ def test_an_in_place_re_apply_stops_when_a_pod_crashes_on_it(
     """A re-apply whose first pod is OOMKilled on the recommendation takes no more pods down
     (the crash is the window's evidence), and does not wait for a Ready that will not come."""
     kubelet = RestartingKubelet(api.store, oom_below="600Mi")
-    api.store.create(node("roomy", memory="16Gi"))
-    deployment = owner("Deployment", replicas=3)
-    deployment["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": 1}}
-    api.store.create(deployment)
-    for i in range(3):
-        p = pod(f"web-{i}", WEB, memory="768Mi", node="roomy")
-        p["spec"]["containers"][0]["resizePolicy"] = [
-            {"resourceName": "memory", "restartPolicy": "RestartContainer"}
-        ]
-        api.store.create(p)
+    restarting_cohort(api, 3, 1, "768Mi", rec=None)
     result = in_place.reapply_recommendation(
         ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=REC)
     )
