@@ -5,10 +5,10 @@ N workloads (default 1,000; the CI test runs 100) across namespaces, two owner k
 fate and so a known end (``FATES``). The engine runs as in production, as separate processes:
 two workers and two intakes electing a leader on a Lease in the emulator, against the real
 Temporal dev server. A fault schedule runs throughout: a worker SIGKILLed (each in turn), the
-leading intake SIGKILLed (twice), the leader cut off its Lease for 20 s while work falls due
-(the ``late`` fates applied, the ``cancel-in-cut`` ones annotated), the leader frozen (SIGSTOP)
-for 20 s, past its Lease, with more such work falling due while it sleeps and as it wakes,
-deposed before its elector knows it, Temporal restarted, the
+leading intake SIGKILLed (twice), the leader cut off its Lease for 20 s, its elector stuck in a
+renewal past the Lease's expiry, while work falls due (the ``late`` fates applied, the
+``cancel-in-cut`` ones annotated) before and after the other intake takes over, Temporal
+restarted, the
 emulator answering about 10% of the engine's requests with 5xx, 429 or a timeout, 409 to
 patches, slow answers, every watch stream cut now and then, and a burst of 503s on one
 namespace's pod LISTs through each ``flaky-verdict`` fate's verdict, long enough to drive its
@@ -102,19 +102,25 @@ LIMITS_KEY = "static.rightsizing.kubex.ai/desired-resource-limits"
 MANIFEST, HEALTHY, OOM, GROWN, HUGE = "512Mi", "384Mi", "256Mi", "1Gi", "200Ti"
 WORKING_SET = "300Mi"
 KUBE_TIMEOUT = 3.0
+# The intakes wait longer on the API server: in the Lease cut a renewal hangs that long, so the
+# cut-off leader's elector is stuck past the Lease's expiry (15 s) and only the fence (its
+# renew deadline, 10 s, on its own clock) keeps its other threads from acting.
+INTAKE_KUBE_TIMEOUT = 20.0
 MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-place paces by)
 MIN_READY = "2s"  # the workers' --min-ready-duration
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 WAITING = {"monitoring", "rollingBack", "backingOff"}  # modes a run must be there to leave
+# What the oracle counts in every cluster (the module's docstring); an in-place one also counts
+# ``moreUnavailable``.
+INVARIANTS = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
+              "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
+              "actedInProtected")  # fmt: skip
 ACTED_IN = ("rollingBack", "backingOff")  # when the policy-changed/-deleted fates act (turn 1)
 # Seconds into the Lease cut at which its work falls: while the cut-off leader still holds the
 # Lease, past its renew deadline (10 s: it must have stopped acting), and after the Lease has
-# expired (15 s) and the other intake may take it.
-CUT_WORK = (1.0, 8.0, 11.0, 13.0, 17.0)
-# And into a freeze of the leading intake (SIGSTOP for 20 s): while it is stopped, before and
-# after the Lease expires, and right after it is woken (its elector has yet to step down).
-FREEZE_WORK = (2.0, 16.0, 20.3, 21.0)
+# expired (15 s) and the other intake has taken it, its elector still stuck in a renewal.
+CUT_WORK = (1.0, 8.0, 11.0, 13.0, 17.0, 19.0)
 
 
 @dataclass(frozen=True)
@@ -556,8 +562,8 @@ class Soak:
                 }
             )
         )
-        common = ["--cluster", self.cluster, "--address", address, "--task-queue", self.queue, "--kube-url", url,
-                  "--kube-timeout", str(KUBE_TIMEOUT)]  # fmt: skip
+        common = ["--cluster", self.cluster, "--address", address, "--task-queue", self.queue,
+                  "--kube-url", url]  # fmt: skip
         # The soak's windows are seconds long: a pod restarted by an in-place resize must not
         # need Kubex's default 10 s of Ready, longer than the 8 s window, to count.
         actuation = ["--min-ready-duration", MIN_READY]
@@ -570,6 +576,8 @@ class Soak:
                     "-m",
                     "worker",
                     *common,
+                    "--kube-timeout",
+                    str(KUBE_TIMEOUT),
                     *actuation,
                     "--notifications",
                     str(receivers),
@@ -580,6 +588,7 @@ class Soak:
             self.children[name] = Child(
                 name,
                 [sys.executable, "-m", "cli.main", "intake", *common, "--identity", name,
+                 "--kube-timeout", str(INTAKE_KUBE_TIMEOUT),
                  "--lease-namespace", "default"],
                 self.workdir / f"{self.cluster}-{name}.log",
             )  # fmt: skip
@@ -605,7 +614,7 @@ class Soak:
     def _apply(self, w: Workload) -> None:
         store, fate = self.api.store, w.fate
         if fate.name == "late" and w.index not in self.due:
-            return  # applied by the Lease cut or the freeze (``_due``)
+            return  # applied by the Lease cut (``_due``)
         limits = (
             {} if fate.grow_only else {LIMITS_KEY: json.dumps({"app": {"memory": fate.memory}})}
         )
@@ -666,18 +675,10 @@ class Soak:
         w.actions.append("503 burst")
         self.faults["pod LISTs failing through a verdict (503 burst)"] += 1
 
-    def _shares(self) -> tuple[list[list[Workload]], list[list[Workload]]]:
-        """The ``in_cut`` fates' work, dealt to the Lease cut's moments (``CUT_WORK``) and the
-        freeze's (``FREEZE_WORK``), each fate's alternately."""
-        cut: list[Workload] = []
-        freeze: list[Workload] = []
-        for fate in (f for f in FATES if f.in_cut):
-            work = [w for w in self.workloads if w.fate is fate]
-            cut, freeze = cut + work[::2], freeze + work[1::2]
-        return (
-            [cut[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))],
-            [freeze[i :: len(FREEZE_WORK)] for i in range(len(FREEZE_WORK))],
-        )
+    def _shares(self) -> list[list[Workload]]:
+        """The ``in_cut`` fates' work, dealt to the Lease cut's moments (``CUT_WORK``)."""
+        work = [w for w in self.workloads if w.fate.in_cut]
+        return [work[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))]
 
     def _due(self, workloads: list[Workload], during: str) -> None:
         """Their scripted act is due now: the ``late`` ones applied, the ``cancel-in-cut`` ones
@@ -824,7 +825,6 @@ class Soak:
             0.42: "cut the leader off its Lease",
             0.50: "restart temporal",
             0.65: "kill worker-b",
-            0.70: "freeze the leader",
             0.80: "kill leading intake",
             1.00: "api faults off",
         }
@@ -859,16 +859,17 @@ class Soak:
                 await asyncio.sleep(18)  # past the Lease (15 s): the other intake takes over
                 leader.start()
         elif what == "cut the leader off its Lease":
-            # Alive and able to write everything else, it cannot renew (its renewals hang):
-            # it must stop acting before the other intake can take the Lease.
-            shares = self._shares()[0]
+            # Alive and able to write everything else, it cannot renew: its renewals hang, past
+            # the Lease's expiry (``INTAKE_KUBE_TIMEOUT``), so its elector cannot step down in
+            # time; the fence alone must keep it from acting once the other intake may lead.
+            shares = self._shares()
             leader = await self._leader()
             if leader is None:  # said, so a test can require the cut; its work is done anyway
                 self.faults["Lease cut skipped: no leader"] += 1
                 self._due([w for share in shares for w in share], "inside the Lease cut")
                 return
             partition = self.api.inject(
-                Fault(status=None, path="/leases/", times=None, delay=KUBE_TIMEOUT + 2,
+                Fault(status=None, path="/leases/", times=None, delay=INTAKE_KUBE_TIMEOUT + 2,
                       agent=f"{INTAKE_AGENT}/{leader.name}")
             )  # fmt: skip
             self.faults["leader cut off its Lease (20s)"] += 1
@@ -876,24 +877,6 @@ class Soak:
             await asyncio.sleep(20 - CUT_WORK[-1])
             with self.api._lock:
                 self.api.faults.remove(partition)
-        elif what == "freeze the leader":
-            # A process paused (SIGSTOP: a long GC, a starved node) past its Lease wakes up
-            # deposed, its elector yet to notice, with watch events queued and more coming: it
-            # must act on none of them (the fence checked before each write and signal).
-            before, after = FREEZE_WORK[:-2], FREEZE_WORK[-2:]
-            shares = self._shares()[1]
-            leader = await self._leader()
-            if leader is None or leader.process is None:
-                self.faults["freeze skipped: no leader"] += 1
-                self._due([w for share in shares for w in share], "while the leader was frozen")
-                return
-            leader.process.send_signal(signal.SIGSTOP)
-            self.faults["leading intake frozen (SIGSTOP, 20s)"] += 1
-            await self._timed(before, shares[: len(before)], "while the leader was frozen")
-            await asyncio.sleep(20 - before[-1])
-            leader.process.send_signal(signal.SIGCONT)
-            await self._timed(tuple(at - 20 for at in after), shares[len(before):],
-                              "while the leader was frozen")  # fmt: skip
         elif what == "restart temporal" and self.restarts_temporal:
             await asyncio.to_thread(self.temporal.stop)
             self.faults["Temporal restart"] += 1
@@ -1032,10 +1015,7 @@ class Soak:
         )  # fmt: skip
         if fallbacks:
             faults["local activities gone on as regular ones (fallback)"] = fallbacks
-        names = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
-                 "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
-                 "actedInProtected",
-                 *(("moreUnavailable",) if self.in_place else ()))  # fmt: skip
+        names = (*INVARIANTS, *(("moreUnavailable",) if self.in_place else ()))
         return SoakResult(
             len(self.workloads),
             {n: counts[n] for n in names},

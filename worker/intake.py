@@ -577,11 +577,21 @@ class Intake:
                 try:
                     if value == Control.CANCEL:
                         await control.cancel(
-                            self.temporal, self.cluster, owner, CONTROL_REASON, self._rpc_timeout()
+                            self.temporal,
+                            self.cluster,
+                            owner,
+                            CONTROL_REASON,
+                            self._rpc_timeout(),
+                            self.acting,
                         )
                     elif value == Control.REOPEN:
                         await control.reopen(
-                            self.temporal, self.cluster, self.task_queue, owner, self._rpc_timeout()
+                            self.temporal,
+                            self.cluster,
+                            self.task_queue,
+                            owner,
+                            self._rpc_timeout(),
+                            self.acting,
                         )
                     else:
                         known = ", ".join(c.value for c in Control)
@@ -590,6 +600,8 @@ class Intake:
                 except control.ControlRefusedError as exc:
                     refusal = str(exc)
                     break
+                except control.FencedError:
+                    return  # deposed between the read and the signal: the next leader does it
                 except Exception as exc:  # Temporal unreachable or failing: the annotation stays
                     failures += 1
                     delay = min(SIGNAL_BACKOFF_CAP, SIGNAL_BACKOFF_BASE * 2 ** min(failures, 16))

@@ -10,6 +10,7 @@ signal would change nothing, so callers can say so instead of reporting a succes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -119,6 +120,10 @@ class ControlRefusedError(Exception):
     """The workflow would do nothing with this control; the message says why."""
 
 
+class FencedError(Exception):
+    """The caller may no longer act (``fence``): the control's signal was not sent."""
+
+
 async def newest_run(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[WorkflowExecutionStatus | None, RollbackState | None]:
@@ -160,8 +165,10 @@ async def cancel(
     owner: OwnerRef,
     reason: str,
     rpc_timeout: timedelta | None = None,
+    fence: Callable[[], bool] = lambda: True,
 ) -> None:
-    """Signal ``cancel`` to the running attempt (no query: it needs no worker to be up)."""
+    """Signal ``cancel`` to the running attempt (no query: it needs no worker to be up);
+    ``fence`` is checked again between the read and the signal."""
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     try:
         info = await handle.describe(rpc_timeout=rpc_timeout)
@@ -176,6 +183,8 @@ async def cancel(
         raise ControlRefusedError(
             f"no attempt is running for {owner} ({status}): nothing to cancel"
         )
+    if not fence():
+        raise FencedError(f"cancel of {owner} not sent")
     await handle.signal(
         RollbackWorkflow.cancel, CancelSignal(reason=reason), rpc_timeout=rpc_timeout
     )
@@ -219,6 +228,7 @@ async def reopen(
     task_queue: str,
     owner: OwnerRef,
     rpc_timeout: timedelta | None = None,
+    fence: Callable[[], bool] = lambda: True,
 ) -> RollbackState:
     """Reopen monitoring of the owner's current recommendation (from its last run) when the
     workflow would act on it; returns the state before the signal. ``rpc_timeout`` bounds the
@@ -229,6 +239,8 @@ async def reopen(
     refusal = state.reopen_refusal(running=running)
     if refusal is not None:
         raise ControlRefusedError(f"{owner} cannot be reopened ({state.mode}): {refusal}")
+    if not fence():
+        raise FencedError(f"reopen of {owner} not sent")
     await observe(
         client,
         cluster,
