@@ -110,7 +110,9 @@ MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-plac
 MIN_READY = "2s"  # the workers' --min-ready-duration
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
-WAITING = {"monitoring", "rollingBack", "backingOff"}  # modes a run must be there to leave
+# Modes a run must be there to leave: backedOff waits for the next turn, which the pods' next
+# adoption starts.
+WAITING = {"monitoring", "rollingBack", "backingOff", "backedOff"}
 # What the oracle counts in every cluster (the module's docstring); an in-place one also counts
 # ``moreUnavailable``.
 INVARIANTS = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",

@@ -311,7 +311,8 @@ async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> N
 
 def test_the_published_soak_at_1000_workloads_is_of_every_invariant() -> None:
     """bench/RESULTS.md's two newest 1,000-workload runs count every invariant the oracle has
-    now, each 0: a new invariant (or fate) needs the published runs made again."""
+    now, over every fate: a new invariant (or fate) needs the published runs made again. (What
+    they found is recorded as measured: a count above 0 says NOT MET there.)"""
     text = (ROOT / "bench" / "RESULTS.md").read_text()
     soak = text[text.index("## Soak: many workloads") :]
     runs = re.split(r"\n  (?:cluster bench: )?1000 workloads, ", soak)[1:]
@@ -319,5 +320,4 @@ def test_the_published_soak_at_1000_workloads_is_of_every_invariant() -> None:
     for run in runs[-2:]:
         counts = dict(re.findall(r"\n  \| (\w+) \| (\d+[^|]*?) \|", run.split("\n  faults")[0]))
         assert set(INVARIANTS) <= set(counts), sorted(set(INVARIANTS) - set(counts))
-        assert all(counts[name] == "0" for name in INVARIANTS), counts
         assert f"{len(FATES)} scripted fates" in run
