@@ -682,29 +682,21 @@ class Soak:
         work = [w for w in self.workloads if w.fate.in_cut]
         return [work[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))]
 
-    def _due(self, workloads: list[Workload], during: str) -> None:
+    def _due(self, workloads: list[Workload]) -> None:
         """Their scripted act is due now: the ``late`` ones applied, the ``cancel-in-cut`` ones
         annotated (now if monitoring, else by ``step`` as they get there)."""
         for w in workloads:
             self.due.add(w.index)
             if w.fate.name == "late" and "applied" not in w.actions:
                 self._apply(w)
-                self.faults[f"workloads applied {during}"] += 1
+                self.faults["workloads applied inside the Lease cut"] += 1
             elif (
                 w.fate.name == "cancel-in-cut"
                 and "cancel" not in w.actions
                 and (self._state(w) or {}).get("mode") == "monitoring"
             ):
                 self._annotate(w, "cancel")
-                self.faults[f"cancels annotated {during}"] += 1
-
-    async def _timed(self, moments: tuple[float, ...], shares: list[list[Workload]],
-                     during: str) -> None:  # fmt: skip
-        """Each share's work due at its moment, in seconds from now."""
-        began = time.monotonic()
-        for at, share in zip(moments, shares, strict=True):
-            await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
-            self._due(share, during)
+                self.faults["cancels annotated inside the Lease cut"] += 1
 
     def _delete_pods(self, w: Workload) -> None:
         store = self.api.store
@@ -868,14 +860,17 @@ class Soak:
             leader = await self._leader()
             if leader is None:  # said, so a test can require the cut; its work is done anyway
                 self.faults["Lease cut skipped: no leader"] += 1
-                self._due([w for share in shares for w in share], "inside the Lease cut")
+                self._due([w for share in shares for w in share])
                 return
             partition = self.api.inject(
                 Fault(status=None, path="/leases/", times=None, delay=INTAKE_KUBE_TIMEOUT + 2,
                       agent=f"{INTAKE_AGENT}/{leader.name}")
             )  # fmt: skip
             self.faults["leader cut off its Lease (20s)"] += 1
-            await self._timed(CUT_WORK, shares, "inside the Lease cut")
+            began = time.monotonic()
+            for at, share in zip(CUT_WORK, shares, strict=True):  # each share due at its moment
+                await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
+                self._due(share)
             await asyncio.sleep(20 - CUT_WORK[-1])
             with self.api._lock:
                 self.api.faults.remove(partition)
