@@ -15,6 +15,9 @@ newer pod, or start the next turn after ``backedOff``.
 - Duplicate events (a pod updated without a change in what it adopted) signal nothing.
 - One signal per (owner, fingerprint, stored state): the other pods of a rollout adopting the
   same recommendation signal nothing more, nor do they while the attempt they woke is running.
+- A turn that ends ``backedOff`` goes on when its pods adopt the recommendation again; pods that
+  never left it (nothing recreated them before the re-apply) are taken as adopting it when the
+  owner's state turns ``backedOff``.
 - Signals are sent off the watch thread, at most ``MAX_CONCURRENT_SIGNALS`` at once; an owner has
   at most one undelivered sighting (the newest), retried until Temporal accepts it.
 - At start-up and after a relist, what the LIST shows is batched per (owner, fingerprint).
@@ -72,6 +75,7 @@ from workflows.contract import (
     PAUSE_UNTIL_ANNOTATION,
     Control,
     EventReason,
+    Mode,
     Obj,
 )
 from workflows.fingerprint import (
@@ -125,6 +129,14 @@ class Observation:
     policy: PolicyRef | None = None
 
 
+@dataclass(frozen=True)
+class Adoption:
+    """What a pod runs: the fingerprint, and its sighting if its owner was known."""
+
+    fingerprint: str
+    seen: Observation | None
+
+
 class Intake:
     def __init__(
         self,
@@ -164,7 +176,10 @@ class Intake:
         )
         self.index = PolicyIndex(protection)
         self.stats: Counter[str] = Counter()
-        self._adopted: dict[str, str | None] = {}  # pod uid -> fingerprint it runs on
+        self._adopted: dict[str, Adoption] = {}  # pod uid -> what it runs, while it does
+        # owner -> its pods' adoptions (uid -> sighting): a turn that ends backedOff on pods
+        # that never left the recommendation goes on from these (``_backed_off``).
+        self._adopters: dict[OwnerRef, dict[str, Observation]] = {}
         self._batch: dict[tuple[OwnerRef, str], Observation] = {}
         # What was last signalled per owner: (fingerprint, the stored state's transition time).
         self._signalled: dict[OwnerRef, tuple[str, datetime | None]] = {}
@@ -434,7 +449,7 @@ class Intake:
                 self._resume([owner])
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         if kind == "DELETED":
-            self._adopted.pop(uid, None)
+            self._set_adoption(uid, None)
             return
         try:
             rec = adopted_recommendation(pod)
@@ -442,21 +457,37 @@ class Intake:
             self._malformed(pod, exc)
             return
         if rec is None:
-            self._adopted[uid] = None
+            self._set_adoption(uid, None)
             return
-        if self._adopted.get(uid) == rec.fingerprint:
+        known = self._adopted.get(uid)
+        if known is not None and known.fingerprint == rec.fingerprint:
             return  # nothing new: a duplicate event
         # Marked as seen only once handled: if an API call below fails, the informer delivers
         # this event again and it must not look like a duplicate then.
         owner = self.owners.owner_of(pod)
-        if owner is not None:
-            seen = Observation(owner, rec, pod["metadata"]["name"], _created(pod))
+        seen = Observation(owner, rec, pod["metadata"]["name"], _created(pod)) if owner else None
+        if seen is not None:
             if initial:
                 self._batch_observation(seen)
             else:
                 self._consider(seen)
-        self._adopted[uid] = rec.fingerprint
+        self._set_adoption(uid, Adoption(rec.fingerprint, seen))
         self.stats["adoptions"] += 1
+
+    def _set_adoption(self, uid: str, now: Adoption | None) -> None:
+        """The pod ``uid`` runs ``now`` (None: nothing adopted, or it is gone) instead of what it
+        ran before."""
+        with self._lock:
+            before = self._adopted.pop(uid, None)
+            if before is not None and before.seen is not None:
+                pods = self._adopters[before.seen.owner]
+                del pods[uid]
+                if not pods:
+                    del self._adopters[before.seen.owner]
+            if now is not None:
+                self._adopted[uid] = now
+                if now.seen is not None:
+                    self._adopters.setdefault(now.seen.owner, {})[uid] = now.seen
 
     def _batch_observation(self, seen: Observation) -> None:
         """At start-up: one observation per (owner, fingerprint), the newest pod's."""
@@ -538,6 +569,8 @@ class Intake:
         key = (owner.kind.value, owner.namespace, owner.name)
         if self._pause_lifted(key, kind, obj) and kind != "DELETED" and _active(obj):
             self._resume([owner])
+        if kind != "DELETED":
+            self._backed_off(owner, obj)
         value = (obj["metadata"].get("annotations") or {}).get(CONTROL_ANNOTATION)
         with self._lock:
             if kind == "DELETED":  # what was signalled for it no longer matters
@@ -555,6 +588,27 @@ class Intake:
                 return
             self._controlling.add(owner)
         self._spawn(self._control(owner, value, obj))
+
+    def _backed_off(self, owner: OwnerRef, obj: Obj) -> None:
+        """A turn that ended ``backedOff`` goes on when a pod adopts its recommendation again;
+        pods that never left it (the rollback not yet applied to them when the re-apply cleared
+        it) adopt nothing new, so their newest sighting is considered now. ``_consider``
+        signals it once per stored state."""
+        if owner not in self._adopters:  # most owner events: read no state
+            return
+        state, _ = read_state(obj)
+        if state is None or state.mode is not Mode.BACKED_OFF:
+            return
+        fingerprint = state.active_recommendation_fingerprint
+        with self._lock:
+            running = [
+                seen
+                for seen in self._adopters.get(owner, {}).values()
+                if seen.recommendation.fingerprint == fingerprint
+            ]
+        if running:
+            oldest = datetime.min.replace(tzinfo=UTC)
+            self._consider(max(running, key=lambda seen: seen.pod_created_at or oldest))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         if not self.acting():

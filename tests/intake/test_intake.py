@@ -400,3 +400,38 @@ async def test_a_kind_the_cluster_does_not_serve_is_absent_not_failing(env: Env)
     add_pods(env.api, deployment(env.api, replicas=1), ["web-a"])  # other kinds work as ever
     await eventually(lambda: env.intake.stats["signals"] == 1)
     assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+
+
+async def test_a_turn_backed_off_on_pods_that_never_left_the_recommendation_goes_on(
+    env: Env,
+) -> None:
+    """The rollback is published on the owner, but nothing recreates the pods before the turn
+    ends ``backedOff`` and its re-apply clears it: the pods never left the recommendation, so
+    no pod adopts it again. The next turn still starts: the intake looks at the owner's pods
+    that run it when the state turns ``backedOff`` (soak run 5 at 1,000 workloads, its
+    ``wrongEnd 4``)."""
+    env.api.store.create(policy(monitoringPeriod="2s", rollbackTarget="manifest"))
+    await started(env)
+    rs = deployment(env.api, replicas=2)
+    for name in ["web-a", "web-b"]:  # on the recommendation, never Ready: each turn fails
+        env.api.store.create(pod(name, WEB, memory="512Mi", rec=REC, owner_ref=rs, ready=False))
+    dep = env.api.store.rtype("Deployment")
+
+    def stored() -> OwnerState | None:
+        raw = (env.api.store.get(dep, NS, "web")["metadata"].get("annotations") or {}).get(
+            ROLLBACK_STATE_ANNOTATION
+        )
+        return OwnerState.model_validate_json(raw) if raw else None
+
+    def ended() -> bool:
+        state = stored()
+        return state is not None and state.mode is Mode.FAILED_PERMANENT
+
+    try:
+        await eventually(ended, timeout=30)
+    except TimeoutError:
+        pytest.fail(f"the owner stayed at {stored()!r}")
+    state = stored()
+    assert state is not None and state.turn == 2  # maxAttempts 2: both turns ran
+    assert env.intake.stats["signals"] == 2  # the adoption, then the backed-off turn's pods
+    assert await env.runs() == 2
