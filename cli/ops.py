@@ -254,7 +254,7 @@ async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef)
     workflow_id = rollback_id(cluster, owner)
     try:
         state = await control.reopen(client, cluster, task_queue, owner)
-    except control.ControlRefusedError as exc:
+    except (control.ControlRefusedError, control.StartUndecidedError) as exc:
         raise OpsError(str(exc)) from None
     except RPCError as exc:
         raise OpsError(f"{workflow_id}: {exc.message}") from exc

@@ -124,6 +124,11 @@ class FencedError(Exception):
     """The caller may no longer act (``fence``): the control's signal was not sent."""
 
 
+class StartUndecidedError(Exception):
+    """The owner's newest run is running but has not yet decided its start (its ``status``
+    query answers None): the control is neither refused nor sent; the caller tries again."""
+
+
 async def newest_run(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[WorkflowExecutionStatus | None, RollbackState | None]:
@@ -234,6 +239,8 @@ async def reopen(
     workflow would act on it; returns the state before the signal. ``rpc_timeout`` bounds the
     signal (the state is read first, with the SDK's own timeout)."""
     running, state = await state_of(client, cluster, owner)
+    if state is None and running:  # say, a sighting's run reading the owner: not "no state"
+        raise StartUndecidedError(f"{owner}: its newest run is deciding its start; try again")
     if state is None:
         raise ControlRefusedError(f"{owner} has no recorded state to reopen")
     refusal = state.reopen_refusal(running=running)

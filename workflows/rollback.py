@@ -101,6 +101,10 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 WORKFLOW_NAME = "RollbackWorkflow"
+# ``workflow.patched`` IDs, each the change it guards (docs/concepts/workflow.md, "Determinism").
+# A resume that arrives while a held step's read is on its way counts (1.0 lost it: the hold
+# waited for ``PAUSE_RECHECK``).
+RESUME_SINCE_READ = "resume-since-read"
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
@@ -428,19 +432,24 @@ class RollbackWorkflow:
             workflow.set_current_details(self._details())
             await self._wait(due, "window ends" if final else "next cohort sample")
             return
+        resumes = self._resumes
         sampled = await self._sample(final=workflow.now() >= state.window_ends_at)
         if isinstance(sampled, Sampled) and sampled.sample.paused is not None:
-            await self._hold(sampled.sample.paused, "verdict", wake_on_signals=True)
+            await self._hold(sampled.sample.paused, "verdict", True, resumes)
         else:
             await self._step(state, sampled)
         self._samples_this_run += 1
         self._maybe_continue_as_new()
 
-    async def _hold(self, pause: Pause, step: str, wake_on_signals: bool) -> None:
+    async def _hold(self, pause: Pause, step: str, wake_on_signals: bool, resumes: int) -> None:
         """Wait, durably, while ``pause`` holds ``step``: until its time, a ``resume``, or
-        ``PAUSE_RECHECK``; with ``wake_on_signals``, also for any signal (a cancel)."""
+        ``PAUSE_RECHECK``; with ``wake_on_signals``, also for any signal (a cancel).
+        ``resumes`` is the count of resume signals when the step read the pause: one that came
+        while that read's answer was on its way (the pause lifted right after the read) wakes
+        the hold at once, as one after it does."""
         self._held = pause
-        resumes = self._resumes
+        if not workflow.patched(RESUME_SINCE_READ):
+            resumes = self._resumes  # before the patch: resumes counted from the hold on
         wait = PAUSE_RECHECK
         if pause.until is not None:
             wait = min(wait, max(pause.until - workflow.now(), timedelta(seconds=1)))
@@ -586,11 +595,12 @@ class RollbackWorkflow:
         """A rollback or re-apply; while a pause holds it (the activity wrote nothing), wait
         and try again."""
         while True:
+            resumes = self._resumes
             result = await self._activity(name, request, ActuationResult, summary=summary)
             if result.paused is None:
                 return result
             step = "rollback" if name == ROLL_BACK else "re-apply"
-            await self._hold(result.paused, step, wake_on_signals=False)
+            await self._hold(result.paused, step, False, resumes)
 
     def _show(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
         """Upsert the attributes whose value differs from what the run shows: a state that its

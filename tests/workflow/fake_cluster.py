@@ -9,6 +9,7 @@ Every effective change is journalled so tests can assert that nothing was applie
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -72,6 +73,9 @@ class FakeOwner:
     journal: list[tuple[str, str]] = field(default_factory=list)
     pods: list[FakePod] = field(default_factory=list)
     paused: Pause | None = None  # a pause in force: rollbacks and re-applies write nothing
+    # Activity name -> an Event that activity waits for before it answers (load_owner, a held
+    # roll_back): a test lands a signal or a query while a read's answer is on its way.
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.pods:
@@ -122,6 +126,8 @@ class FakeCluster:
         owner = self._owner(input.owner)
         if owner is None:
             return LoadOwnerResult(exists=False)
+        if LOAD_OWNER in owner.gates:
+            await owner.gates.pop(LOAD_OWNER).wait()
         return LoadOwnerResult(
             exists=True, state=owner.state, policy=owner.policy, desired=owner.replicas
         )
@@ -193,7 +199,10 @@ class FakeCluster:
             return ActuationResult(exists=False)
         if owner.paused is not None:
             owner.journal.append(("held", "rollback"))
-            return ActuationResult(paused=owner.paused)
+            paused = owner.paused
+            if ROLL_BACK in owner.gates:
+                await owner.gates.pop(ROLL_BACK).wait()
+            return ActuationResult(paused=paused)
         if input.target is RollbackTarget.MANIFEST:
             snapshot = ResourceSnapshot.of(owner.manifest, {})
         else:

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
@@ -31,7 +32,7 @@ from tests.workflow.helpers import (
 )
 from worker import temporal as control
 from worker.temporal import observe
-from workflows.activity_api import OwnerRef, rollback_id
+from workflows.activity_api import LOAD_OWNER, ROLL_BACK, OwnerRef, rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.notify import Severity
 from workflows.pause import Pause, PauseScope
@@ -517,6 +518,69 @@ async def test_worker_restart(
     ]
     assert owner.event_reasons().count(EventReason.ROLLING_BACK_STARTED) == 1
     await check_replay(client, rollback_id(CLUSTER, ref), f"worker-restart-{stop_in}")
+
+
+async def signal_handled(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
+    """Until the run has taken its newest signal in: a workflow task completed after it."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        kinds = [e.event_type for e in (await handle.fetch_history()).events]
+        signalled = [
+            i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        ]
+        done = [i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED]
+        if signalled and done and done[-1] > signalled[-1]:
+            return
+        assert asyncio.get_running_loop().time() < deadline, kinds
+        await asyncio.sleep(0.05)
+
+
+async def test_a_resume_that_comes_while_the_held_read_answers_is_not_lost(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """The pause is lifted, and ``resume`` sent, right after the rollback read it and before
+    its answer reached the run (1,000-workload soak, run 6: a verdict held 10 minutes): the
+    run counts the resume from its read, so it looks again at once and rolls back."""
+    ref, owner = new_owner(cluster, settings(target=RollbackTarget.MANIFEST, max_attempts=1))
+    owner.paused = Pause(scope=PauseScope.NAMESPACE, name="shop", reason="incident 4711")
+    owner.gates[ROLL_BACK] = answer = asyncio.Event()  # its first read only
+    owner.apply(OOM)
+    handle = await observe(client, CLUSTER, task_queue, ref, OOM)
+    await wait_until(lambda: ("held", "rollback") in owner.journal)  # read: paused
+    owner.paused = None  # lifted
+    await handle.signal(RollbackWorkflow.resume, ResumeSignal())
+    await signal_handled(handle)
+    answer.set()  # the read's answer (paused) reaches the run only now
+    result = await asyncio.wait_for(handle.result(), 20)  # not PAUSE_RECHECK (10 min) on
+    assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
+    assert [what for what, _ in owner.journal if what in ("held", "rollback")] == [
+        "held",
+        "rollback",
+    ]
+    await check_replay(client, rollback_id(CLUSTER, ref), "resume-during-held-read")
+
+
+async def test_a_reopen_while_the_newest_run_decides_its_start_is_not_refused(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """A sighting's run is still reading the owner when a reopen comes (1,000-workload soak,
+    run 6: the reopen was refused as "no recorded state" and lost): the control is told to
+    try again, and then it goes."""
+    ref, owner = new_owner(cluster, settings())
+    owner.apply(FITS)
+    await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    owner.gates[LOAD_OWNER] = answer = asyncio.Event()
+    sighting = await observe(client, CLUSTER, task_queue, ref, FITS)  # wakes nothing, once read
+    with pytest.raises(control.StartUndecidedError):
+        await control.reopen(client, CLUSTER, task_queue, ref)
+    answer.set()
+    assert (await sighting.result()).mode is Mode.MONITORING_SUCCEEDED
+    before = await control.reopen(client, CLUSTER, task_queue, ref)
+    assert before.mode is Mode.MONITORING_SUCCEEDED
+    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 1
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
+    assert (await handle.result()).mode is Mode.MONITORING_SUCCEEDED
+    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2  # reopened
 
 
 async def test_explicit_reopen_via_signal_with_start(
