@@ -32,7 +32,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
 from activities.errors import first_line
-from cli import crds, localrun, ops, policies
+from cli import crds, localrun, ops, podhistory, policies
 from cli import report as story
 from cli.explain import cmd_policy_explain, cmd_policy_validate
 from cli.ops import OpsError
@@ -285,6 +285,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             cohort = await asyncio.to_thread(_live_cohort, args, cluster, state)
         if args.report:
             await _write_report(args, client, cluster, owner, state)
+        earlier = await ops.earlier_transitions(client, cluster, owner, state) if state else []
         if args.output == "json":
             body = state.model_dump(mode="json", by_alias=True) if state else None
             doc: dict[str, Any] = {
@@ -296,9 +297,16 @@ def cmd_describe(args: argparse.Namespace) -> int:
             }
             if isinstance(cohort, ops.LiveCohort):
                 doc["cohort"] = cohort.as_json()
+            if args.every:  # the transitions before the state's own history
+                doc["earlierHistory"] = [
+                    {"time": at.isoformat(), "mode": mode, "turn": turn}
+                    for at, mode, turn in earlier
+                ]
             print(json.dumps(doc, indent=2))
         else:
-            print(ops.describe_text(cluster, owner, status, state, cohort, held))
+            print(
+                ops.describe_text(cluster, owner, status, state, cohort, held, earlier, args.every)
+            )
         return 0
 
     return _ops(args, action)
@@ -322,23 +330,20 @@ async def _write_report(
     state: RollbackState | None,
 ) -> None:
     """``describe OWNER --report FILE.html``: the workload's story as a page (``cli.report``),
-    from its workflow's recorded transitions, its Events and its pods now."""
+    from its workflow's recorded transitions and the cluster's history of its pods
+    (``cli.podhistory``)."""
     transitions, failures = await ops.recorded_transitions(client, cluster, owner)
-    kube, note = _kube_of(args, cluster), ""
-    events: list[dict[str, Any]] = []
-    pods: list[dict[str, Any]] = []
+    kube, note, history = _kube_of(args, cluster), "", None
     if kube is None:
         note = "Events and pods not shown: no cluster given (--kubeconfig, $KUBECONFIG)."
     else:
         try:
-            events, pods = await asyncio.to_thread(ops.events_and_pods, kube.client(), owner)
+            history = await asyncio.to_thread(podhistory.read, kube.client(), owner)
         except Exception as exc:  # the workflow's story is still worth a page
             note = f"Events and pods not shown: {_unreachable(kube, exc)}"
     policy = str(state.policy.ref) if state is not None and state.policy else ""
     page = story.render(
-        story.from_live(
-            str(owner), policy, transitions, failures, events, pods, datetime.now(UTC), note
-        )
+        story.from_live(str(owner), policy, transitions, failures, history, datetime.now(UTC), note)
     )
     Path(args.report).write_text(page, encoding="utf-8")
     print(f"wrote {args.report}", file=sys.stderr)
@@ -346,6 +351,10 @@ async def _write_report(
 
 def _describe_policy(args: argparse.Namespace) -> int:
     """``describe rbp [NS/]NAME``, ``describe crbp NAME``, ``describe policy [NS/]NAME``."""
+    for flag, given in (("--all", args.every), ("--report", args.report)):
+        if given:  # a workload's, not a policy's
+            print(f"error: {flag} describes a workload, not a policy", file=sys.stderr)
+            return 2
     if len(args.target) != 2:
         print("error: expected: describe rbp|crbp|policy [NAMESPACE/]NAME", file=sys.stderr)
         return 1
@@ -568,6 +577,13 @@ def _add_operations(sub: Any) -> None:
                 "--report",
                 metavar="FILE.html",
                 help="also write the workload's story as a page (its transitions, Events, pods)",
+            )
+            cmd.add_argument(
+                "--all",
+                action="store_true",
+                dest="every",
+                help="a workload's every recorded transition, of all its runs (earlier attempts,"
+                " reopens), not only the newest 10 its state keeps",
             )
             add_kube_flags(cmd, serving=False)
         else:

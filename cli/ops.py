@@ -27,10 +27,9 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.converter import decode_search_attributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.cohort import actual_resources, pod_state
+from activities.cohort import actual_resources
 from activities.kubernetes import KubernetesActivities, cohort_sample
-from activities.kubetime import parse_kube_time
-from activities.owners import OWNER_KINDS, desired_replicas, dig, manifest_resources
+from activities.owners import OWNER_KINDS, desired_replicas, manifest_resources
 from worker import temporal as control
 from workflows.activity_api import (
     CohortSample,
@@ -39,11 +38,11 @@ from workflows.activity_api import (
     parse_rollback_id,
     rollback_id,
 )
-from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind, check_cluster
+from workflows.contract import Mode, SearchAttribute, WorkloadKind, check_cluster
 from workflows.machine import RollbackState
 from workflows.pause import Pause
 from workflows.rollback import WORKFLOW_NAME
-from workflows.state import ResourceSnapshot
+from workflows.state import HISTORY_LIMIT, ResourceSnapshot
 
 READ_BACK_SECONDS = 10.0
 
@@ -296,72 +295,59 @@ async def recorded_transitions(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[list[tuple[datetime, str, int]], list[tuple[datetime, str]]]:
     """Every transition the owner's workflow recorded, from the histories of all its runs (the
-    search attributes each transition upserts, with the event's time), and the activity
-    attempts that failed, with what failed."""
+    search attributes each run starts with and each transition upserts, with the event's time;
+    a run continued as new starts showing what the last one did, counted once), and the
+    activity attempts that failed, with what failed."""
     transitions: list[tuple[datetime, str, int]] = []
     failures: list[tuple[datetime, str]] = []
     workflow_id = rollback_id(cluster, owner)
     async for run in client.list_workflows(f"WorkflowId = {control.quote(workflow_id)}"):
         handle = client.get_workflow_handle(workflow_id, run_id=run.run_id)
+        turn = 0  # an upsert carries what changed only: the turn shown stays until it does
         async for event in handle.fetch_history_events():
             at = event.event_time.ToDatetime(tzinfo=UTC)
-            if event.HasField("upsert_workflow_search_attributes_event_attributes"):
-                upsert = event.upsert_workflow_search_attributes_event_attributes
-                attrs = decode_search_attributes(upsert.search_attributes)
-                mode = attrs.get(SearchAttribute.MODE)
-                if mode:
-                    turn = (attrs.get(SearchAttribute.TURN) or [0])[0]
-                    transitions.append((at, str(mode[0]), turn if isinstance(turn, int) else 0))
-            elif event.HasField("activity_task_failed_event_attributes"):
-                failure = event.activity_task_failed_event_attributes.failure
-                failures.append((at, failure.message))
+            if event.HasField("workflow_execution_started_event_attributes"):
+                shown = event.workflow_execution_started_event_attributes.search_attributes
+            elif event.HasField("upsert_workflow_search_attributes_event_attributes"):
+                shown = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            else:
+                if event.HasField("activity_task_failed_event_attributes"):
+                    failure = event.activity_task_failed_event_attributes.failure
+                    failures.append((at, failure.message))
+                continue
+            attrs = decode_search_attributes(shown)
+            shown_turn = (attrs.get(SearchAttribute.TURN) or [turn])[0]
+            turn = shown_turn if isinstance(shown_turn, int) else turn
+            mode = attrs.get(SearchAttribute.MODE)
+            if mode:
+                transitions.append((at, str(mode[0]), turn))
     transitions.sort()
-    return transitions, sorted(failures)
+    once = [t for i, t in enumerate(transitions) if i == 0 or t[1:] != transitions[i - 1][1:]]
+    return once, sorted(failures)
 
 
-def events_and_pods(kube: ApiClient, owner: OwnerRef) -> tuple[list[Obj], list[Obj]]:
-    """The owner's Events (one LIST) and its pods as they are now (``cli.report.from_live``)."""
-    core = CoreV1Api(kube)
-    listed = core.list_namespaced_event(
-        owner.namespace, field_selector=f"involvedObject.name={owner.name}"
-    )
-    events = [
-        {
-            "time": e.last_timestamp or e.event_time or e.first_timestamp
-            or e.metadata.creation_timestamp,
-            "reason": e.reason or "",
-            "message": e.message or "",
-            "warning": e.type == "Warning",
-        }
-        for e in listed.items
-        if e.involved_object.kind == owner.kind
-    ]  # fmt: skip
-    lookup = KubernetesActivities(core, CustomObjectsApi(kube)).lookup
-    obj = lookup.get(owner)
-    pods = [] if obj is None else lookup.pods(owner.namespace, lookup.cohort_query(owner, obj))
-    return events, [_pod_now(p) for p in pods]
-
-
-def _pod_now(pod: Obj) -> Obj:
-    statuses = dig(pod, "status", "containerStatuses") or []
-    restarts = [
-        (parse_kube_time(dig(cs, "lastState", "terminated", "finishedAt")),
-         str(dig(cs, "lastState", "terminated", "reason") or "restart"))
-        for cs in statuses
-        if dig(cs, "lastState", "terminated")
-    ]  # fmt: skip
-    requests, limits = actual_resources(pod)
-    memory = ",".join(
-        str((limits.get(c) or {}).get("memory") or (requests.get(c) or {}).get("memory"))
-        for c in sorted(set(requests) | set(limits))
-    )
-    return {
-        "name": pod["metadata"]["name"],
-        "created": parse_kube_time(pod["metadata"].get("creationTimestamp")),
-        "status": pod_state(pod),
-        "memory": memory,
-        "restarts": restarts,
-    }
+async def earlier_transitions(
+    client: Client, cluster: str, owner: OwnerRef, state: RollbackState
+) -> list[tuple[datetime, str, int]]:
+    """The transitions recorded before the oldest one ``state.history`` keeps (it keeps the
+    newest ``HISTORY_LIMIT`` of its attempt; earlier attempts are in earlier runs). Reads the
+    runs' histories only when there may be some: more than one run, or a full history."""
+    if len(state.history) < HISTORY_LIMIT:
+        count = await client.count_workflows(
+            f"WorkflowId = {control.quote(rollback_id(cluster, owner))}"
+        )
+        if count.count <= 1:
+            return []
+    transitions, _ = await recorded_transitions(client, cluster, owner)
+    if not state.history:
+        return transitions
+    # The oldest entry kept, as its run recorded it: an event is written after the workflow
+    # time its state carries, never before.
+    oldest = state.history[0]
+    for i, (at, mode, turn) in enumerate(transitions):
+        if at >= oldest.time and (mode, turn) == (oldest.mode, oldest.turn):
+            return transitions[:i]
+    return [t for t in transitions if t[0] < oldest.time]
 
 
 def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:
@@ -472,9 +458,12 @@ def describe_text(
     state: RollbackState | None,
     cohort: LiveCohort | str | None = None,
     held: Pause | None = None,
+    earlier: list[tuple[datetime, str, int]] | None = None,
+    every: bool = False,
 ) -> str:
     """``cohort``: the live cohort, or why it could not be read (None: not asked for);
-    ``held``: the pause the run waits on."""
+    ``held``: the pause the run waits on; ``earlier``: the transitions recorded before the
+    state's history (``earlier_transitions``), listed with ``every``, else counted."""
     workflow_id = rollback_id(cluster, owner)
     if state is None:
         return f"{workflow_id}: {status}, no state yet"
@@ -513,6 +502,11 @@ def describe_text(
     elif cohort is not None:
         lines.append(f"Cohort now:   {cohort}")
     lines.append("History:")
+    if earlier and every:
+        lines += [f"  {at.isoformat()}  {mode} turn {turn}" for at, mode, turn in earlier]
+    elif earlier:
+        more = f"rollbackctl describe {owner} --all"
+        lines.append(f"  ... {len(earlier)} earlier (every transition: {more})")
     for entry in state.history:
         reason = f" ({entry.failure_reason})" if entry.failure_reason else ""
         lines.append(f"  {entry.time.isoformat()}  {entry.mode} turn {entry.turn}{reason}")

@@ -5,23 +5,31 @@ Two callers build a ``Story`` and ``render`` it:
 - ``rollbackctl simulate --report`` (``cli.local``, ``from_scenario``): what the simulated
   cluster recorded while the scenario played, with the expectation results;
 - ``rollbackctl describe OWNER --report`` (``cli.main``, ``from_live``): a live workload, from
-  the transitions its workflow recorded (Temporal), its Events and its pods now.
+  the transitions its workflow recorded (Temporal) and the cluster's history of its pods
+  (``cli.podhistory``: its Events and its pods now).
 
-The page: a time axis across the page's width; per owner, its modes as coloured spans (a
-``monitoring`` span is a window, ``backingOff`` a backoff) and its Events as markers labelled
-with their reason (the message on hover); under it, a lane per pod (running, OOMKilled,
-CrashLoopBackOff, pending; its memory; a marker per restart); a legend of the modes shown. A
-small script wires the hover details, so a browser that runs it without a console error shows
-everything (``tests/e2e/test_report.py`` checks that in headless Chromium).
+The page reads like a trace viewer: a time axis over the story's own range (from its first
+transition or Event to its last happening; a quiet time since, up to now, is folded into the
+title); per owner, its modes as coloured spans (a ``monitoring`` span is a window,
+``backingOff`` a backoff) and its Events as markers labelled with their reason, a verdict's
+numbers in its label (the message on hover); under it, a lane per pod, its resources and state
+as they changed (a span per resize, crash loops), a marker per restart with its cause; a
+legend of what is shown. A small script lays the labels out in rows so that none overlaps
+another (measured in the page) and wires the hover details, so a browser that runs it without a
+console error shows everything (``tests/e2e/test_report.py`` checks that in headless Chromium).
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from cli.podhistory import OwnerHistory, PodHistory
+from workflows.contract import EventReason
 
 MODE_COLOURS = {
     "monitoring": "#4e79a7",
@@ -43,6 +51,10 @@ POD_COLOURS = {
     "Succeeded": "#6c9bd2",
     "Failed": "#5a5a5a",
 }
+# Events whose message carries the verdict's numbers: their label shows them.
+VERDICTS = (EventReason.MONITORING_SUCCEEDED, EventReason.ROLLING_BACK_STARTED)
+VERDICT_NUMBERS = re.compile(r"(\d+/\d+) pods adopted and healthy")
+TAIL = 1.04  # the axis runs a little past the last happening, so it is not on the edge
 TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
 
@@ -82,6 +94,7 @@ class Story:
     start: datetime | None = None  # wall-clock time of second 0, when known
     description: str = ""
     passed: bool | None = None  # a scenario's verdict; None: a live workload
+    quiet: float = 0.0  # seconds from the story's end to now, nothing happening (folded)
 
 
 def _ticks(end: float) -> list[float]:
@@ -130,8 +143,8 @@ def _lane(lane: Lane, end: float) -> str:
     markers = [
         f'<div class="event{" warning" if m.warning else ""}" title="{html.escape(m.detail)}"'
         f' data-detail="{html.escape(m.detail)}" style="left:{_pct(m.t, end):.2f}%">'
-        f'<span class="label row{i % 3}">{html.escape(m.label)}</span></div>'
-        for i, m in enumerate(sorted(lane.markers, key=lambda m: m.t))
+        f'<span class="label">{html.escape(m.label)}</span></div>'
+        for m in sorted(lane.markers, key=lambda m: m.t)
     ]
     results = "".join(
         f'<li class="{"ok" if ok else "bad"}">{html.escape(text)}</li>' for ok, text in lane.results
@@ -150,6 +163,30 @@ document.querySelectorAll('.lane.owner').forEach((lane, i) => {
 });
 document.body.dataset.lanes = String(document.querySelectorAll('.lane.owner').length);
 document.body.dataset.pods = String(document.querySelectorAll('.lane.pod').length);
+// Labels in rows: each goes to the first row where it clears the one before it (its left edge
+// past that one's right edge), and to the left of its marker where it would leave the track.
+const ROW = 14, FIRST = 28;
+function layout() {
+  document.querySelectorAll('.lane.owner').forEach((lane) => {
+    const track = lane.querySelector('.track').getBoundingClientRect();
+    const labels = [...lane.querySelectorAll('.event .label')];
+    const rows = [];
+    labels.forEach((label) => {
+      label.classList.remove('flip');
+      if (label.getBoundingClientRect().right > track.right) label.classList.add('flip');
+      const box = label.getBoundingClientRect();
+      let row = rows.findIndex((right) => right + 6 <= box.left);
+      if (row < 0) { row = rows.length; rows.push(0); }
+      rows[row] = box.right;
+      label.style.top = (FIRST + row * ROW) + 'px';
+      label.parentElement.style.height = (FIRST + row * ROW + 12) + 'px';
+    });
+    lane.querySelector('.track').style.marginBottom = (rows.length * ROW + 12) + 'px';
+    lane.dataset.rows = String(rows.length);
+  });
+}
+layout();
+window.addEventListener('resize', layout);
 const detail = document.getElementById('detail');
 document.querySelectorAll('[data-detail]').forEach((el) => {
   el.addEventListener('mouseenter', () => { detail.textContent = el.dataset.detail; });
@@ -163,7 +200,7 @@ h1 { font-size: 20px; } .passed { color: #2e7d32; } .failed { color: #c62828; }
 .lane { margin: 10px 0 0; padding: 8px; border: 1px solid #ddd; border-radius: 6px; }
 .lane.pod { margin: 2px 0 0; padding: 2px 9px 4px; border: none; }
 .lane.pod h2 { font-size: 12px; color: #555; font-weight: normal; padding-left: 16px; }
-.lane.owner .track { margin-bottom: 44px; }
+.lane.owner .track { margin-bottom: 26px; }
 .lane h2 { font-size: 15px; margin: 0 0 6px; } .policy { color: #666; font-weight: normal; }
 .track { position: relative; height: 26px; background: #f4f4f4; width: 100%; }
 .lane.pod .track { height: 16px; }
@@ -172,9 +209,9 @@ h1 { font-size: 20px; } .passed { color: #2e7d32; } .failed { color: #c62828; }
 .event { position: absolute; top: 0; width: 2px; height: 34px; background: #222; }
 .event.warning { background: #c62828; }
 .lane.pod .event { height: 16px; background: #8e2c3a; }
-.event .label { position: absolute; left: 3px; font-size: 10px; white-space: nowrap;
-                background: rgba(255,255,255,.8); }
-.event .row0 { top: 26px; } .event .row1 { top: 36px; } .event .row2 { top: 46px; }
+.event .label { position: absolute; top: 28px; left: 3px; font-size: 10px; line-height: 12px;
+                white-space: nowrap; background: rgba(255,255,255,.9); z-index: 2; }
+.event .label.flip { left: auto; right: 3px; }
 .lane.pod .event .label { display: none; }
 .axis { position: relative; height: 18px; margin: 0 9px; border-bottom: 1px solid #999; }
 .tick { position: absolute; bottom: 0; height: 6px; border-left: 1px solid #999; }
@@ -209,11 +246,12 @@ def render(story: Story) -> str:
     data = json.dumps(
         {"title": story.title, "owners": [lane.key for lane in owners], "passed": story.passed}
     )
+    quiet = f"; then quiet for {_seconds(story.quiet)}, up to now" if story.quiet >= 1 else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(story.title)}</title>
 <style>{STYLE}</style></head>
 <body>
-<h1>{html.escape(story.title)}{verdict} ({_seconds(story.end)})</h1>
+<h1>{html.escape(story.title)}{verdict} ({_seconds(story.end)}{quiet})</h1>
 <p>{html.escape(story.description.strip())}</p>
 <div class="legend">{legend}</div>
 {_axis(story)}
@@ -314,35 +352,95 @@ def from_live(
     policy: str,
     transitions: list[tuple[datetime, str, int]],
     failures: list[tuple[datetime, str]],
-    events: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
+    history: OwnerHistory | None,
     now: datetime,
     note: str = "",
 ) -> Story:
     """A live workload's story: ``transitions`` (time, mode, turn) as its workflow recorded
-    them, ``failures`` (time, what failed) from the same histories, its ``events`` and its
-    ``pods`` as they are now (``{name, created, status, memory, restarts: [(time, reason)]}``)."""
-    times = [t for t, *_ in transitions] + [e["time"] for e in events if e.get("time")]
-    origin = min(times, default=now)
-    end = max(1.0, _age(now, origin))
+    them, ``failures`` (time, what failed) from the same histories, and the cluster's
+    ``history`` of it (None: no cluster to read). The axis runs from the first transition or
+    Event to the last thing that happened; the time since, up to ``now``, is folded."""
+    events = history.events if history else []
+    pods = history.pods if history else []
+    story_times = [t for t, *_ in transitions] + [e["time"] for e in events]
+    origin = min(story_times, default=now)
+    happened = [*story_times, *(t for t, _ in failures)]
+    for pod in pods:
+        happened += [t for t, _ in pod.resizes] + [h.last for h in pod.happenings]
+        happened += [t for t in (pod.created, pod.deleted) if t is not None]
+        happened += [pod.last_restart[0]] if pod.last_restart else []
+    last = max((t for t in happened if t >= origin), default=origin)
+    end = max(1.0, _age(last, origin) * TAIL)
     spans = mode_spans([(_age(t, origin), m, turn, None) for t, m, turn in transitions], end)
     lane = Lane(owner, owner, subtitle=policy or "no policy", spans=spans)
-    lane.markers = [
-        Marker(_age(e["time"], origin), e["reason"], f"{e['reason']}: {e['message']}", e["warning"])
-        for e in events
-        if e.get("time")
-    ] + [Marker(_age(t, origin), "activity failed", what, True) for t, what in failures]
+    lane.markers = [_owner_marker(e, _age(e["time"], origin)) for e in events] + [
+        Marker(_age(t, origin), "activity failed", what, True) for t, what in failures
+    ]
     lanes = [lane]
     for pod in pods:
-        start = _age(pod["created"], origin)
-        text = pod.get("memory") or ""
-        detail = f"{pod['name']}: {pod['status']} now" + (f", memory {text}" if text else "")
-        pod_lane = Lane(f"{owner}/{pod['name']}", f"pod {pod['name']}", kind="pod")
-        pod_lane.spans = [Span(start, end, pod["status"], detail, text)]
-        pod_lane.markers = [
-            Marker(_age(at, origin), reason, f"{pod['name']}: {reason} at {at.isoformat()}", True)
-            for at, reason in pod.get("restarts") or []
-            if at is not None
-        ]
-        lanes.append(pod_lane)
-    return Story(owner, lanes, end, start=origin, description=note)
+        if pod.deleted is not None and pod.deleted < origin:
+            continue  # gone before the story began
+        lanes.append(_pod_lane(owner, pod, origin, end))
+    return Story(owner, lanes, end, start=origin, description=note, quiet=max(0.0, _age(now, last)))
+
+
+def _owner_marker(event: dict[str, Any], t: float) -> Marker:
+    label = event["reason"]
+    numbers = VERDICT_NUMBERS.search(event["message"]) if label in VERDICTS else None
+    if numbers:  # the verdict, with its numbers at the verdict
+        label = f"{label}: {numbers[1]} adopted and healthy"
+    return Marker(
+        t, label, f"{_seconds(t)} {event['reason']}: {event['message']}", event["warning"]
+    )
+
+
+def _pod_lane(owner: str, pod: PodHistory, origin: datetime, end: float) -> Lane:
+    """A pod's resources and state as they changed: a span per resize (its memory written on
+    it), crash loops (``BackOff``) in their colour, the state now on the last span; a marker
+    per run of restarts (with its count) and for the last restart's cause."""
+    start = _age(pod.created, origin)
+    stop = _age(pod.deleted, origin) if pod.deleted is not None else end
+    # Before its first resize, a pod's resources are known only if it is still unresized.
+    memory = "" if pod.resizes else pod.memory
+    changes: list[tuple[float, str, str]] = [(_age(t, origin), "memory", m) for t, m in pod.resizes]
+    for h in pod.happenings:
+        if h.reason == "BackOff":
+            changes += [(_age(h.first, origin), "state", "CrashLoopBackOff")]
+            changes += [(_age(h.last, origin), "state", "Running")]
+    state, at, spans = "Running", start, []
+    for when, what, value in sorted(changes):
+        t = min(max(when, start), stop)
+        if t > at:
+            spans.append(Span(at, t, state, "", memory))
+            at = t
+        if what == "memory":
+            memory = value
+        else:
+            state = value
+    spans.append(Span(at, stop, state, "", memory))
+    if pod.status is not None:
+        spans[-1].label = pod.status
+    for span in spans:
+        held = span.text or "not recorded (before its first resize)"
+        span.detail = (
+            f"{pod.name}: {span.label} {_seconds(span.start)}-{_seconds(span.end)}, memory {held}"
+        )
+    lane = Lane(f"{owner}/{pod.name}", f"pod {pod.name}", kind="pod", spans=spans)
+    lane.subtitle = "gone" if pod.status is None else f"{pod.restarts} restart(s) now"
+    for h in pod.happenings:
+        t = _age(h.last, origin)
+        if h.reason == "Started" and h.count > 1:
+            detail = f"{pod.name}: started {h.count} times, {h.first:%H:%M:%S} to {h.last:%H:%M:%S}"
+            lane.markers.append(Marker(t, f"restarts x{h.count - 1}", detail, True))
+        elif h.reason in ("Killing", "BackOff"):
+            detail = f"{pod.name}: {h.reason} x{h.count}: {h.message}"
+            lane.markers.append(Marker(t, h.reason, detail, h.warning))
+    for resized, m in pod.resizes:
+        lane.markers.append(Marker(_age(resized, origin), "resized", f"{pod.name}: resized to {m}"))
+    if pod.last_restart is not None:
+        restarted, cause = pod.last_restart
+        detail = (
+            f"{pod.name}: restarted ({cause}) at {restarted:%H:%M:%S}; {pod.restarts} restart(s)"
+        )
+        lane.markers.append(Marker(_age(restarted, origin), cause, detail, True))
+    return lane

@@ -23,6 +23,14 @@ Every tick (default 100ms) it runs, in order:
   container whose memory is below the app's working set (CrashLoopBackOff after a few restarts),
   and completes Job pods.
 
+Each of them records the Events its real counterpart does, so a cluster's own history of its pods
+is there to read (``kubectl get events``, ``rollbackctl describe --report``): the controllers'
+``SuccessfulCreate``/``SuccessfulDelete`` ("Created pod: NAME") on the pod's parent, the
+scheduler's ``Scheduled``, the kubelet's ``Started`` (each start of a container, a restart
+too), ``BackOff`` (a crash loop), ``Killing`` (a deleted pod) and ``ResizeCompleted`` (the
+resources an in-place resize actuated, in the kubelet's own message format). The same Event
+again counts up (``count``, ``lastTimestamp``), as the recorders' aggregation does.
+
 The application's behaviour per container (working set, startup time, run time) comes from the
 scenario. Nothing here talks HTTP: it acts on the store, whose watches the engine sees.
 """
@@ -63,6 +71,18 @@ log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
 CRASH_LOOP_AFTER = 2  # restarts before the kubelet reports CrashLoopBackOff
 OOM_EVERY = 1.0  # seconds between OOM kills of an undersized container
+
+
+def _reference(obj: Obj) -> Obj:
+    """An Event's ``involvedObject`` for ``obj``."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "name": meta["name"],
+        "namespace": meta.get("namespace", ""),
+        "uid": meta.get("uid", ""),
+    }
 
 
 @dataclass
@@ -547,12 +567,61 @@ class SimulatedCluster:
         except ApiError as exc:
             if exc.code != 409:
                 raise
+            return
+        controller = f"{parent['kind'].lower()}-controller"
+        self._event(_reference(parent), "SuccessfulCreate", f"Created pod: {name}", controller)
 
     def _delete_pod(self, pod: Obj) -> None:
+        meta = pod["metadata"]
         with contextlib.suppress(ApiError):  # already gone
-            self.store.delete(
-                self.store.rtype("Pod"), pod["metadata"]["namespace"], pod["metadata"]["name"]
-            )
+            self.store.delete(self.store.rtype("Pod"), meta["namespace"], meta["name"])
+            for ref in meta.get("ownerReferences") or []:
+                parent = {**ref, "namespace": meta["namespace"]}
+                controller = f"{ref['kind'].lower()}-controller"
+                self._event(parent, "SuccessfulDelete", f"Deleted pod: {meta['name']}", controller)
+            for c in pod["spec"]["containers"]:
+                self._event(_reference(pod), "Killing", f"Stopping container {c['name']}")
+
+    def _event(
+        self,
+        involved: Obj,
+        reason: str,
+        message: str,
+        component: str = "kubelet",
+        warning: bool = False,
+    ) -> None:
+        """Record an Event on ``involved`` (an object reference); the same one again counts up."""
+        identity = f"{involved.get('kind')}/{involved['name']}/{reason}/{message}"
+        name = f"{involved['name']}.{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+        rtype, now = self.store.rtype("Event"), kube_now()
+        try:
+            before = self.store.get(rtype, involved["namespace"], name)
+        except ApiError:
+            before = None
+        if before is not None:
+            patch = {"count": int(before.get("count") or 1) + 1, "lastTimestamp": now}
+            with contextlib.suppress(ApiError):
+                self.store.patch(rtype, involved["namespace"], name, patch, MERGE)
+            return
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": involved["namespace"]},
+            "involvedObject": {
+                k: involved[k]
+                for k in ("apiVersion", "kind", "name", "namespace", "uid")
+                if k in involved
+            },
+            "reason": reason,
+            "message": message,
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        with contextlib.suppress(ApiError):  # the same Event, created by a racing tick
+            self.store.create(body)
 
     # --- workload status ------------------------------------------------------------------------
 
@@ -756,6 +825,8 @@ class SimulatedCluster:
                 {"spec": {"nodeName": node}},
                 MERGE,
             )
+            assigned = f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}"
+            self._event(_reference(pod), "Scheduled", assigned, "default-scheduler")
             return
         startup = max(self._behaviour(pod, c["name"]).startup for c in spec["containers"])
         started = self._clock.setdefault(uid, now)
@@ -788,7 +859,7 @@ class SimulatedCluster:
             behaviour = self._behaviour(pod, c["name"])
             if behaviour.run_for is not None and now - started >= startup + behaviour.run_for:
                 status["phase"] = "Succeeded"
-            if not self._run_container(uid, c["name"], cs, behaviour, now):
+            if not self._run_container(pod, c["name"], cs, behaviour, now):
                 ready = False
             new_statuses.append(cs)
         status["containerStatuses"] = new_statuses
@@ -802,11 +873,14 @@ class SimulatedCluster:
         self._write_status(pod, status)
 
     def _run_container(
-        self, uid: str, name: str, cs: Obj, behaviour: Behaviour, now: float
+        self, pod: Obj, name: str, cs: Obj, behaviour: Behaviour, now: float
     ) -> bool:
         """One container's state this tick; OOM-kills it while its memory is below the working
         set (CrashLoopBackOff after a few restarts); a container a resize restarted is not ready
         for its startup time. True when it is ready."""
+        uid, ref = pod["metadata"]["uid"], _reference(pod)
+        if not cs.get("state"):  # its first start
+            self._event(ref, "Started", f"Started container {name}")
         restarted = self._clock.get(f"{uid}/{name}/restart")
         if restarted is not None and now - restarted < behaviour.startup:
             cs["state"] = {"running": {"startedAt": kube_now()}}
@@ -833,6 +907,10 @@ class SimulatedCluster:
             cs["lastState"] = {
                 "terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": kube_now()}
             }
+            self._event(ref, "Started", f"Started container {name}")
+            if cs["restartCount"] > CRASH_LOOP_AFTER:
+                backoff = f"Back-off restarting failed container {name} in pod {ref['name']}"
+                self._event(ref, "BackOff", backoff, warning=True)
         crashing = cs.get("restartCount", 0) > CRASH_LOOP_AFTER
         cs["state"] = (
             {"waiting": {"reason": "CrashLoopBackOff"}}
@@ -880,9 +958,14 @@ class SimulatedCluster:
             if "RestartContainer" in policies.values():  # not Ready until it has started again
                 cs["restartCount"] = cs.get("restartCount", 0) + 1
                 self._clock[f"{pod['metadata']['uid']}/{c['name']}/restart"] = time.monotonic()
+                self._event(_reference(pod), "Started", f"Started container {c['name']}")
             self.resizes.append(
                 (pod["metadata"]["name"], json.dumps(cs["resources"], sort_keys=True))
             )
+        resized = [{"name": c["name"], "resources": c.get("resources") or {}} for c in changed]
+        generation = pod["metadata"].get("generation", 1)
+        done = json.dumps({"containers": resized, "generation": generation}, separators=(",", ":"))
+        self._event(_reference(pod), "ResizeCompleted", f"Pod resize completed: {done}")
         return None
 
     def _schedule(self, pod: Obj) -> str | None:

@@ -520,6 +520,8 @@ class Recorder:
             return
         if rtype.kind == "Event" and kind == "ADDED":
             involved = obj.get("involvedObject") or {}
+            if involved.get("kind") not in WORKLOAD_KINDS:
+                return  # the pods' own (the kubelet's, the controllers'): not the story's
             owner = self._key(
                 involved.get("kind", ""), involved.get("namespace", ""), involved.get("name", "")
             )

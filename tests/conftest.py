@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import html
+import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,59 @@ def chromium() -> str:
     found = shutil.which("chromium")
     assert found, "chromium not installed: apt-get install chromium (make test does)"
     return found
+
+
+# The test's own measuring of a report page, appended to a copy of it: the boxes Chromium laid
+# out, not what the page's script says about itself.
+MEASURE = """<script>
+const box = (el) => {
+  const r = el.getBoundingClientRect();
+  return [r.left, r.top, r.right, r.bottom];
+};
+const measured = {
+  lanes: [...document.querySelectorAll('.lane.owner')].map((lane) => ({
+    track: box(lane.querySelector('.track')),
+    labels: [...lane.querySelectorAll('.event .label')].map((l) => [l.textContent, box(l)]),
+    reach: Math.max(...[...lane.querySelectorAll('.span, .event')].map((el) => box(el)[2])),
+  })),
+  pods: [...document.querySelectorAll('.lane.pod')].map((lane) => ({
+    title: lane.querySelector('h2').textContent,
+    spans: [...lane.querySelectorAll('.span')].map((s) => [s.textContent, s.dataset.detail]),
+  })),
+};
+const out = document.createElement('pre');
+out.id = 'measured';
+out.textContent = JSON.stringify(measured);
+document.body.appendChild(out);
+</script>"""
+
+
+def measure_report(page: Path, width: int = 1280) -> dict[str, Any]:
+    """``page`` as headless Chromium lays it out at ``width`` pixels: per owner lane its track,
+    its labels' boxes and how far right its spans and markers reach; per pod lane its spans
+    (text, detail). Asserts the page logs nothing to the console."""
+    measured = page.with_name(f"measured-{page.name}")
+    measured.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"))
+    shown = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--v=0", f"--window-size={width},900", "--dump-dom", measured.as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "CONSOLE" not in shown.stderr, shown.stderr
+    found = re.search(r'<pre id="measured">(.*?)</pre>', shown.stdout, re.S)
+    assert found, shown.stdout[-2000:]
+    return json.loads(html.unescape(found[1]))  # type: ignore[no-any-return]
+
+
+def overlapping(labels: list[list[Any]]) -> list[tuple[str, str]]:
+    """The pairs of labels (text, [left, top, right, bottom]) whose boxes intersect."""
+    return [
+        (a, b)
+        for i, (a, p) in enumerate(labels)
+        for b, q in labels[i + 1 :]
+        if p[0] < q[2] and q[0] < p[2] and p[1] < q[3] and q[1] < p[3]
+    ]
 
 
 def policy_doc(kind: str = "RollbackPolicy", name: str = "p", **spec: Any) -> dict[str, Any]:

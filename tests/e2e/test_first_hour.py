@@ -35,7 +35,7 @@ import pytest
 
 from cli.localrun import write_kubeconfig
 from sim.scenario import free_port
-from tests.conftest import ROOT, chromium
+from tests.conftest import ROOT, chromium, measure_report, overlapping
 
 VENV = Path(sys.executable).parent.parent
 TIMEOUT = 90.0  # seconds any one wait of this story may take
@@ -245,6 +245,14 @@ def _things_to_try(clone: Path, tries: list[str], run: Process) -> Shell:
                      " file://$PWD/story.html 2>/dev/null")  # fmt: skip
     assert 'data-ready="yes"' in page and 'data-lanes="1"' in page
     assert re.search(r'data-pods="[1-9]', page) and "RollbackBackoffExhausted" in page
+    # The story as it happened: the pods' resources as they changed (the demo's cut, then the
+    # rollback, resized in place), the verdict's numbers, no label over another.
+    shown = measure_report(clone / "story.html")
+    (lane,) = shown["lanes"]
+    assert overlapping(lane["labels"]) == [] and any(
+        "adopted and healthy" in text for text, _ in lane["labels"]
+    ), lane["labels"]
+    assert any(len({t for t, _ in pod["spans"] if t}) >= 2 for pod in shown["pods"]), shown["pods"]
     # The retry the README suggests really runs: turn 1 again, visible in the timeline.
     run.wait_for("Retrying (after failedPermanent)")
     return shell

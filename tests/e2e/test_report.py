@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from sim.scenario import SCENARIOS
-from tests.conftest import ROOT, chromium
+from tests.conftest import ROOT, chromium, measure_report, overlapping
 
 
 def test_the_report_renders_one_lane_per_owner_without_console_errors(tmp_path: Path) -> None:
@@ -38,9 +38,15 @@ def test_the_report_renders_one_lane_per_owner_without_console_errors(tmp_path: 
     assert "RollbackPolicy/shop/shop-rollback" in dom and "every expectation met" in dom
     # A time axis; Events labelled with their reason; a lane per pod; a legend of what is shown.
     assert re.search(r'class="axis" data-ticks="([4-9]|1[01])"', dom)
-    assert '<span class="label row0">RollbackMonitoringStarted</span>' in dom
+    assert re.search(r'<span class="label"[^>]*>RollbackMonitoringStarted</span>', dom)
     pods = re.search(r'data-pods="(\d+)"', dom)
     assert pods is not None and int(pods[1]) >= 3  # web's pods (two rollouts), kafka
     assert "OOMKilled" in dom  # kafka's restarts, as markers on its pod lanes
     legend = re.findall(r'class="legend-mode"[^>]*>([a-zA-Z]+)<', dom)
     assert "monitoring" in legend and "cancelled" not in legend and "aborted" not in legend
+    # As laid out: no two labels over each other, at any width; each lane's story spans it.
+    for width in (1280, 700):
+        for lane in measure_report(page, width)["lanes"]:
+            assert lane["labels"] and overlapping(lane["labels"]) == [], (width, lane["labels"])
+            left, _, right, _ = lane["track"]
+            assert lane["reach"] >= left + 0.9 * (right - left), (width, lane)

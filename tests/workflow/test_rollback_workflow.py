@@ -583,6 +583,37 @@ async def test_a_reopen_while_the_newest_run_decides_its_start_is_not_refused(
     assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2  # reopened
 
 
+async def test_describe_counts_the_transitions_its_state_no_longer_keeps_and_lists_them_all(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """Reopened five times, the owner's state keeps its newest 10 transitions of 12: ``describe``
+    says how many came before what it shows, and ``--all`` lists them, from the runs'
+    histories, oldest first."""
+    ref, owner = new_owner(cluster, settings(window=0.3))
+    owner.apply(FITS)
+    await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    status, state, _ = await ops.describe(client, CLUSTER, ref)
+    assert state is not None
+    assert await ops.earlier_transitions(client, CLUSTER, ref, state) == []
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
+    for _ in range(5):
+        await control.reopen(client, CLUSTER, task_queue, ref)
+        await handle.result()
+    status, state, _ = await ops.describe(client, CLUSTER, ref)
+    assert state is not None and len(state.history) == 10
+    earlier = await ops.earlier_transitions(client, CLUSTER, ref, state)
+    assert [(mode, turn) for _, mode, turn in earlier] == [
+        ("monitoring", 1),
+        ("monitoringSucceeded", 1),
+    ]
+    text = ops.describe_text(CLUSTER, ref, status, state, earlier=earlier).splitlines()
+    assert f"  ... 2 earlier (every transition: rollbackctl describe {ref} --all)" in text
+    every = ops.describe_text(CLUSTER, ref, status, state, earlier=earlier, every=True)
+    history = every.split("History:\n")[1].splitlines()
+    assert len(history) == 12 and "..." not in every
+    assert history[0] == f"  {earlier[0][0].isoformat()}  monitoring turn 1"
+
+
 async def test_explicit_reopen_via_signal_with_start(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:

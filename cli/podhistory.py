@@ -1,0 +1,159 @@
+"""A workload's pods as they changed, from what the cluster keeps: its Events and its pods now.
+
+``rollbackctl describe OWNER --report`` draws these (``cli.report.from_live``). One LIST of the
+namespace's Events and one of the cohort give:
+
+- which pods were the owner's, the gone ones too: those its controllers (the owner itself, or
+  its ReplicaSets and Jobs, named ``<owner>-<hash>``) created or deleted (``SuccessfulCreate``,
+  ``SuccessfulDelete``: "Created pod: NAME"), and those of the cohort now;
+- when each was created and deleted, and its resources as in-place resizes changed them (the
+  kubelet's ``ResizeCompleted``: "Pod resize completed: {containers: [...]}"); a pod's
+  resources before its first resize are known only while it runs unresized (its spec);
+- its starts and restarts (``Started``, counted: the recorder aggregates repeats, so a run of
+  restarts is its first and last time and a count), its crash loops (``BackOff``) and, for a
+  pod still there, the cause of its last restart (``lastState.terminated.reason``).
+
+Nothing is guessed: what the cluster did not keep (an Event past its TTL, a gone pod's resources
+at admission) is left unknown, and the page says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+
+from activities.cohort import actual_resources, pod_state
+from activities.kubernetes import KubernetesActivities
+from activities.kubetime import parse_kube_time
+from workflows.activity_api import OwnerRef
+from workflows.contract import Obj
+
+CREATED = re.compile(r"^Created pod: (\S+)$")
+DELETED = re.compile(r"^Deleted pod: (\S+)$")
+RESIZED = "Pod resize completed: "
+
+
+@dataclass
+class Happening:
+    """One Event about a pod: the first and the last time it was recorded, and how often."""
+
+    first: datetime
+    last: datetime
+    reason: str
+    message: str
+    count: int = 1
+    warning: bool = False
+
+
+@dataclass
+class PodHistory:
+    name: str
+    created: datetime | None = None
+    deleted: datetime | None = None
+    status: str | None = None  # now; None: gone
+    memory: str = ""  # now (or, for a gone pod, after its last resize)
+    resizes: list[tuple[datetime, str]] = field(default_factory=list)  # (when, memory after)
+    happenings: list[Happening] = field(default_factory=list)
+    restarts: int = 0  # now, of a pod still there
+    last_restart: tuple[datetime, str] | None = None  # (when, cause) of a pod still there
+
+
+@dataclass
+class OwnerHistory:
+    events: list[dict[str, Any]]  # the owner's own Events: {time, reason, message, warning}
+    pods: list[PodHistory]
+
+
+def _memory(containers: dict[str, Obj] | list[Obj]) -> str:
+    """``a,b`` of each container's memory (the limit, else the request), sorted by name."""
+    if isinstance(containers, list):
+        containers = {c.get("name", ""): c.get("resources") or {} for c in containers}
+    return ",".join(
+        str((r.get("limits") or {}).get("memory") or (r.get("requests") or {}).get("memory"))
+        for _, r in sorted(containers.items())
+    )
+
+
+def _when(event: Any) -> tuple[datetime | None, datetime | None]:
+    first = event.first_timestamp or event.event_time or event.metadata.creation_timestamp
+    return first, event.last_timestamp or first
+
+
+def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory:
+    """``events`` (the namespace's, as the client returns them) and ``pods`` (the cohort now)."""
+    parents = re.compile(rf"^{re.escape(owner.name)}(-[a-z0-9]+)?$")
+    found: dict[str, PodHistory] = {}
+    own: list[dict[str, Any]] = []
+    for e in events:
+        involved, (first, last) = e.involved_object, _when(e)
+        if first is None or last is None:
+            continue
+        if involved.kind == owner.kind.value and involved.name == owner.name:
+            own.append(
+                {
+                    "time": last,
+                    "reason": e.reason or "",
+                    "message": e.message or "",
+                    "warning": e.type == "Warning",
+                }
+            )
+        if involved.kind == "Pod" or not parents.match(involved.name or ""):
+            continue
+        for pattern, attr in ((CREATED, "created"), (DELETED, "deleted")):
+            if matched := pattern.match(e.message or ""):
+                pod = found.setdefault(matched[1], PodHistory(matched[1]))
+                setattr(pod, attr, first)
+    for p in pods:
+        name = p["metadata"]["name"]
+        pod = found.setdefault(name, PodHistory(name))
+        pod.created = parse_kube_time(p["metadata"].get("creationTimestamp")) or pod.created
+        pod.status = pod_state(p)
+        requests, limits = actual_resources(p)
+        pod.memory = _memory(
+            {c: {"requests": requests.get(c), "limits": limits.get(c)} for c in requests | limits}
+        )
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            pod.restarts += int(cs.get("restartCount") or 0)
+            terminated = (cs.get("lastState") or {}).get("terminated")
+            at = parse_kube_time((terminated or {}).get("finishedAt"))
+            if terminated and at is not None:
+                pod.last_restart = (at, str(terminated.get("reason") or "restart"))
+    for e in events:
+        involved, (first, last) = e.involved_object, _when(e)
+        if involved.kind != "Pod" or involved.name not in found or first is None:
+            continue
+        assert last is not None
+        pod = found[involved.name]
+        message = e.message or ""
+        if e.reason == "ResizeCompleted" and message.startswith(RESIZED):
+            try:
+                resized = json.loads(message[len(RESIZED) :]).get("containers") or []
+            except ValueError:
+                resized = []
+            pod.resizes.append((first, _memory(resized)))
+            continue
+        pod.happenings.append(
+            Happening(first, last, e.reason or "", message, int(e.count or 1), e.type == "Warning")
+        )
+    for pod in found.values():
+        pod.resizes.sort()
+        pod.happenings.sort(key=lambda h: h.first)
+        if pod.status is None and pod.resizes:
+            pod.memory = pod.resizes[-1][1]
+    ordered = sorted(found.values(), key=lambda p: (p.created is None, p.created, p.name))
+    return OwnerHistory(own, ordered)
+
+
+def read(kube: ApiClient, owner: OwnerRef) -> OwnerHistory:
+    """The owner's history from the cluster: one LIST of Events, one of the cohort."""
+    core = CoreV1Api(kube)
+    events = core.list_namespaced_event(owner.namespace).items
+    lookup = KubernetesActivities(core, CustomObjectsApi(kube)).lookup
+    obj = lookup.get(owner)
+    pods = [] if obj is None else lookup.pods(owner.namespace, lookup.cohort_query(owner, obj))
+    return history(owner, events, pods)
