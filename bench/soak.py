@@ -110,6 +110,8 @@ MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-plac
 MIN_READY = "2s"  # the workers' --min-ready-duration
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
+# The engine's Event reasons: the timeline keeps these, not the kubelet's or the controllers'.
+ENGINE_REASONS = frozenset(EventReason)
 # Modes a run must be there to leave: backedOff waits for the next turn, which the pods' next
 # adoption starts.
 WAITING = {"monitoring", "rollingBack", "backingOff", "backedOff"}
@@ -383,6 +385,8 @@ class Timeline:
                 self.holders.append((time.time(), holder))
             return
         if rtype.kind == "Event" and kind == "ADDED":
+            if obj.get("reason") not in ENGINE_REASONS:  # the kubelet's, the controllers'
+                return
             involved = obj.get("involvedObject") or {}
             owner = f"{involved.get('namespace')}/{involved.get('kind')}/{involved.get('name')}"
             self.events[owner].append(str(obj.get("reason")))
