@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Awaitable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +31,8 @@ from sim.apiserver import ApiError
 from sim.devserver import DevServer, DevServerError, ensure_port_free
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker import telemetry
-from worker.config import ConfigError, IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
+from worker.config import IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
+from worker.flags import ConfigError
 from worker.process import serve, stop_on_signals
 from workflows.durations import format_duration
 
@@ -345,6 +347,7 @@ async def _run_fleet(args: argparse.Namespace, held: localrun.Claim, scenario: S
         ctl, kubectl = rollbackctl(), rollbackctl("kubectl")
         ui = f"http://127.0.0.1:{world.temporal.ui_port}"
         first = next(iter(scenario.expect))
+        theirs = ui_list(ui, f'RollbackCluster = "{names[0]}"')
         print(
             f"\nrightsizing-rollback is running a fleet: clusters {', '.join(names)} on one"
             f" Temporal {world.temporal.address}, Web UI {ui}, playing {scenario.name}.\n"
@@ -353,7 +356,8 @@ async def _run_fleet(args: argparse.Namespace, held: localrun.Claim, scenario: S
             " get deploy -A)\n"
             f"Logs: {data_dir / 'rollback.log'}, {data_dir}/worker-<cluster>.log (engines),"
             f" {data_dir / 'temporal.log'} (Temporal)\n"
-            f'In the UI: filter with RollbackCluster = "{names[0]}". Ctrl-C stops.\n',
+            f"In the UI, {names[0]}'s attempts:"
+            f" {theirs}  Ctrl-C stops.\n",
             flush=True,
         )
         await play(world)
@@ -450,6 +454,15 @@ def _fresh_history(data_dir: Path, port: int) -> Path | None:
     return previous
 
 
+FAILED_QUERY = 'RollbackMode = "failedPermanent"'
+
+
+def ui_list(ui: str, query: str, namespace: str = "default") -> str:
+    """A link to the Temporal UI's workflow list filtered by ``query`` (a saved query: open it,
+    or bookmark it)."""
+    return f"{ui}/namespaces/{namespace}/workflows?query={urllib.parse.quote(query, safe='')}"
+
+
 def _banner(
     server: DevServer, cluster: str, worker: WorkerConfig, workload: str, *more: str
 ) -> None:
@@ -465,11 +478,12 @@ def _banner(
     if receivers:
         serving.append(f"notifications: {receivers} receiver(s)")
     lines = [*more, *(["Also serving " + ", ".join(serving)] if serving else [])]
+    if server.ui_port:
+        lines.append(f"In the UI, the failed ones: {ui_list(ui, FAILED_QUERY)}")
     extra = "".join(f"{line}\n" for line in lines)
     print(
         f"\nrightsizing-rollback is running: Temporal {server.address}, Web UI {ui}, {cluster}.\n"
-        f"Look with: {ctl} get   |   {ctl} describe {workload}\n{extra}"
-        'In the UI: filter with RollbackMode = "failedPermanent". Ctrl-C stops.\n',
+        f"Look with: {ctl} get   |   {ctl} describe {workload}\n{extra}Ctrl-C stops.\n",
         flush=True,
     )
 

@@ -111,9 +111,30 @@ async def observe(
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         start_signal=signal,
         start_signal_args=[signal_arg],
-        static_summary=f"Rollback monitoring of {owner} in {cluster}",
+        static_summary=run_summary(cluster, owner, recommendation, trigger, turn, pod),
         rpc_timeout=rpc_timeout,
     )
+
+
+def run_summary(
+    cluster: str,
+    owner: OwnerRef,
+    recommendation: Recommendation,
+    trigger: Trigger,
+    turn: int | None,
+    pod: str | None,
+) -> str:
+    """A run's summary in the Temporal UI (set with its start): which attempt it opens and
+    why, so that the runs under one workflow ID tell themselves apart; how it ended is in its
+    details and its ``RollbackMode`` (docs/concepts/workflow.md, "Reading it in the Temporal
+    UI")."""
+    opens = f"turn {turn}" if turn is not None else "an attempt"
+    why = f"pod {pod} adopted it" if pod else "its pods adopted it"
+    if trigger is Trigger.REOPEN:
+        why = "reopened"
+    elif turn is not None and turn > 1:
+        why = f"the next turn after backing off; {why}"
+    return f"{owner} in {cluster}: {opens} of {recommendation.fingerprint}, {why}"
 
 
 class ControlRefusedError(Exception):

@@ -18,7 +18,6 @@ from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
-from activities.kubernetes import Actuation
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
@@ -27,11 +26,13 @@ from worker.intake import Intake
 from worker.kube import activities_for, api_client
 from worker.leader import LeaderElector
 from worker.runner import build_worker
+from worker.temporal import run_summary
 from workflows.activity_api import OwnerRef, rollback_id
-from workflows.contract import ROLLBACK_STATE_ANNOTATION, EventReason, Mode, WorkloadKind
+from workflows.contract import ROLLBACK_STATE_ANNOTATION, Actuation, EventReason, Mode, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.rollback import RollbackResult, RollbackWorkflow
 from workflows.state import OwnerState
+from workflows.wake import Trigger
 
 KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
 HASHED = "static.rightsizing.kubex.ai/h77aa01-desired-resource-requests"
@@ -155,6 +156,12 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
         if e.HasField("upsert_workflow_search_attributes_event_attributes")
     ]
     assert len(upserts) == 1
+    # Its summary in the UI says which attempt it opened and why.
+    summary = json.loads(history.events[0].user_metadata.summary.data)
+    assert summary in {
+        f"{REF} in {CLUSTER}: turn 1 of {REC.fingerprint}, pod {pod} adopted it"
+        for pod in ("web-a", "web-b")
+    }, summary
     # Updates that change nothing about adoption signal nothing.
     pods = env.api.store.rtype("Pod")
     env.api.store.patch(
@@ -435,3 +442,21 @@ async def test_a_turn_backed_off_on_pods_that_never_left_the_recommendation_goes
     assert state is not None and state.turn == 2  # maxAttempts 2: both turns ran
     assert env.intake.stats["signals"] == 2  # the adoption, then the backed-off turn's pods
     assert await env.runs() == 2
+
+
+def test_each_run_says_in_its_summary_which_attempt_it_opens_and_why() -> None:
+    def said(trigger: Trigger, turn: int | None, pod: str | None) -> str:
+        return run_summary(CLUSTER, REF, REC, trigger, turn, pod)
+
+    attempt = f"{REF} in {CLUSTER}: turn"
+    assert (
+        said(Trigger.OBSERVE, 1, "web-a")
+        == f"{attempt} 1 of {REC.fingerprint}, pod web-a adopted it"
+    )
+    assert said(Trigger.OBSERVE, 2, "web-a") == (
+        f"{attempt} 2 of {REC.fingerprint}, the next turn after backing off; pod web-a adopted it"
+    )
+    assert said(Trigger.REOPEN, 1, None) == f"{attempt} 1 of {REC.fingerprint}, reopened"
+    assert said(Trigger.OBSERVE, None, None) == (
+        f"{REF} in {CLUSTER}: an attempt of {REC.fingerprint}, its pods adopted it"
+    )
