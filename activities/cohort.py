@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from activities.kubetime import parse_kube_time
 from activities.owners import JOB_NAME_LABEL, resources_of
 from workflows.activity_api import CohortQuery
-from workflows.contract import FailureReason, Obj
+from workflows.contract import DEFAULT_MIN_READY, FailureReason, Obj
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation, Resources, recommendations_from_annotations
 
@@ -48,9 +48,6 @@ REASON_LABELS = {
     FailureReason.RESIZE_DEFERRED: "resize Deferred",
     FailureReason.RESIZE_ERROR: "resize Error",
 }
-
-
-DEFAULT_MIN_READY = timedelta(seconds=10)  # Kubex's minReadyDuration
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio import activity
@@ -66,6 +65,7 @@ from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    Actuation,
     EventReason,
     Obj,
     RollbackTarget,
@@ -86,11 +86,6 @@ from workflows.selection import PROTECTED, Protection
 from workflows.state import ResourceSnapshot
 
 log = logging.getLogger(__name__)
-
-
-class Actuation(StrEnum):
-    ANNOTATIONS = "annotations"  # publish the rollback recommendation for an external applier
-    IN_PLACE = "in-place"  # publish it and resize running pods through pods/resize
 
 
 def _json(values: Resources) -> str | None:

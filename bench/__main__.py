@@ -18,6 +18,7 @@ P3      N workloads monitored at once by one worker process through the real int
         time from the last workload created to all done.
 P4      policy resolution for W workloads x P policies: the intake's index vs a linear scan.
 SQ      the dev server's SQLite with and without the WAL pragmas (P1's workloads on each).
+cli     how fast ``rollbackctl --help`` and ``completion`` answer, against the bare interpreter.
 fleet   N simulated clusters (each its own API server, worker process and intake) with M
         workloads each, the same names in every cluster, on one Temporal: attempts per second
         per cluster and in total against one cluster alone in the same run, final modes checked,
@@ -41,6 +42,7 @@ from datetime import UTC, datetime
 
 from bench.api_cost import api_cost, writes_per_transition
 from bench.burst import burst
+from bench.cli_latency import cli_latency
 from bench.cost import attempt_cost, attempt_paths
 from bench.fleet import fleet
 from bench.harness import (
@@ -69,6 +71,7 @@ SECTIONS = (
     "sqlite",
     "p3",
     "fleet",
+    "cli",
 )
 
 
@@ -157,6 +160,10 @@ def main() -> int:
     if "fleet" in only:
         say(lines, "## Fleet: clusters sharing one Temporal")
         asyncio.run(fleet(2 if quick else args.clusters, 20 if quick else args.fleet, lines))
+        say(lines)
+    if "cli" in only:
+        say(lines, "## CLI: --help and completion latency")
+        cli_latency(5 if quick else 20, lines)
         say(lines)
     if "soak" in only:
         say(lines, "## Soak: many workloads, many faults at once, an oracle")

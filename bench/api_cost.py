@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
-from activities.kubernetes import Actuation, KubernetesActivities
+from activities.kubernetes import KubernetesActivities
 from bench import CLUSTER
 from bench.harness import (
     KEY,
@@ -22,7 +22,7 @@ from sim.apiserver import KubeEmulator
 from sim.scenario import SCENARIOS, Scenario, run_scenario
 from worker.kube import api_client
 from workflows.activity_api import OwnerRef, SampleCohortInput
-from workflows.contract import WorkloadKind
+from workflows.contract import Actuation, WorkloadKind
 
 
 def api_cost(owners: int, pods: int, samples: int, lines: Lines) -> None:

@@ -11,7 +11,6 @@ import uuid
 from collections import Counter
 
 from activities.clusters import ClusterGuard
-from activities.kubernetes import Actuation
 from bench import CLUSTER, actions
 from bench.harness import (
     OOM,
@@ -31,7 +30,7 @@ from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef
-from workflows.contract import Mode, WorkloadKind
+from workflows.contract import Actuation, Mode, WorkloadKind
 from workflows.notify import NotifyWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.state import PolicyRef

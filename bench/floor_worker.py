@@ -13,8 +13,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from bench.workloads import FloorWorkflow, InstantCluster
 from worker.config import TemporalConfig
+from worker.flags import MAX_CACHED_WORKFLOWS
 from worker.process import stop_on_signals
-from worker.runner import MAX_CACHED_WORKFLOWS
 
 
 async def main(address: str, task_queue: str) -> None:

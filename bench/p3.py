@@ -38,9 +38,9 @@ from sim.apiserver import KubeEmulator
 from sim.devserver import DevServer
 from sim.scenario import WorkerProcess, free_port
 from worker.config import TemporalConfig
+from worker.flags import MAX_CACHED_WORKFLOWS
 from worker.intake import Intake
 from worker.kube import api_client
-from worker.runner import MAX_CACHED_WORKFLOWS
 from workflows.rollback import WORKFLOW_NAME
 
 WINDOW_SECONDS = 20

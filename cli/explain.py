@@ -13,7 +13,8 @@ import os
 from typing import Any
 
 from cli.policyfiles import load_documents, load_policies
-from worker.config import ConfigError, protection_from
+from worker.config import protection_from
+from worker.flags import ConfigError
 from workflows.backoff import backoff_schedule
 from workflows.durations import format_duration
 from workflows.selection import Resolution, WorkloadRef, resolve

@@ -12,500 +12,55 @@ as a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
 import importlib
-import json
 import os
-import re
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import shtab
-import yaml
-from kubernetes.client import ApiClient
-from temporalio.client import Client
-from temporalio.common import WorkerDeploymentVersion
-from temporalio.service import RPCError
-
-from activities.errors import first_line
-from cli import crds, localrun, ops, podhistory, policies
-from cli import report as story
-from cli.explain import cmd_policy_explain, cmd_policy_validate
-from cli.ops import OpsError
-from worker import telemetry, versioning
-from worker.config import (
+from worker.flags import (
     DEFAULT_DEPLOYMENT_NAME,
     PROTECTED_HELP,
     ConfigError,
-    IntakeConfig,
-    KubeConfig,
-    TemporalConfig,
-    WorkerConfig,
     add_intake_flags,
     add_kube_flags,
     add_temporal_flags,
     add_worker_flags,
 )
-from worker.process import run
-from workflows.activity_api import OwnerRef, rollback_id
-from workflows.contract import Mode, task_queue_for
-from workflows.machine import RollbackState
+from workflows.contract import POLICY_ALIASES, Mode
 
 Handler = Callable[[argparse.Namespace], int]
+MODULE_LOCAL = "cli.local"
 
 
-def cmd_crds(args: argparse.Namespace) -> int:
-    if args.write:
-        for path in crds.write(Path(args.write)):
-            print(f"wrote {path}")
-    else:
-        print("---\n".join(crds.render(doc) for doc in crds.CRDS.values()), end="")
-    return 0
+def _command(name: str, module: str = "cli.commands") -> Handler:
+    """The handler ``name`` of ``module``, imported when it runs: the parser (and ``--help``)
+    needs neither the SDKs nor the simulator; ``cli.local`` needs the simulator extra."""
 
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    run(worker=WorkerConfig.from_args(args))
-    return 0
-
-
-def cmd_intake(args: argparse.Namespace) -> int:
-    run(intake=IntakeConfig.from_args(args))
-    return 0
-
-
-def _temporal(args: argparse.Namespace) -> TemporalConfig:
-    """The Temporal to talk to: as configured, else the one of a ``rollbackctl run`` live in
-    this directory (``cli.localrun``), else the default address."""
-    config = TemporalConfig.from_args(args)
-    run = localrun.find()
-    if config.profile.address is not None or run is None:
-        return config
-    queue = config.task_queue if args.task_queue else run.task_queue
-    return dataclasses.replace(
-        config, profile=dataclasses.replace(config.profile, address=run.temporal), task_queue=queue
-    )
-
-
-def _ops(
-    args: argparse.Namespace, action: Callable[[Client, TemporalConfig], Awaitable[int]]
-) -> int:
-    config = _temporal(args)
-
-    async def main() -> int:
+    def handler(args: argparse.Namespace) -> int:
+        # The logging every command logs with (its module brings in the SDK: imported here).
+        importlib.import_module("worker.telemetry").configure_logging(args.log_format)
         try:
-            client = await config.connect()
-        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
-            raise OpsError(
-                f"cannot reach Temporal at {config.address} ({connect_problem(exc)}): is"
-                " `make run` (rollbackctl run) running here? Otherwise give --address or"
-                " TEMPORAL_ADDRESS"
-            ) from None
-        return await action(client, config)
+            imported = importlib.import_module(module)
+        except ImportError as exc:
+            if module != MODULE_LOCAL:
+                raise
+            raise ConfigError(
+                f"'{args.command}' needs the simulator ({exc.name} is missing):"
+                " pip install 'rightsizing-rollback[sim]'"
+            ) from exc
+        command: Handler = getattr(imported, name)
+        return command(args)
 
-    try:
-        return asyncio.run(main())
-    except OpsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
-def connect_problem(exc: Exception) -> str:
-    """The SDK's connect error in a few words: its innermost message (``Connection refused``)
-    rather than the transport's nested debug text."""
-    text = str(exc)
-    found: list[str] = re.findall(r'message: "([^"]+)"', text)
-    if found:
-        return found[-1].lower()
-    return first_line(exc).removeprefix("Failed client connect: ")[:160]
-
-
-def _cluster(args: argparse.Namespace) -> KubeConfig | None:
-    """The cluster as configured, else the simulated one of a ``rollbackctl run`` live in this
-    directory, else None."""
-    kube = KubeConfig.from_args(args)
-    if not kube.simulated:
-        return kube
-    run = localrun.find()
-    if run is None or run.kubeconfig is None:
-        return None
-    return dataclasses.replace(kube, kubeconfig=run.kubeconfig)
-
-
-def _kube_of(args: argparse.Namespace, cluster: str | None) -> KubeConfig | None:
-    """The cluster's API server: ``_cluster``'s, in the kubeconfig context named after
-    ``cluster`` when there is one and no ``--context`` is given (a fleet's kubeconfig, as
-    ``rollbackctl run`` writes for a simulated fleet, holds one context per cluster)."""
-    kube = _cluster(args)
-    if kube is None or kube.context or cluster is None:
-        return kube
-    if cluster in localrun.contexts(kube.kubeconfig):
-        return dataclasses.replace(kube, context=cluster)
-    return kube
-
-
-def _policy_cluster(args: argparse.Namespace) -> str | None:
-    """The cluster whose policies ``describe rbp`` reads: ``--cluster``, else the live run's."""
-    run = localrun.find()
-    return args.cluster or (run.cluster if run is not None else None)
-
-
-def _queue_of(args: argparse.Namespace, config: TemporalConfig, cluster: str) -> str:
-    """The task queue a reopen starts a new run on: as given, else the live run's when it is
-    that cluster's, else the cluster's default."""
-    if args.task_queue or os.environ.get("ROLLBACK_TASK_QUEUE"):
-        return config.task_queue
-    run = localrun.find()
-    if run is not None and run.cluster == cluster:
-        return run.task_queue
-    return task_queue_for(cluster)
-
-
-def _kube(args: argparse.Namespace) -> ApiClient:
-    kube = _kube_of(args, _policy_cluster(args))
-    if kube is None:
-        raise OpsError(
-            "policies live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
-            " (or run this where `make run` is running)"
-        )
-    return kube.client()
-
-
-def _unreachable(kube: KubeConfig | None, exc: Exception) -> str:
-    """Why the cluster could not be read, with a hint when it is a simulated one that died."""
-    hint = ""
-    if kube is not None and localrun.names_simulated_cluster(kube.kubeconfig):
-        hint = (
-            "; this kubeconfig names the simulated cluster of a rollbackctl run: is it"
-            " still running?"
-        )
-    return f"{first_line(exc)}{hint}"
-
-
-def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
-    try:
-        rows = policies.list_policies(_kube(args), args.namespace_filter)
-    except OpsError:
-        raise
-    except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
-        raise OpsError(f"cannot reach Kubernetes: {_unreachable(_cluster(args), exc)}") from None
-    kind = policies.ALIASES.get(args.resource)
-    return [r for r in rows if kind is None or r.kind == kind]
-
-
-WATCH_EVERY = 2.0  # seconds between two looks of get -w (Temporal's visibility has no watch)
-
-
-def _print_rows(args: argparse.Namespace, rows: list[Any], render: Callable[..., str]) -> None:
-    if args.output == "json":
-        print(json.dumps([r.as_json() for r in rows], indent=2))
-    elif args.output == "yaml":
-        print(yaml.safe_dump([r.as_json() for r in rows], sort_keys=False), end="")
-    elif rows:
-        print(render(rows, wide=args.output == "wide"))
-    else:
-        print(f"No rollback {'workflows' if args.resource == 'workloads' else 'policies'} found.")
-
-
-def _key(row: Any) -> str:
-    return json.dumps(row.as_json(), sort_keys=True, default=str)
-
-
-def cmd_get(args: argparse.Namespace) -> int:
-    if args.all_namespaces and args.namespace_filter:
-        print("error: -A and -n cannot be used together", file=sys.stderr)
-        return 2
-    if args.resource != "workloads":
-        given = [flag for flag, on in (("--mode", args.mode), ("--held", args.held)) if on]
-        if given:
-            print(f"error: {given[0]} filters workloads, not policies", file=sys.stderr)
-            return 2
-
-        async def look_policies(_: Client | None = None) -> list[Any]:
-            return await asyncio.to_thread(_list_policies, args)
-
-        return _get(args, look_policies, policies.table, needs_temporal=False)
-
-    async def look_workloads(client: Client | None) -> list[Any]:
-        assert client is not None
-        return await ops.get(
-            client, args.namespace_filter, args.mode, cluster=args.cluster, held=args.held
-        )
-
-    return _get(args, look_workloads, ops.table, needs_temporal=True)
-
-
-def _get(
-    args: argparse.Namespace,
-    look: Callable[[Client | None], Awaitable[list[Any]]],
-    render: Callable[..., str],
-    needs_temporal: bool,
-) -> int:
-    """``get``, once or (``-w``) again every ``WATCH_EVERY`` seconds, printing the rows that
-    changed (as ``kubectl get -w`` does) until Ctrl-C."""
-
-    async def action(client: Client | None, _: TemporalConfig | None = None) -> int:
-        rows = await look(client)
-        _print_rows(args, rows, render)
-        if not args.watch:
-            return 0
-        seen = {_key(r) for r in rows}
-        while True:
-            await asyncio.sleep(WATCH_EVERY)
-            changed = [r for r in await look(client) if _key(r) not in seen]
-            seen |= {_key(r) for r in changed}
-            if changed and args.output in ("table", "wide"):
-                print(render(changed, wide=args.output == "wide", header=False), flush=True)
-            elif changed:
-                _print_rows(args, changed, render)
-
-    try:
-        if needs_temporal:
-            return _ops(args, action)
-        return asyncio.run(action(None))
-    except OpsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-
-
-def cmd_describe(args: argparse.Namespace) -> int:
-    if len(args.target) == 2 or args.target[0] in policies.ALIASES or args.target[0] == "policy":
-        return _describe_policy(args)
-
-    async def action(client: Client, _: TemporalConfig) -> int:
-        cluster, owner = await _owner(args, client, args.target[0])
-        status, state, held = await ops.describe(client, cluster, owner)
-        cohort = None
-        if state is not None:
-            cohort = await asyncio.to_thread(_live_cohort, args, cluster, state)
-        if args.report:
-            await _write_report(args, client, cluster, owner, state)
-        earlier = await ops.earlier_transitions(client, cluster, owner, state) if state else []
-        if args.output == "json":
-            body = state.model_dump(mode="json", by_alias=True) if state else None
-            doc: dict[str, Any] = {
-                "workflowId": rollback_id(cluster, owner),
-                "cluster": cluster,
-                "status": status,
-                "held": held.model_dump(mode="json", by_alias=True) if held else None,
-                "state": body,
-            }
-            if isinstance(cohort, ops.LiveCohort):
-                doc["cohort"] = cohort.as_json()
-            if args.every:  # the transitions before the state's own history
-                doc["earlierHistory"] = [
-                    {"time": at.isoformat(), "mode": mode, "turn": turn}
-                    for at, mode, turn in earlier
-                ]
-            print(json.dumps(doc, indent=2))
-        else:
-            print(
-                ops.describe_text(cluster, owner, status, state, cohort, held, earlier, args.every)
-            )
-        return 0
-
-    return _ops(args, action)
-
-
-async def _owner(args: argparse.Namespace, client: Client, text: str) -> tuple[str, OwnerRef]:
-    """The workload ``[CLUSTER/]NAMESPACE/KIND/NAME`` and its cluster: as named (or
-    ``--cluster``), else the live run's, else the one cluster with attempts of it."""
-    cluster, owner = ops.parse_owner(text, args.cluster)
-    run = localrun.find()
-    if cluster is None and run is not None:
-        cluster = run.cluster  # None when it plays a fleet
-    return await ops.locate(client, cluster, owner), owner
-
-
-async def _write_report(
-    args: argparse.Namespace,
-    client: Client,
-    cluster: str,
-    owner: OwnerRef,
-    state: RollbackState | None,
-) -> None:
-    """``describe OWNER --report FILE.html``: the workload's story as a page (``cli.report``),
-    from its workflow's recorded transitions and the cluster's history of its pods
-    (``cli.podhistory``)."""
-    transitions, failures = await ops.recorded_transitions(client, cluster, owner)
-    kube, note, history = _kube_of(args, cluster), "", None
-    if kube is None:
-        note = "Events and pods not shown: no cluster given (--kubeconfig, $KUBECONFIG)."
-    else:
-        try:
-            history = await asyncio.to_thread(podhistory.read, kube.client(), owner)
-        except Exception as exc:  # the workflow's story is still worth a page
-            note = f"Events and pods not shown: {_unreachable(kube, exc)}"
-    policy = str(state.policy.ref) if state is not None and state.policy else ""
-    page = story.render(
-        story.from_live(str(owner), policy, transitions, failures, history, datetime.now(UTC), note)
-    )
-    Path(args.report).write_text(page, encoding="utf-8")
-    print(f"wrote {args.report}", file=sys.stderr)
-
-
-def _describe_policy(args: argparse.Namespace) -> int:
-    """``describe rbp [NS/]NAME``, ``describe crbp NAME``, ``describe policy [NS/]NAME``."""
-    for flag, given in (("--all", args.every), ("--report", args.report)):
-        if given:  # a workload's, not a policy's
-            print(f"error: {flag} describes a workload, not a policy", file=sys.stderr)
-            return 2
-    if len(args.target) != 2:
-        print("error: expected: describe rbp|crbp|policy [NAMESPACE/]NAME", file=sys.stderr)
-        return 1
-    alias, name = args.target
-    namespace, _, name = name.rpartition("/")
-    namespace = namespace or args.namespace_filter or "default"
-    kind = policies.ALIASES.get(alias)
-    if kind is None and alias != "policy":
-        print(f"error: unknown resource {alias!r}: rbp, crbp or policy", file=sys.stderr)
-        return 1
-    args.resource = alias
-
-    async def action(client: Client, _: TemporalConfig) -> int:
-        rows = await asyncio.to_thread(_list_policies, args)
-        found = [r for r in rows if r.name == name and (r.namespace in (None, namespace))]
-        if kind is None and len(found) == 1:
-            row = found[0]
-        else:
-            row = policies.find(found, kind or "RollbackPolicy", namespace, name)
-        tracked = await ops.tracked(client, policies.ref_text(row), _policy_cluster(args))
-        if args.output == "json":
-            doc = row.as_json() | {"tracked": [r.as_json() for r in tracked]}
-            print(json.dumps(doc, indent=2))
-        else:
-            print(policies.describe_text(row, tracked))
-        return 0
-
-    args.namespace_filter = None if kind == "ClusterRollbackPolicy" else namespace
-    return _ops(args, action)
-
-
-def _live_cohort(
-    args: argparse.Namespace, cluster: str, state: RollbackState
-) -> ops.LiveCohort | str:
-    kube = _kube_of(args, cluster)
-    if kube is None:
-        return "not read (no cluster given: --kubeconfig, $KUBECONFIG or --kube-url)"
-    try:
-        return ops.live_cohort(kube.client(), cluster, state)
-    except Exception as exc:  # unreachable, forbidden, ...: describe still shows the workflow
-        return f"unreadable: {_unreachable(kube, exc)}"
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    async def action(client: Client, _: TemporalConfig) -> int:
-        cluster, owner = await _owner(args, client, args.owner)
-        await ops.cancel(client, cluster, owner, args.reason)
-        print(f"cancel signalled to {rollback_id(cluster, owner)}")
-        return 0
-
-    return _ops(args, action)
-
-
-def cmd_reopen(args: argparse.Namespace) -> int:
-    async def action(client: Client, config: TemporalConfig) -> int:
-        cluster, owner = await _owner(args, client, args.owner)
-        state = await ops.reopen(client, cluster, _queue_of(args, config, cluster), owner)
-        ends = state.window_ends_at.isoformat() if state.window_ends_at else "?"
-        print(f"{rollback_id(cluster, owner)}: reopened, turn {state.turn}; the window ends {ends}")
-        return 0
-
-    return _ops(args, action)
-
-
-def cmd_versions(args: argparse.Namespace) -> int:
-    """List the engine's Worker Deployment versions, or move new attempts between them."""
-
-    async def action(client: Client, _: TemporalConfig) -> int:
-        name = args.deployment_name or DEFAULT_DEPLOYMENT_NAME
-        try:
-            if args.action in ("set-current", "ramp"):
-                version = WorkerDeploymentVersion(name, args.build_id)
-                if args.action == "set-current":
-                    done = await versioning.set_current(client, version)
-                    said = f"{name}: {args.build_id} is current; new attempts start on it"
-                else:
-                    done = await versioning.ramp(client, version, args.percent)
-                    said = f"{name}: {args.percent:g}% of new attempts start on {args.build_id}"
-                if not done:
-                    print(
-                        f"{said} once the change reaches every task queue: it has not within"
-                        f" {versioning.PROPAGATION:g}s (`rollbackctl versions` shows it)",
-                        file=sys.stderr,
-                    )
-                    return 1
-                print(said)
-                return 0
-            rows = await versioning.versions(client, name)
-        except RPCError as exc:
-            raise OpsError(f"{name}: {exc.message}") from exc
-        print(versioning_table(rows) if rows else f"{name}: no versions yet")
-        return 0
-
-    return _ops(args, action)
-
-
-def cmd_upgrade_check(args: argparse.Namespace) -> int:
-    """0 when no attempt started before clusters had names (0.1) is running, else 1 with them."""
-
-    async def action(client: Client, _: TemporalConfig) -> int:
-        rows = await ops.unnamed_running(client)
-        if not rows:
-            print("No 0.1 attempt is running: install 1.0 (docs/operating/upgrade.md).")
-            return 0
-        print(f"{len(rows)} attempt(s) started by 0.1 still running; keep a 0.1 worker until"
-              " they end (the 0.1 intake stopped):")  # fmt: skip
-        for row in rows:
-            print(
-                f"  {row.workflow_id}  {row.mode or '-'}  started {row.started:%Y-%m-%dT%H:%M:%SZ}"
-            )
-        return 1
-
-    return _ops(args, action)
-
-
-def versioning_table(rows: list[versioning.VersionRow]) -> str:
-    body = [
-        (
-            r.build_id,
-            r.status,
-            f"{r.ramp:g}%" if r.ramp is not None else "",
-            str(r.running),
-            "yes" if r.removable else "no",
-        )
-        for r in rows
-    ]
-    return ops.columns(("BUILD", "STATUS", "RAMP", "RUNNING", "REMOVABLE"), body)
+    return handler
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
     """The script to source, e.g. ``source <(rollbackctl completion bash)`` (generated by
     ``shtab`` from this very parser, so it never falls behind a new flag)."""
+    shtab = importlib.import_module("shtab")
     print(shtab.complete(build_parser(), shell=args.shell))
     return 0
-
-
-def _local(name: str) -> Handler:
-    """A ``cli.local`` command, imported when called: it needs the simulator extra."""
-
-    def handler(args: argparse.Namespace) -> int:
-        try:
-            module = importlib.import_module("cli.local")
-        except ImportError as exc:
-            raise ConfigError(
-                f"'{args.command}' needs the simulator ({exc.name} is missing):"
-                " pip install 'rightsizing-rollback[sim]'"
-            ) from exc
-        command: Handler = getattr(module, name)
-        return command(args)
-
-    return handler
 
 
 def _add_operations(sub: Any) -> None:
@@ -518,7 +73,7 @@ def _add_operations(sub: Any) -> None:
         "resource",
         nargs="?",
         default="workloads",
-        choices=["workloads", "policies", *policies.ALIASES],
+        choices=["workloads", "policies", *POLICY_ALIASES],
         help="workloads (default, from Temporal) or policies (from the cluster: rbp, crbp)",
     )
     add_temporal_flags(listing)
@@ -549,12 +104,12 @@ def _add_operations(sub: Any) -> None:
     listing.add_argument(
         "-w", "--watch", action="store_true", help="then print each change, until Ctrl-C"
     )
-    listing.set_defaults(handler=cmd_get)
+    listing.set_defaults(handler=_command("cmd_get"))
 
-    for name, handler, text in (
-        ("describe", cmd_describe, "status and recent history of one workload"),
-        ("cancel", cmd_cancel, "stop monitoring a workload, leaving its resources as they are"),
-        ("reopen", cmd_reopen, "start a fresh monitoring window for the current recommendation"),
+    for name, text in (
+        ("describe", "status and recent history of one workload"),
+        ("cancel", "stop monitoring a workload, leaving its resources as they are"),
+        ("reopen", "start a fresh monitoring window for the current recommendation"),
     ):
         cmd = sub.add_parser(name, help=text)
         add_temporal_flags(cmd)
@@ -599,7 +154,7 @@ def _add_operations(sub: Any) -> None:
                 default="cancelled with rollbackctl",
                 help="why: in the cancelled state and its Event",
             )
-        cmd.set_defaults(handler=handler)
+        cmd.set_defaults(handler=_command(f"cmd_{name}"))
 
 
 def _add_versions(sub: Any) -> None:
@@ -618,13 +173,13 @@ def _add_versions(sub: Any) -> None:
     ramping.add_argument(
         "percent", type=float, metavar="PERCENT", help="share of new attempts on it; 0 stops"
     )
-    versions.set_defaults(handler=cmd_versions, action="list")
+    versions.set_defaults(handler=_command("cmd_versions"), action="list")
     check = sub.add_parser(
         "upgrade-check",
         help="exit 0 once no attempt started by 0.1 (IDs without a cluster) runs, else list them",
     )
     add_temporal_flags(check)
-    check.set_defaults(handler=cmd_upgrade_check)
+    check.set_defaults(handler=_command("cmd_upgrade_check"))
 
 
 def _add_local(sub: Any) -> None:
@@ -647,10 +202,10 @@ def _add_local(sub: Any) -> None:
         help="without a cluster: the story the simulated cluster plays, a shipped scenario's name"
         " (e.g. fleet: two clusters on one Temporal) or a file (default oom-rollback)",
     )
-    run_cmd.set_defaults(handler=_local("cmd_run"))
+    run_cmd.set_defaults(handler=_command("cmd_run", MODULE_LOCAL))
 
     demo = sub.add_parser("demo", help="play the demo scenario on the simulated cluster and exit")
-    demo.set_defaults(handler=_local("cmd_demo"))
+    demo.set_defaults(handler=_command("cmd_demo", MODULE_LOCAL))
 
     simulate = sub.add_parser("simulate", help="run a scenario against the simulated cluster")
     simulate.add_argument(
@@ -673,7 +228,7 @@ def _add_local(sub: Any) -> None:
         action="store_true",
         help="check the scenario against its schema (sim/scenario.schema.json) without running it",
     )
-    simulate.set_defaults(handler=_local("cmd_simulate"))
+    simulate.set_defaults(handler=_command("cmd_simulate", MODULE_LOCAL))
 
     completion = sub.add_parser(
         "completion", help="print a shell completion script: rollbackctl completion bash|zsh"
@@ -686,7 +241,7 @@ def _add_local(sub: Any) -> None:
     dev.add_argument("--port", type=int, default=7233, help="the gRPC port (default 7233)")
     dev.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port + 1000)")
     dev.add_argument("--headless", action="store_true", help="no Web UI")
-    dev.set_defaults(handler=_local("cmd_dev_server"))
+    dev.set_defaults(handler=_command("cmd_dev_server", MODULE_LOCAL))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -708,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "files", nargs="+", metavar="FILE", help="policy YAML files (several documents each)"
     )
-    validate.set_defaults(handler=cmd_policy_validate)
+    validate.set_defaults(handler=_command("cmd_policy_validate", "cli.explain"))
     explain = policy_sub.add_parser("explain", help="which policy applies to a workload, and why")
     explain.add_argument(
         "--policies",
@@ -725,11 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "-o", "--output", choices=["text", "json"], default="text", help="text or json"
     )
-    explain.set_defaults(handler=cmd_policy_explain)
+    explain.set_defaults(handler=_command("cmd_policy_explain", "cli.explain"))
 
     crd = sub.add_parser("crds", help="print the CustomResourceDefinitions (or --write DIR)")
     crd.add_argument("--write", metavar="DIR", help="write one YAML file per CRD into DIR")
-    crd.set_defaults(handler=cmd_crds)
+    crd.set_defaults(handler=_command("cmd_crds"))
 
     worker = sub.add_parser(
         "worker", help="run the Temporal worker (workflows + Kubernetes activities)"
@@ -737,13 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_temporal_flags(worker)
     add_kube_flags(worker)
     add_worker_flags(worker)
-    worker.set_defaults(handler=cmd_worker)
+    worker.set_defaults(handler=_command("cmd_worker"))
 
     intake = sub.add_parser("intake", help="run the intake controller (leader-elected)")
     add_temporal_flags(intake)
     add_kube_flags(intake)
     add_intake_flags(intake)
-    intake.set_defaults(handler=cmd_intake)
+    intake.set_defaults(handler=_command("cmd_intake"))
 
     _add_operations(sub)
 
@@ -767,7 +322,6 @@ def _describe_commands(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    telemetry.configure_logging(args.log_format)
     handler: Handler = args.handler
     try:
         return handler(args)

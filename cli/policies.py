@@ -18,19 +18,12 @@ from kubernetes.client.exceptions import ApiException
 
 from cli.crds import PRINTER_COLUMNS
 from cli.ops import OpsError, Row, columns
-from workflows.contract import API_GROUP, API_VERSION, Obj
+from workflows.contract import API_GROUP, API_VERSION, POLICY_ALIASES, Obj
 from workflows.jsonpath import age, jsonpath
 from workflows.policy_status import PolicyStatus
 
 KINDS = {"RollbackPolicy": "rollbackpolicies", "ClusterRollbackPolicy": "clusterrollbackpolicies"}
-ALIASES = {
-    "rbp": "RollbackPolicy",
-    "rollbackpolicy": "RollbackPolicy",
-    "rollbackpolicies": "RollbackPolicy",
-    "crbp": "ClusterRollbackPolicy",
-    "clusterrollbackpolicy": "ClusterRollbackPolicy",
-    "clusterrollbackpolicies": "ClusterRollbackPolicy",
-}
+ALIASES = POLICY_ALIASES
 SHOWN = [c for c in PRINTER_COLUMNS if not c.get("priority")]
 
 

@@ -75,7 +75,7 @@ from sim.devserver import DevServer, die_with_parent
 from sim.expect import Expectation, Facts, check
 from worker import telemetry
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
-from worker.kube import DEFAULT_READ_TIMEOUT
+from worker.flags import DEFAULT_READ_TIMEOUT
 from worker.process import IntakeService
 from workflows.activity_api import OwnerRef
 from workflows.contract import (

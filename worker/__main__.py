@@ -8,13 +8,8 @@ import argparse
 import sys
 
 from worker import telemetry
-from worker.config import (
-    ConfigError,
-    WorkerConfig,
-    add_kube_flags,
-    add_temporal_flags,
-    add_worker_flags,
-)
+from worker.config import WorkerConfig
+from worker.flags import ConfigError, add_kube_flags, add_temporal_flags, add_worker_flags
 from worker.process import run
 
 

@@ -37,24 +37,29 @@ from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.runtime import Runtime
 from temporalio.service import RetryConfig
 
-from activities.cohort import DEFAULT_MIN_READY
-from activities.kubernetes import Actuation
 from activities.notify import NotificationConfig
 from worker import telemetry
-from worker.kube import DEFAULT_READ_TIMEOUT, api_client
-from worker.runner import MAX_CACHED_WORKFLOWS
-from workflows.contract import TASK_QUEUE, check_cluster, task_queue_for
-from workflows.durations import format_duration, parse_duration_or_zero
+from worker.flags import (
+    DEFAULT_ADDRESS,
+    DEFAULT_DEPLOYMENT_NAME,
+    DEFAULT_READ_TIMEOUT,
+    MAX_CACHED_WORKFLOWS,
+    ConfigError,
+)
+from worker.kube import api_client
+from workflows.contract import (
+    DEFAULT_MIN_READY,
+    TASK_QUEUE,
+    Actuation,
+    check_cluster,
+    task_queue_for,
+)
+from workflows.durations import parse_duration_or_zero
 from workflows.selection import PROTECTED, Protection
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ADDRESS = "localhost:7233"
 CONNECT_PATIENCE_SECONDS = 300.0
-
-
-class ConfigError(ValueError):
-    """A setting that cannot be used; the message names the flag and the value."""
 
 
 def _env(env: Mapping[str, str], name: str) -> str | None:
@@ -62,13 +67,6 @@ def _env(env: Mapping[str, str], name: str) -> str | None:
 
 
 # --- Temporal -------------------------------------------------------------------------------
-
-
-CLUSTER_HELP = (
-    "this cluster's name, a DNS label such as eu-west-1 (ROLLBACK_CLUSTER): in every workflow"
-    " ID, search attribute, metric, log line and notification; the default task queue is"
-    f" {TASK_QUEUE}-<cluster> (docs/operating/fleet.md)"
-)
 
 
 def cluster_from(args: argparse.Namespace, env: Mapping[str, str], required: bool) -> str | None:
@@ -211,38 +209,6 @@ def _tls_files(tls: ClientConfigTLS | None) -> list[Path]:
     return [s for s in sources if isinstance(s, Path)]
 
 
-def add_temporal_flags(parser: argparse.ArgumentParser, cluster_help: str = CLUSTER_HELP) -> None:
-    parser.add_argument("--cluster", help=cluster_help)
-    group = parser.add_argument_group(
-        "Temporal connection (flags override TEMPORAL_* variables and the envconfig profile)"
-    )
-    group.add_argument("--address", help=f"host:port (TEMPORAL_ADDRESS, default {DEFAULT_ADDRESS})")
-    # -n/--namespace is the Kubernetes namespace wherever a command takes one, as in kubectl.
-    group.add_argument(
-        "--temporal-namespace", dest="namespace", help="Temporal namespace (TEMPORAL_NAMESPACE)"
-    )
-    group.add_argument(
-        "--profile", help="envconfig profile (TEMPORAL_PROFILE; file: TEMPORAL_CONFIG_FILE)"
-    )
-    group.add_argument(
-        "--task-queue",
-        help=f"task queue (ROLLBACK_TASK_QUEUE, default {TASK_QUEUE}-<cluster>)",
-    )
-    group.add_argument(
-        "--api-key-file",
-        help="file holding the API key, e.g. a mounted Secret (TEMPORAL_API_KEY_FILE; preferred)",
-    )
-    group.add_argument(
-        "--api-key", help="API key, e.g. Temporal Cloud (TEMPORAL_API_KEY; visible in ps)"
-    )
-    group.add_argument("--tls", action="store_true", help="use TLS without a client cert")
-    group.add_argument(
-        "--tls-cert", help="client certificate for mTLS (TEMPORAL_TLS_CLIENT_CERT_PATH)"
-    )
-    group.add_argument("--tls-key", help="client key for mTLS (TEMPORAL_TLS_CLIENT_KEY_PATH)")
-    group.add_argument("--tls-ca", help="server CA certificate (TEMPORAL_TLS_SERVER_CA_CERT_PATH)")
-
-
 # --- Kubernetes and telemetry ---------------------------------------------------------------
 
 
@@ -314,44 +280,7 @@ def protection_from(args: argparse.Namespace, env: Mapping[str, str]) -> Protect
         raise ConfigError(f"--protected-namespaces: {exc}") from None
 
 
-PROTECTED_HELP = (
-    "comma-separated namespaces or patterns (* any run of characters) where no policy applies,"
-    " as Kubex's protectedNamespacePatterns; empty: none (ROLLBACK_PROTECTED_NAMESPACES,"
-    f" default {','.join(PROTECTED.patterns)})"
-)
-
-
-def add_kube_flags(parser: argparse.ArgumentParser, serving: bool = True) -> None:
-    """The API server flags; ``serving``: the metrics and health endpoints too (processes)."""
-    group = parser.add_argument_group("Kubernetes")
-    group.add_argument(
-        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)"
-    )
-    group.add_argument("--context", help="the kubeconfig context to use (default: its current)")
-    group.add_argument("--kube-url", help="plain-HTTP API server URL (the simulated cluster)")
-    group.add_argument(
-        "--kube-timeout",
-        help="seconds to wait for an API server answer before the call fails"
-        f" (ROLLBACK_KUBE_TIMEOUT, default {DEFAULT_READ_TIMEOUT})",
-    )
-    if not serving:
-        parser.set_defaults(metrics_address=None, health_address=None, protected_namespaces=None)
-        return
-    group.add_argument("--protected-namespaces", metavar="PATTERNS", help=PROTECTED_HELP)
-    parser.add_argument(
-        "--metrics-address",
-        help="serve Prometheus /metrics on host:port, e.g. 0.0.0.0:9464 (ROLLBACK_METRICS_ADDRESS)",
-    )
-    parser.add_argument(
-        "--health-address",
-        help="serve /livez and /readyz on host:port, e.g. 0.0.0.0:8080 (ROLLBACK_HEALTH_ADDRESS)",
-    )
-
-
 # --- the processes --------------------------------------------------------------------------
-
-
-DEFAULT_DEPLOYMENT_NAME = "rightsizing-rollback"
 
 
 def package_version() -> str:
@@ -461,48 +390,6 @@ def _deployment(args: argparse.Namespace, env: Mapping[str, str]) -> WorkerDeplo
     return WorkerDeploymentVersion(deployment_name=name, build_id=build)
 
 
-def add_worker_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("worker")
-    group.add_argument(
-        "--actuation",
-        choices=[a.value for a in Actuation],
-        help="annotations: publish rollback recommendations for an applier;"
-        " in-place: also resize pods (ROLLBACK_ACTUATION, default annotations)",
-    )
-    group.add_argument(
-        "--worker-versioning",
-        choices=["on", "off"],
-        help="join a Temporal Worker Deployment; workflows pinned to the version they started on"
-        " (ROLLBACK_WORKER_VERSIONING, default off)",
-    )
-    group.add_argument(
-        "--deployment-name",
-        help=f"Worker Deployment (ROLLBACK_DEPLOYMENT_NAME, default {DEFAULT_DEPLOYMENT_NAME})",
-    )
-    group.add_argument(
-        "--build-id",
-        help="this worker's build ID (ROLLBACK_BUILD_ID, default the package version)",
-    )
-    group.add_argument(
-        "--max-cached-workflows",
-        help="workflows kept in memory between tasks (about 110 KiB each; a waiting window needs"
-        f" none) (ROLLBACK_MAX_CACHED_WORKFLOWS, default {MAX_CACHED_WORKFLOWS})",
-    )
-    group.add_argument(
-        "--min-ready-duration",
-        metavar="DURATION",
-        help="how long a pod must have been Ready to count at the verdict, e.g. 30s; 0s: Ready"
-        " is enough (ROLLBACK_MIN_READY_DURATION, default"
-        f" {format_duration(DEFAULT_MIN_READY)}, as Kubex's minReadyDuration)",
-    )
-    group.add_argument(
-        "--notifications",
-        metavar="FILE",
-        help="notification receivers, YAML (ROLLBACK_NOTIFICATIONS; default none; the docs'"
-        " operating/notifications-and-alerts.md)",
-    )
-
-
 INTAKE_AGENT = "rightsizing-rollback-intake"
 WORKER_AGENT = "rightsizing-rollback-worker"
 
@@ -529,13 +416,3 @@ class IntakeConfig(_OneCluster):
             lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
             identity=args.identity or _env(env, "POD_NAME") or default_identity(),
         )
-
-
-def add_intake_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("intake")
-    group.add_argument(
-        "--lease-namespace", help="namespace of the leader-election Lease (POD_NAMESPACE)"
-    )
-    group.add_argument(
-        "--identity", help="leader-election identity (default: POD_NAME or host-pid)"
-    )

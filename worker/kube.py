@@ -26,14 +26,15 @@ from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjects
 from temporalio.common import MetricMeter
 from urllib3.util.retry import Retry
 
-from activities.kubernetes import Actuation, KubernetesActivities
+from activities.kubernetes import KubernetesActivities
 from activities.notify import NotificationConfig
+from worker.flags import DEFAULT_READ_TIMEOUT
+from workflows.contract import Actuation
 from workflows.selection import PROTECTED, Protection
 
 kube_config: Any = _kube_config  # the config loaders are untyped
 
 CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 10.0
 
 
 class UnprocessedRetry(Retry):

@@ -19,6 +19,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.clusters import ClusterGuard
+from worker.flags import MAX_CACHED_WORKFLOWS
 from workflows.notify import NotifyWorkflow
 from workflows.rollback import RollbackWorkflow
 
@@ -47,7 +48,6 @@ SANDBOXED = SandboxedWorkflowRunner(
 # (docs/operating/scale.md, "Scale"): memory ~ WORKER_BASE_MIB + CACHED_WORKFLOW_KIB per cached
 # workflow, as
 # measured in bench/RESULTS.md ("Memory", "P3").
-MAX_CACHED_WORKFLOWS = 1_000
 WORKER_BASE_MIB = 160
 CACHED_WORKFLOW_KIB = 110
 

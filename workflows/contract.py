@@ -9,6 +9,7 @@ runs beside this service.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -190,4 +191,24 @@ SEARCH_ATTRIBUTE_TYPES = {
     SearchAttribute.POLICY: "Keyword",
     SearchAttribute.FINGERPRINT: "Keyword",
     SearchAttribute.HELD: "Keyword",
+}
+
+
+class Actuation(StrEnum):
+    """How a worker carries out a rollback (``--actuation``)."""
+
+    ANNOTATIONS = "annotations"  # publish the rollback recommendation for an external applier
+    IN_PLACE = "in-place"  # publish it and resize running pods through pods/resize
+
+
+DEFAULT_PROTECTED_NAMESPACES = ("kube-*", "openshift-*", "gmp-*")  # Kubex's defaults
+DEFAULT_MIN_READY = timedelta(seconds=10)  # Kubex's minReadyDuration
+# What kubectl-like commands take for the policy kinds (the CRDs' names and short names).
+POLICY_ALIASES = {
+    "rbp": "RollbackPolicy",
+    "rollbackpolicy": "RollbackPolicy",
+    "rollbackpolicies": "RollbackPolicy",
+    "crbp": "ClusterRollbackPolicy",
+    "clusterrollbackpolicy": "ClusterRollbackPolicy",
+    "clusterrollbackpolicies": "ClusterRollbackPolicy",
 }

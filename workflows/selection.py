@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.contract import WorkloadKind
+from workflows.contract import DEFAULT_PROTECTED_NAMESPACES, WorkloadKind
 from workflows.policy import (
     NAMESPACE_PATTERN,
     AnyPolicy,
@@ -31,8 +31,6 @@ from workflows.policy import (
     glob_match,
 )
 from workflows.state import PolicyRef
-
-DEFAULT_PROTECTED_NAMESPACES = ("kube-*", "openshift-*", "gmp-*")  # Kubex's defaults
 
 
 @dataclass(frozen=True)

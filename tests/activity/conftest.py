@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
-from activities.kubernetes import Actuation, KubernetesActivities
+from activities.kubernetes import KubernetesActivities
 from sim.apiserver import KubeEmulator
 from worker.kube import api_client
+from workflows.contract import Actuation
 
 
 @pytest.fixture

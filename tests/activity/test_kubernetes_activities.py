@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
 from activities.errors import classify
-from activities.kubernetes import Actuation, KubernetesActivities
+from activities.kubernetes import KubernetesActivities
 from activities.kubetime import kube_time
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
@@ -33,6 +33,7 @@ from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    Actuation,
     EventReason,
     FailureReason,
     Mode,

@@ -13,13 +13,13 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.testing import ActivityEnvironment
 
-from activities.kubernetes import Actuation, KubernetesActivities
+from activities.kubernetes import KubernetesActivities
 from activities.notify import NotificationConfig
 from sim.apiserver import KubeEmulator
 from tests import CLUSTER
 from worker.kube import api_client
 from workflows.activity_api import OwnerRef, rollback_id
-from workflows.contract import EventReason, Mode, WorkloadKind
+from workflows.contract import Actuation, EventReason, Mode, WorkloadKind
 from workflows.notify import Notification, ReportInput, SendInput
 
 OWNER = OwnerRef(namespace="shop", kind=WorkloadKind.DEPLOYMENT, name="api")

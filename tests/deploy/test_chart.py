@@ -22,14 +22,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from activities.cohort import DEFAULT_MIN_READY
-from activities.kubernetes import Actuation
 from activities.notify import NotificationConfig, Receiver
 from cli.localrun import write_kubeconfig
 from sim.apiserver import KubeEmulator
 from sim.scenario import free_port
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
+from workflows.contract import DEFAULT_MIN_READY, Actuation
 from workflows.durations import DURATION_PATTERN, parse_duration
 from workflows.policy import POLICY_KINDS
 from workflows.selection import PROTECTED, Protection

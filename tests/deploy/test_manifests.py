@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
-from worker.runner import MAX_CACHED_WORKFLOWS, worker_memory_mib
+from worker.flags import MAX_CACHED_WORKFLOWS
+from worker.runner import worker_memory_mib
 from workflows.contract import SEARCH_ATTRIBUTE_TYPES
 
 DEPLOY = ROOT / "deploy"

@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kubernetes import Actuation, KubernetesActivities
+from activities.kubernetes import KubernetesActivities
 from sim.apiserver import KubeEmulator, Request, _resource_parts
 from tests import CLUSTER
 from tests.activity.builders import NS, RestartingKubelet, node, owner, pod, policy
@@ -39,7 +39,14 @@ from workflows.activity_api import (
     RollBackInput,
     SampleCohortInput,
 )
-from workflows.contract import CONTROL_ANNOTATION, EventReason, Mode, RollbackTarget, WorkloadKind
+from workflows.contract import (
+    CONTROL_ANNOTATION,
+    Actuation,
+    EventReason,
+    Mode,
+    RollbackTarget,
+    WorkloadKind,
+)
 from workflows.state import OwnerState, ResourceSnapshot
 
 Rule = dict[str, Any]

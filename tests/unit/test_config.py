@@ -10,18 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from activities.kubernetes import Actuation
 from cli.main import build_parser
-from worker.config import (
+from worker.config import IntakeConfig, TemporalConfig, WorkerConfig
+from worker.flags import (
     ConfigError,
-    IntakeConfig,
-    TemporalConfig,
-    WorkerConfig,
     add_intake_flags,
     add_kube_flags,
     add_temporal_flags,
     add_worker_flags,
 )
+from workflows.contract import Actuation
 
 
 def args(*argv: str, cluster: str | None = "eu-west-1") -> argparse.Namespace:

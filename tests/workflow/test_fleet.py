@@ -16,14 +16,13 @@ from kubernetes.client import CoreV1Api
 from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
-from activities.kubernetes import Actuation
 from sim.apiserver import KubeEmulator
 from tests.activity.builders import NS, owner, pod, policy
 from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef, rollback_id
-from workflows.contract import EventReason, FailureReason, Mode, WorkloadKind
+from workflows.contract import Actuation, EventReason, FailureReason, Mode, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.rollback import RollbackInput, RollbackWorkflow
 

@@ -15,7 +15,6 @@ from kubernetes.client import ApiClient
 from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
-from activities.kubernetes import Actuation
 from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
@@ -28,6 +27,7 @@ from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import (
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    Actuation,
     EventReason,
     FailureReason,
     Mode,
