@@ -1228,10 +1228,12 @@ async def soak(count: int, deadline: float = 900.0, seed: int = 1) -> SoakResult
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="rollback-soak-") as tmp:
         result = await Soak(count, Path(tmp), seed).run(deadline)
-        if not result.passed:  # the processes' logs outlive the run
+        if not result.passed:  # the processes' logs, and Temporal's histories, outlive the run
             result.logs = tempfile.mkdtemp(prefix="rollback-soak-logs-")
             for log_file in Path(tmp).glob("*.log"):
                 shutil.copy(log_file, result.logs)
+            # `rollbackctl dev-server --data-dir <logs>/temporal` serves them again to read
+            shutil.copytree(Path(tmp) / "temporal", Path(result.logs) / "temporal")
         return result
 
 
