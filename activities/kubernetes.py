@@ -32,16 +32,20 @@ from datetime import UTC, datetime, timedelta
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.cohort import Tally, judge
 from activities.errors import classified
+from activities.health import Prometheus, check_health
 from activities.lookup import OwnerLookup, read_state
 from activities.notify import NotificationConfig, Notifier
 from activities.owners import desired_replicas, manifest_resources, max_unavailable
 from activities.resize import Pace, resize_paced
 from activities.writes import OwnerWriter
 from workflows.activity_api import (
+    CHECK_HEALTH,
     LOAD_OWNER,
+    PROMETHEUS_NOT_CONFIGURED,
     REAPPLY_RECOMMENDATION,
     RECORD_TRANSITION,
     RESOLVE_POLICY,
@@ -50,6 +54,8 @@ from workflows.activity_api import (
     ActuationResult,
     CohortQuery,
     CohortSample,
+    HealthInput,
+    HealthResult,
     LoadOwnerInput,
     LoadOwnerResult,
     OwnerRef,
@@ -147,8 +153,10 @@ class KubernetesActivities:
         notifications: NotificationConfig | None = None,
         protection: Protection = PROTECTED,
         min_ready: timedelta = timedelta(0),
+        prometheus: Prometheus | None = None,
     ) -> None:
         self.core = core
+        self.prometheus = prometheus  # the health checks' (None: none configured)
         self.actuation = actuation
         # How long a pod must have been Ready to count; the worker's configuration gives
         # Kubex's 10 s by default (``--min-ready-duration``).
@@ -171,6 +179,19 @@ class KubernetesActivities:
     def report_notification_failure(self, input: ReportInput) -> None:
         with classified():
             self.notifier.report(input)
+
+    @activity.defn(name=CHECK_HEALTH)
+    def check_health(self, input: HealthInput) -> HealthResult:
+        """The policy's health checks at the window's end (``activities.health``)."""
+        if self.prometheus is None:
+            raise ApplicationError(
+                "the policy has health checks and this worker no Prometheus to ask"
+                " (--prometheus-url, ROLLBACK_PROMETHEUS_URL)",
+                type=PROMETHEUS_NOT_CONFIGURED,
+                non_retryable=True,
+            )
+        with classified():
+            return check_health(self.prometheus, input)
 
     @activity.defn(name=LOAD_OWNER)
     def load_owner(self, input: LoadOwnerInput) -> LoadOwnerResult:

@@ -27,6 +27,8 @@ from workflows.durations import (
     MAX_DURATION_TEXT,
 )
 from workflows.policy import (
+    COMPARISONS,
+    DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     INT32_MAX,
     LABEL_KEY_MAX,
@@ -35,6 +37,8 @@ from workflows.policy import (
     LABEL_VALUE_PATTERN,
     MAX_LABELS,
     NAMESPACE_PATTERN,
+    PROMQL_MAX,
+    QUERIES_MAX,
     WEIGHT_MIN,
     ClusterRollbackPolicy,
     ClusterRollbackPolicySpec,
@@ -87,6 +91,64 @@ def _duration() -> Schema:
         "pattern": DURATION_PATTERN,
         "maxLength": MAX_DURATION_LENGTH,
         "x-kubernetes-validations": _rule(DURATION_RULE, f"must be at most {MAX_DURATION_TEXT}"),
+    }
+
+
+def _bounds() -> Schema:
+    percent = {"type": "integer", "minimum": 1, "maximum": 100}
+    return {
+        "type": "object",
+        "properties": {"maxPercent": percent, "maxIncreasePoints": percent},
+        "x-kubernetes-validations": _rule(
+            "has(self.maxPercent) || has(self.maxIncreasePoints)",
+            "set maxPercent, maxIncreasePoints or both",
+        ),
+    }
+
+
+def _health_checks() -> Schema:
+    """``spec.healthChecks``: what a structural schema and CEL can say (a query's PromQL is
+    parsed by the models: CEL cannot parse it)."""
+    query = {
+        "type": "object",
+        "required": ["name", "promql", "healthyWhen"],
+        "properties": {
+            "name": {"type": "string", "pattern": DNS_LABEL_PATTERN, "maxLength": 63},
+            "promql": {"type": "string", "minLength": 1, "maxLength": PROMQL_MAX},
+            "healthyWhen": {"type": "string", "enum": list(COMPARISONS)},
+            "threshold": {"type": "number"},
+            "maxIncreasePercent": {"type": "integer", "minimum": 1, "maximum": 100_000},
+        },
+        "x-kubernetes-validations": _rule(
+            "has(self.threshold) || has(self.maxIncreasePercent)",
+            "set threshold, maxIncreasePercent or both",
+        ),
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "cpuThrottling": _bounds(),
+            "memoryHeadroom": _bounds(),
+            "queries": {
+                "type": "array",
+                "maxItems": QUERIES_MAX,
+                "items": query,
+                "x-kubernetes-validations": _rule(
+                    "self.all(q, self.exists_one(r, r.name == q.name))",
+                    "query names must not repeat",
+                ),
+            },
+            "onPrometheusError": {
+                "type": "string",
+                "enum": ["hold", "pass", "fail"],
+                "default": "hold",
+            },
+        },
+        "x-kubernetes-validations": _rule(
+            "has(self.cpuThrottling) || has(self.memoryHeadroom)"
+            " || (has(self.queries) && size(self.queries) > 0)",
+            "name at least one check: cpuThrottling, memoryHeadroom or queries",
+        ),
     }
 
 
@@ -203,6 +265,7 @@ def spec_schema(cluster: bool) -> Schema:
                 "default": 0,
             },
             "enableMonitoringReopen": {"type": "boolean", "default": True},
+            "healthChecks": _health_checks(),
         },
     }
     return described(schema, ClusterRollbackPolicySpec if cluster else RollbackPolicySpec)

@@ -492,6 +492,12 @@ def describe_text(
         at = f" (at {sample.observed_at.isoformat()})" if sample.observed_at else ""
         label = "At verdict:  " if verdict else "Last sample: "
         lines.append(f"{label} {_tally(sample, state)}{at}")
+    health = state.last_health
+    if health is not None and health.unavailable is not None:
+        lines.append(f"Health:       not judged: {health.unavailable}")
+    for check in health.checks if health is not None else []:
+        judged = "passed" if check.passed else "FAILED"
+        lines.append(f"Health:       {check.name} {judged}: {check.message} (bound {check.bound})")
     if isinstance(cohort, LiveCohort):
         lines.append(f"Cohort now:   {cohort.text(state)}")
         if cohort.template and any(r != cohort.template for r in cohort.running):

@@ -20,6 +20,7 @@ import itertools
 import json
 import random
 import re
+import socket
 import threading
 import time
 import uuid
@@ -520,6 +521,17 @@ class Fault:
         return rng.random() < self.probability
 
 
+def free_port() -> int:
+    """A TCP port free on this machine now (for a server this process is about to start)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+CADVISOR_PATH = re.compile(r"/api/v1/nodes/([^/]+)/proxy/metrics/cadvisor")
+
+
 class KubeEmulator:
     """The HTTP face of ``Store``: ``with KubeEmulator() as api: api.url``."""
 
@@ -537,6 +549,9 @@ class KubeEmulator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
+        # A node's cAdvisor metrics by node name, as a kubelet serves them through the API
+        # server's proxy (``SimulatedCluster.cadvisor``); None: not served.
+        self.cadvisor: Callable[[str], str] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -638,6 +653,9 @@ class KubeEmulator:
             headers = {"Retry-After": "1"} if fault.status == 429 else None
             return web.json_response(error.body(), status=fault.status, headers=headers)
         try:
+            node = CADVISOR_PATH.fullmatch(http.path)
+            if node is not None and self.cadvisor is not None:  # a kubelet's, through the proxy
+                return web.Response(text=self.cadvisor(node[1]), content_type="text/plain")
             if http.path in ("/version", "/version/"):
                 return web.json_response(
                     {"major": "1", "minor": "34", "gitVersion": "v1.34.0-emulator"}

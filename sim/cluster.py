@@ -92,6 +92,9 @@ class Behaviour:
     working_set: str | None = None  # memory it needs; below it the container is OOMKilled
     startup: float = 0.5  # seconds from scheduling to Ready
     run_for: float | None = None  # Job pods: seconds until Succeeded
+    # CPU it would use, in cores (e.g. "800m"): a CPU limit below it throttles the container
+    # (the share of CFS periods throttled is 1 - limit/usage); None: idle.
+    cpu: str | None = None
 
 
 @dataclass
@@ -243,6 +246,10 @@ class SimulatedCluster:
         self._thread: threading.Thread | None = None
         self.resizes: list[tuple[str, str]] = []  # (pod, "requests/limits json") actuated
         self._pod_workload: dict[tuple[str, str], Workload] = {}
+        # (namespace, pod, container) -> [CFS periods, throttled periods, monotonic time of the
+        # last account]: what ``cadvisor`` serves
+        self._cfs: dict[tuple[str, str, str], list[float]] = {}
+        self._metrics_lock = threading.Lock()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -581,6 +588,9 @@ class SimulatedCluster:
                 self._event(parent, "SuccessfulDelete", f"Deleted pod: {meta['name']}", controller)
             for c in pod["spec"]["containers"]:
                 self._event(_reference(pod), "Killing", f"Stopping container {c['name']}")
+        with self._metrics_lock:  # cAdvisor forgets a container that is gone
+            for c in pod["spec"]["containers"]:
+                self._cfs.pop((meta["namespace"], meta["name"], c["name"]), None)
 
     def _event(
         self,
@@ -879,6 +889,7 @@ class SimulatedCluster:
         set (CrashLoopBackOff after a few restarts); a container a resize restarted is not ready
         for its startup time. True when it is ready."""
         uid, ref = pod["metadata"]["uid"], _reference(pod)
+        self._account(pod, name, cs, behaviour, now)
         if not cs.get("state"):  # its first start
             self._event(ref, "Started", f"Started container {name}")
         restarted = self._clock.get(f"{uid}/{name}/restart")
@@ -919,6 +930,54 @@ class SimulatedCluster:
         )
         cs["ready"] = False
         return False
+
+    def _account(self, pod: Obj, name: str, cs: Obj, behaviour: Behaviour, now: float) -> None:
+        """cAdvisor's counters of one running container since the last tick: CFS periods (one
+        per 100 ms) and those throttled (the share its CPU limit leaves of its usage)."""
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"], name)
+        with self._metrics_lock:
+            cfs = self._cfs.setdefault(key, [0.0, 0.0, now])
+            elapsed, cfs[2] = max(0.0, now - cfs[2]), now
+            limit = dig(cs, "resources", "limits", "cpu")
+            throttled = 0.0
+            if behaviour.cpu is not None and limit is not None:
+                usage, quota = parse_quantity(behaviour.cpu), parse_quantity(str(limit))
+                throttled = float(max(Decimal(0), 1 - quota / usage)) if usage > 0 else 0.0
+            cfs[0] += elapsed * 10
+            cfs[1] += elapsed * 10 * throttled
+
+    def cadvisor(self, node: str) -> str:
+        """The metrics a kubelet's cAdvisor serves for the containers running on ``node``
+        (``/api/v1/nodes/<node>/proxy/metrics/cadvisor``): CFS periods and throttled periods,
+        the working set, the memory limit (0 when none)."""
+        lines = [
+            "# TYPE container_cpu_cfs_periods_total counter",
+            "# TYPE container_cpu_cfs_throttled_periods_total counter",
+            "# TYPE container_memory_working_set_bytes gauge",
+            "# TYPE container_spec_memory_limit_bytes gauge",
+        ]
+        for pod in self.store.items("Pod"):
+            if dig(pod, "spec", "nodeName") != node or dig(pod, "status", "phase") != "Running":
+                continue
+            meta = pod["metadata"]
+            for cs in dig(pod, "status", "containerStatuses") or []:
+                if "running" not in (cs.get("state") or {}):
+                    continue
+                key = (meta["namespace"], meta["name"], cs["name"])
+                labels = f'namespace="{key[0]}",pod="{key[1]}",container="{key[2]}"'
+                with self._metrics_lock:
+                    periods, throttled, _ = self._cfs.get(key, [0.0, 0.0, 0.0])
+                limit = dig(cs, "resources", "limits", "memory")
+                working = self._behaviour(pod, cs["name"]).working_set
+                lines += [
+                    f"container_cpu_cfs_periods_total{{{labels}}} {int(periods)}",
+                    f"container_cpu_cfs_throttled_periods_total{{{labels}}} {int(throttled)}",
+                    f"container_memory_working_set_bytes{{{labels}}}"
+                    f" {int(parse_quantity(working)) if working else 0}",
+                    f"container_spec_memory_limit_bytes{{{labels}}}"
+                    f" {int(parse_quantity(str(limit))) if limit else 0}",
+                ]
+        return "\n".join(lines) + "\n"
 
     def _resize(self, pod: Obj, statuses: dict[str, Obj]) -> Obj | None:
         """Actuate a spec change on a running pod, or say why it cannot be (Infeasible/Deferred)."""

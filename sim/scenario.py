@@ -42,7 +42,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -69,7 +68,7 @@ from pydantic.alias_generators import to_camel
 from activities.cohort import pod_state
 from activities.kubetime import kube_now, kube_time
 from activities.lookup import WORKLOAD_KINDS, OwnerLookup
-from sim.apiserver import ApiError, KubeEmulator, Request
+from sim.apiserver import ApiError, KubeEmulator, Request, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
 from sim.expect import Expectation, Facts, check
@@ -416,13 +415,6 @@ def _pod_status(pod: Obj) -> Obj:
 
 def owner_key(kind: str, namespace: str, name: str) -> str:
     return f"{namespace}/{kind}/{name}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Recorder:

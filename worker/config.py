@@ -320,6 +320,9 @@ class WorkerConfig(_OneCluster):
     pod: tuple[str, str] | None = None
     # How long a pod must have been Ready to count at the verdict (Kubex's minReadyDuration).
     min_ready: timedelta = DEFAULT_MIN_READY
+    # The Prometheus HTTP API the policies' health checks ask (None: none; such a check then
+    # meets its policy's onPrometheusError).
+    prometheus_url: str | None = None
 
     @classmethod
     def from_args(
@@ -347,7 +350,15 @@ class WorkerConfig(_OneCluster):
             _notifications(args, env),
             _own_pod(env),
             _min_ready(args, env),
+            _prometheus_url(args, env),
         )
+
+
+def _prometheus_url(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    raw = getattr(args, "prometheus_url", None) or _env(env, "ROLLBACK_PROMETHEUS_URL")
+    if raw is not None and not re.match(r"^https?://[^/\s]+", raw):
+        raise ConfigError(f"--prometheus-url: {raw!r} is not an http(s) URL")
+    return raw
 
 
 def _min_ready(args: argparse.Namespace, env: Mapping[str, str]) -> timedelta:

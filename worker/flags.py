@@ -132,6 +132,13 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
         f" {DEFAULT_MIN_READY.seconds}s, as Kubex's minReadyDuration)",
     )
     group.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="the Prometheus the policies' health checks ask, e.g. http://prometheus:9090"
+        " (ROLLBACK_PROMETHEUS_URL; default none: a health check meets its policy's"
+        " onPrometheusError)",
+    )
+    group.add_argument(
         "--notifications",
         metavar="FILE",
         help="notification receivers, YAML (ROLLBACK_NOTIFICATIONS; default none; the docs'"

@@ -26,6 +26,7 @@ from kubernetes.client import ApiClient, Configuration, CoreV1Api, CustomObjects
 from temporalio.common import MetricMeter
 from urllib3.util.retry import Retry
 
+from activities.health import Prometheus
 from activities.kubernetes import KubernetesActivities
 from activities.notify import NotificationConfig
 from worker.flags import DEFAULT_READ_TIMEOUT
@@ -142,6 +143,7 @@ def activities_for(
     notifications: NotificationConfig | None = None,
     protection: Protection = PROTECTED,
     min_ready: timedelta = timedelta(0),
+    prometheus_url: str | None = None,
 ) -> KubernetesActivities:
     return KubernetesActivities(
         CoreV1Api(client),
@@ -150,4 +152,5 @@ def activities_for(
         notifications=notifications,
         protection=protection,
         min_ready=min_ready,
+        prometheus=Prometheus(prometheus_url) if prometheus_url else None,
     )

@@ -204,6 +204,7 @@ async def serve(
                 worker.notifications,
                 worker.kube.protection,
                 worker.min_ready,
+                worker.prometheus_url,
             )
             queue = worker.temporal.task_queue
             guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)

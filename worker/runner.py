@@ -37,9 +37,10 @@ def activity_methods(implementation: object) -> list[Callable[..., Any]]:
 # package is imported once and shared instead of re-imported per run: it is deterministic by
 # construction (no I/O, no clock, no randomness; import-linter and the replay tests hold it
 # there), and re-importing it, pydantic models and all, cost most of a cached workflow's memory
-# (bench/RESULTS.md, "Memory").
+# (bench/RESULTS.md, "Memory"). ``promql_parser`` (a compiled parser the policy models check
+# queries with, which keeps no state) is shared too.
 SANDBOXED = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+    restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows", "promql_parser")
 )
 
 # Workflows kept in memory between tasks. A monitoring window waits on one timer and wakes once

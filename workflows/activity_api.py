@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field
 from workflows.contract import EventReason, FailureReason, RollbackTarget, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.pause import Pause
-from workflows.policy import AnyPolicy, PolicyBehaviour
+from workflows.policy import AnyPolicy, HealthChecks, PolicyBehaviour
 from workflows.state import CamelModel, OwnerState, PolicyRef, ResourceSnapshot
 
 
@@ -195,12 +195,47 @@ class ReapplyInput(OwnerInput):
     recommendation: Recommendation
 
 
+# --- check_health ----------------------------------------------------------------------------
+
+
+class HealthInput(OwnerInput):
+    """The policy's health checks, asked of Prometheus at the window's end."""
+
+    checks: HealthChecks
+    window_started_at: datetime
+    window_ends_at: datetime
+
+
+class CheckResult(CamelModel):
+    """One check at the verdict: its value against its bound."""
+
+    name: str  # cpuThrottling, memoryHeadroom, or the query's name
+    reason: FailureReason  # what the attempt fails as when this check does
+    value: float | None = None  # a percent for the built-in checks, the query's value else
+    baseline: float | None = None  # the same, before the resize
+    bound: str = ""
+    passed: bool
+    message: str = ""
+
+
+class HealthResult(CamelModel):
+    checks: list[CheckResult] = Field(default_factory=list)
+    queries: int = 0  # sent to Prometheus
+    # Prometheus could not answer (after the retries) and the policy passes or fails then.
+    unavailable: str | None = None
+
+    def failed(self) -> CheckResult | None:
+        return next((c for c in self.checks if not c.passed), None)
+
+
 LOAD_OWNER = "load_owner"
 RESOLVE_POLICY = "resolve_policy"
 SAMPLE_COHORT = "sample_cohort"
 RECORD_TRANSITION = "record_transition"
 ROLL_BACK = "roll_back"
 REAPPLY_RECOMMENDATION = "reapply_recommendation"
+CHECK_HEALTH = "check_health"
+PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"  # check_health's error: no URL given
 # Short reads and state records: run as local activities (``workflows.rollback``). The rollback
 # and the re-apply stay regular activities, each its own step in the UI.
 LOCAL = frozenset({LOAD_OWNER, RESOLVE_POLICY, SAMPLE_COHORT, RECORD_TRANSITION})

@@ -144,10 +144,16 @@ class FailureReason(StrEnum):
     UNEXPECTED_ERROR = "unexpectedError"  # a bug met on this object: logged with its traceback
     # the run belongs to another cluster than the worker's (a task queue shared by mistake)
     FOREIGN_CLUSTER = "foreignCluster"
+    # health that kills nothing, from Prometheus (docs/concepts/health-checks.md)
+    CPU_THROTTLED = "cpuThrottled"
+    MEMORY_HEADROOM_LOW = "memoryHeadroomLow"
+    HEALTH_CHECK_FAILED = "healthCheckFailed"  # a query of the policy's, or Prometheus (fail)
 
 
 class EventReason(StrEnum):
     PAUSED = "RollbackPaused"  # a verdict or an actuation held by a pause (workflows.pause)
+    # Prometheus could not answer a verdict's health checks: held, passed or failed, as asked
+    HEALTH_UNAVAILABLE = "RollbackHealthCheckUnavailable"
     MONITORING_STARTED = "RollbackMonitoringStarted"
     MONITORING_SUCCEEDED = "RollbackMonitoringSucceeded"
     ROLLING_BACK_STARTED = "RollbackRollingBackStarted"

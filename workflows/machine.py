@@ -42,6 +42,7 @@ from pydantic import Field
 from workflows.activity_api import (
     ActuationResult,
     CohortSample,
+    HealthResult,
     LoadOwnerResult,
     OwnerRef,
     PolicySettings,
@@ -125,6 +126,7 @@ class RollbackState(CamelModel):
     next_sample_at: datetime | None = None
     backoff_ends_at: datetime | None = None
     last_sample: CohortSample | None = None
+    last_health: HealthResult | None = None  # the verdict's health checks, when it asked
     samples_taken: int = 0
     transitions: int = 0
     last_transition_time: datetime | None = None
@@ -202,6 +204,9 @@ class AttemptStarted:
 class Sampled:
     now: datetime
     sample: CohortSample
+    # The verdict's health checks (``health_due``), when the policy has some and adoption
+    # passed: failing ones roll back; None when none were asked.
+    health: HealthResult | None = None
 
 
 @dataclass(frozen=True)
@@ -453,6 +458,7 @@ def _window(
         "backoff_ends_at": None,
         "baseline": baseline if known else None,
         "last_sample": None,
+        "last_health": None,
     }
 
 
@@ -591,13 +597,27 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
         update={
             "baseline": state.baseline if state.baseline is not None else _baseline(sample),
             "last_sample": sample,
+            "last_health": obs.health if obs.health is not None else state.last_health,
             "samples_taken": state.samples_taken + 1,
             "next_sample_at": _next_sample_at(state),
         }
     )
     if obs.now < window_ends_at:
         return Decision(state)
-    return _evaluate(state, policy, sample, obs.now)
+    return _evaluate(state, policy, sample, obs.now, obs.health)
+
+
+def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> bool:
+    """Whether this sample is a verdict that passes adoption under a policy with health checks:
+    then Prometheus is asked before the verdict is decided (only then: a verdict that fails
+    adoption rolls back whatever Prometheus says)."""
+    policy, ends = state.policy, state.window_ends_at
+    if policy is None or policy.health_checks is None or ends is None or now < ends:
+        return False
+    if state.mode is not Mode.MONITORING or not sample.exists or sample.error:
+        return False
+    baseline = state.baseline if state.baseline is not None else _baseline(sample)
+    return sample.adopted_healthy >= required_adopters(baseline, policy.adoption_threshold_percent)
 
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
@@ -616,14 +636,23 @@ def _baseline(sample: CohortSample) -> int:
 
 
 def _evaluate(
-    state: RollbackState, policy: PolicySettings, sample: CohortSample, now: datetime
+    state: RollbackState,
+    policy: PolicySettings,
+    sample: CohortSample,
+    now: datetime,
+    health: HealthResult | None = None,
 ) -> Decision:
     assert state.baseline is not None
     required = required_adopters(state.baseline, policy.adoption_threshold_percent)
     tally = (
         f"{sample.adopted_healthy}/{state.baseline} pods adopted and healthy, {required} required"
     )
-    if sample.adopted_healthy >= required:
+    unhealthy = _unhealthy(health, policy)
+    if unhealthy is not None:  # adopted, but what kills nothing hurts: roll back
+        tally = f"{tally}; {unhealthy[1]}"
+    elif health is not None:
+        tally = f"{tally}; {_health_text(health)}"
+    if unhealthy is None and sample.adopted_healthy >= required:
         succeeded = _transition(
             state,
             now,
@@ -635,7 +664,11 @@ def _evaluate(
             succeeded,
             [Record(EventReason.MONITORING_SUCCEEDED, message, clear_rollback_recommendation=True)],
         )
-    reason = dominant_reason(sample.unhealthy) or FailureReason.ADOPTION_THRESHOLD_NOT_MET
+    reason = (
+        unhealthy[0]
+        if unhealthy is not None
+        else dominant_reason(sample.unhealthy) or FailureReason.ADOPTION_THRESHOLD_NOT_MET
+    )
     problem = (
         f"{sample.message} on recommendation {state.fingerprint} ({tally})"
         if sample.message
@@ -690,6 +723,30 @@ def _evaluate(
             RollBack(policy.rollback_target, resources, observe_only=policy.observe_only),
         ],
     )
+
+
+def _unhealthy(
+    health: HealthResult | None, policy: PolicySettings
+) -> tuple[FailureReason, str] | None:
+    """The failure a verdict's health checks make of it: the first failing check's, or
+    Prometheus's unavailability under ``onPrometheusError: fail``."""
+    if health is None:
+        return None
+    if health.unavailable is not None:
+        checks = policy.health_checks
+        if checks is not None and checks.on_prometheus_error == "fail":
+            return FailureReason.HEALTH_CHECK_FAILED, f"health checks failed: {health.unavailable}"
+        return None
+    failed = health.failed()
+    return (
+        (failed.reason, f"health check {failed.name} failed: {failed.message}") if failed else None
+    )
+
+
+def _health_text(health: HealthResult) -> str:
+    if health.unavailable is not None:
+        return f"health checks not judged ({health.unavailable}); onPrometheusError: pass"
+    return "health checks passed: " + "; ".join(c.message for c in health.checks)
 
 
 def _merge(previous: ResourceSnapshot | None, rec: Recommendation) -> ResourceSnapshot:

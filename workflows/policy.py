@@ -14,12 +14,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
+import promql_parser
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     model_validator,
 )
@@ -240,6 +242,145 @@ class Backoff(Model):
         return self
 
 
+# --- health checks from Prometheus (docs/concepts/health-checks.md) -------------------------
+
+PROMQL_MAX = 4096  # characters of one custom query
+QUERIES_MAX = 10  # custom queries per policy
+# What a custom query may name, each replaced when it runs: the workload's namespace, its
+# name, a regular expression of its pods' names, and the window's length as PromQL writes it.
+PROMQL_VARIABLES = {"$namespace": "shop", "$owner": "api", "$pods": "api-.+", "$window": "5m"}
+COMPARISONS = ("<", "<=", ">", ">=")
+
+
+def valid_promql(text: str) -> str:
+    """``text`` with its variables filled in parses as PromQL (the same parser's grammar as
+    Prometheus's); else a ValueError saying why."""
+    filled = text
+    for name, sample in PROMQL_VARIABLES.items():
+        filled = filled.replace(name, sample)
+    try:
+        promql_parser.parse(filled)
+    except ValueError as exc:
+        raise ValueError(f"not valid PromQL: {exc}{_where(text)}") from None
+    return text
+
+
+def _where(query: str) -> str:
+    """Where the first bracket that does not match is, if one does not (``at column N``)."""
+    opened: list[tuple[str, int]] = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    quote: str | None = None
+    for column, char in enumerate(query, start=1):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'`":
+            quote = char
+        elif char in "([{":
+            opened.append((char, column))
+        elif char in pairs:
+            if not opened or opened[-1][0] != pairs[char]:
+                return f" (at column {column}: {char!r} closes nothing)"
+            opened.pop()
+    return f" (at column {opened[-1][1]}: {opened[-1][0]!r} is never closed)" if opened else ""
+
+
+Percent = Annotated[StrictInt, Field(ge=1, le=100)]
+
+
+class _Bounds(Model):
+    max_percent: Percent | None = Field(
+        default=None, description="Unhealthy above this percent, in any container."
+    )
+    max_increase_points: Percent | None = Field(
+        default=None,
+        description="Unhealthy when a container's percent rises by more than these points over"
+        " the same workload's baseline (the same length of time before the resize).",
+    )
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> Self:
+        if self.max_percent is None and self.max_increase_points is None:
+            raise ValueError("set maxPercent, maxIncreasePoints or both")
+        return self
+
+
+class CpuThrottlingCheck(_Bounds):
+    """CPU throttling of each container over the window: its CFS throttled periods over its
+    periods (cAdvisor's container_cpu_cfs_throttled_periods_total and _periods_total)."""
+
+
+class MemoryHeadroomCheck(_Bounds):
+    """Memory used by each container over the window: its highest working set over its memory
+    limit (cAdvisor's container_memory_working_set_bytes and container_spec_memory_limit_bytes),
+    so a cut that leaves no room for the next peak is rolled back before it is OOMKilled."""
+
+
+class QueryCheck(Model):
+    """A PromQL query of your own, such as an SLO's error rate or latency, judged against a
+    threshold, or against the same query over the baseline."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)] = Field(
+        description="The check's name, as the failure (healthCheckFailed) names it."
+    )
+    promql: Annotated[
+        str, Field(min_length=1, max_length=PROMQL_MAX), AfterValidator(valid_promql)
+    ] = Field(
+        description="An instant query returning one or more series, evaluated at the window's"
+        " end; $namespace, $owner, $pods (a regular expression of the pods' names) and $window"
+        " are replaced. The highest value (the lowest, for > and >=) is judged."
+    )
+    healthy_when: Literal["<", "<=", ">", ">="] = Field(
+        description="How the value compares with the threshold when the workload is healthy."
+    )
+    threshold: StrictFloat | None = Field(
+        default=None, description="The bound the value is compared with."
+    )
+    max_increase_percent: Annotated[StrictInt, Field(ge=1, le=100_000)] | None = Field(
+        default=None,
+        description="Unhealthy when the value is worse than the baseline's (the same query,"
+        " the same length of time before the resize) by more than this percent.",
+    )
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> Self:
+        if self.threshold is None and self.max_increase_percent is None:
+            raise ValueError("set threshold, maxIncreasePercent or both")
+        return self
+
+
+def _unique_names(queries: list[QueryCheck]) -> list[QueryCheck]:
+    names = [q.name for q in queries]
+    if len(set(names)) != len(names):
+        raise ValueError("query names must not repeat")
+    return queries
+
+
+class HealthChecks(Model):
+    """Health that kills nothing, judged from Prometheus at the window's end, after adoption."""
+
+    cpu_throttling: CpuThrottlingCheck | None = Field(
+        default=None, description="Roll back a cut that throttles the CPU (cpuThrottled)."
+    )
+    memory_headroom: MemoryHeadroomCheck | None = Field(
+        default=None,
+        description="Roll back a cut that leaves too little memory (memoryHeadroomLow).",
+    )
+    queries: Annotated[
+        list[QueryCheck], Field(max_length=QUERIES_MAX), AfterValidator(_unique_names)
+    ] = Field(default_factory=list, description="Queries of your own (healthCheckFailed).")
+    on_prometheus_error: Literal["hold", "pass", "fail"] = Field(
+        default="hold",
+        description="When Prometheus cannot answer (unreachable, a query error, no data) after"
+        " its retries: hold the verdict and ask again, pass, or fail (healthCheckFailed).",
+    )
+
+    @model_validator(mode="after")
+    def _a_check(self) -> Self:
+        if not (self.cpu_throttling or self.memory_headroom or self.queries):
+            raise ValueError("name at least one check: cpuThrottling, memoryHeadroom or queries")
+        return self
+
+
 class PolicyBehaviour(Model):
     """The spec fields that drive an attempt: everything but ``scope`` and ``weight`` (which only
     choose the policy). The workflow carries exactly these (``PolicySettings``)."""
@@ -261,6 +402,11 @@ class PolicyBehaviour(Model):
         default=True,
         description="false: a replacement pod with the same recommendation does not reopen a"
         " succeeded turn; only a new recommendation starts a fresh one.",
+    )
+    health_checks: HealthChecks | None = Field(
+        default=None,
+        description="Checks from Prometheus at the window's end: CPU throttling, memory"
+        " headroom, queries of your own; an optional field beyond Kubex's policies.",
     )
 
 

@@ -24,6 +24,7 @@ a verdict decides on what it sees then. A hold sets the ``RollbackHeld`` search 
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -47,6 +48,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_api import (
+        CHECK_HEALTH,
         LOAD_OWNER,
         LOCAL,
         NON_RETRYABLE_ERRORS,
@@ -57,6 +59,8 @@ with workflow.unsafe.imports_passed_through():
         SAMPLE_COHORT,
         ActuationResult,
         CohortSample,
+        HealthInput,
+        HealthResult,
         LoadOwnerInput,
         LoadOwnerResult,
         OwnerRef,
@@ -69,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         RollBackInput,
         SampleCohortInput,
     )
-    from workflows.contract import FailureReason, Mode, SearchAttribute, check_cluster
+    from workflows.contract import EventReason, FailureReason, Mode, SearchAttribute, check_cluster
     from workflows.durations import Duration
     from workflows.fingerprint import Recommendation
     from workflows.machine import (
@@ -91,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         SampleFailed,
         StartOver,
         decide,
+        health_due,
         initial_state,
         news_after_start,
     )
@@ -114,6 +119,17 @@ VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_
 # A held step looks again at least this often: the intake signals ``resume`` when a pause
 # annotation goes, but a term that ended before it could is caught up with here.
 PAUSE_RECHECK = timedelta(minutes=10)
+# Health checks (docs/concepts/health-checks.md): Prometheus is asked a few times over about a
+# minute; then the policy's onPrometheusError says what the verdict does. A held verdict asks
+# again after HEALTH_RECHECK.
+HEALTH_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=5,
+    non_retryable_error_types=NON_RETRYABLE_ERRORS,
+)
+HEALTH_RECHECK = timedelta(minutes=1)
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -275,6 +291,7 @@ class RollbackWorkflow:
         # continue-as-new, or upserted since), by name: an upsert carries only what differs.
         self._shown: dict[str, Any] = {}
         self._resumes = 0  # resume signals received
+        self._health_holds = 0  # verdicts held for Prometheus in this run
 
     # --- signals and query -------------------------------------------------------------------
 
@@ -436,6 +453,10 @@ class RollbackWorkflow:
         sampled = await self._sample(final=workflow.now() >= state.window_ends_at)
         if isinstance(sampled, Sampled) and sampled.sample.paused is not None:
             await self._hold(sampled.sample.paused, "verdict", True, resumes)
+        elif isinstance(sampled, Sampled) and health_due(state, sampled.sample, sampled.now):
+            health = await self._check_health(state)
+            if health is not None:  # else held: the verdict is taken again, sampled afresh
+                await self._step(state, dataclasses.replace(sampled, health=health))
         else:
             await self._step(state, sampled)
         self._samples_this_run += 1
@@ -463,6 +484,45 @@ class RollbackWorkflow:
                 timeout_summary="pause ends, or look again",
             )
         self._held = None
+
+    async def _check_health(self, state: RollbackState) -> HealthResult | None:
+        """The policy's health checks at the window's end; when Prometheus cannot answer within
+        its retries, what ``onPrometheusError`` says: a result that passes or fails the verdict,
+        or (hold) None after a Warning Event and a wait of ``HEALTH_RECHECK``."""
+        checks = state.policy.health_checks if state.policy else None
+        assert checks is not None and state.window_started_at and state.window_ends_at
+        request = HealthInput(
+            cluster=self.cluster,
+            owner=state.owner,
+            checks=checks,
+            window_started_at=state.window_started_at,
+            window_ends_at=state.window_ends_at,
+        )
+        try:
+            return await self._activity(
+                CHECK_HEALTH,
+                request,
+                HealthResult,
+                summary=f"health checks of {state.fingerprint} at the window's end",
+                retry=HEALTH_RETRY,
+            )
+        except ActivityError as err:
+            why = str(err.cause or err)
+        if checks.on_prometheus_error != "hold":
+            return HealthResult(unavailable=why)
+        self._health_holds += 1
+        message = (
+            f"Health checks of recommendation {state.fingerprint} not judged: {why};"
+            f" the verdict waits (onPrometheusError: hold) and asks again in"
+            f" {int(HEALTH_RECHECK.total_seconds())}s"
+        )
+        await self._record(
+            Record(EventReason.HEALTH_UNAVAILABLE, message, warning=True),
+            event_id=f"{workflow.info().run_id}.{state.transitions}.health-{self._health_holds}",
+        )
+        workflow.set_current_details(f"**Held**: the verdict waits for Prometheus: {why}")
+        await self._wait(workflow.now() + HEALTH_RECHECK, "ask Prometheus again")
+        return None
 
     async def _sample(self, final: bool) -> Sampled | SampleFailed:
         state = self.state
@@ -676,7 +736,7 @@ class RollbackWorkflow:
                 "rollback_time_to_verdict", "from a window opening to its verdict", "duration"
             ).record(workflow.now() - opened, {"verdict": state.mode.value})
 
-    async def _record(self, effect: Record) -> None:
+    async def _record(self, effect: Record, event_id: str | None = None) -> None:
         state = self.state
         workflow.logger.info(
             "%s: %s turn %d: %s",
@@ -695,7 +755,7 @@ class RollbackWorkflow:
                 event_reason=effect.event_reason,
                 event_message=effect.message,
                 event_type="Warning" if effect.warning else "Normal",
-                event_id=f"{workflow.info().run_id}.{state.transitions}",
+                event_id=event_id or f"{workflow.info().run_id}.{state.transitions}",
                 clear_rollback_recommendation=effect.clear_rollback_recommendation,
             ),
             RecordTransitionResult,

@@ -8,11 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import shutil
-import subprocess
 import tempfile
-import urllib.parse
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +17,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from sim.prometheus import LocalPrometheus
 from sim.scenario import DEFAULT_CLUSTER, Apply, Scenario, Step, World, free_port
 from tests.conftest import ROOT
 from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
@@ -45,56 +42,18 @@ def dashboard_queries() -> list[str]:
     ]
 
 
-class Prometheus:
-    def __init__(self, workdir: Path, targets: list[str], rules: Path) -> None:
-        binary = shutil.which("prometheus")
-        assert binary, "prometheus not installed: apt-get install prometheus (.ci/run does)"
-        self.port = free_port()
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                    "rule_files": [str(rules)],
-                    "scrape_configs": [
-                        {"job_name": "rollback", "static_configs": [{"targets": targets}]}
-                    ],
-                }
-            )
-        )
-        self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(workdir / "prometheus.log").open("wb"),
-        )
+class Prometheus(LocalPrometheus):
+    """Scraping the engine's own metrics endpoints, with the chart's alert rules."""
 
-    def get(self, path: str, **params: str) -> Any:
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        url = f"http://127.0.0.1:{self.port}{path}{query}"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return json.loads(response.read())
+    def __init__(self, workdir: Path, targets: list[str], rules: Path) -> None:
+        scrape = [{"job_name": "rollback", "static_configs": [{"targets": targets}]}]
+        super().__init__(workdir, scrape, [rules])
 
     def query(self, expr: str) -> list[Any]:
         answer = self.get("/api/v1/query", query=expr)
         assert answer["status"] == "success", (expr, answer)
         result: list[Any] = answer["data"]["result"]
         return result
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(20)
 
 
 @pytest.fixture

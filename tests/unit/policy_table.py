@@ -317,4 +317,65 @@ CASES: list[Any] = [
         "spec.backoff.timePeriod",
         id="backoff-overflow",
     ),
-]
+    # Health checks from Prometheus: an optional field beyond Kubex's.
+    pytest.param(
+        policy_doc(RP, healthChecks={"cpuThrottling": {"maxPercent": 25}}), None, id="hc-cpu"
+    ),
+    pytest.param(
+        policy_doc(
+            CRP,
+            healthChecks={
+                "memoryHeadroom": {"maxPercent": 90, "maxIncreasePoints": 10},
+                "queries": [
+                    {"name": "p99", "healthyWhen": "<", "threshold": 0.25,
+                     "promql": 'histogram_quantile(0.99, sum by (le) (rate('
+                               'http_request_duration_seconds_bucket{namespace="$namespace",'
+                               'pod=~"$pods"}[$window])))'},
+                    {"name": "errors", "healthyWhen": "<=", "maxIncreasePercent": 50,
+                     "promql": 'sum(rate(http_errors_total{pod=~"$pods"}[$window]))'},
+                ],
+                "onPrometheusError": "fail",
+            },
+        ),
+        None,
+        id="hc-all",
+    ),
+    pytest.param(policy_doc(RP, healthChecks={}), "spec.healthChecks", id="hc-none-named"),
+    pytest.param(
+        policy_doc(RP, healthChecks={"cpuThrottling": {}}),
+        "spec.healthChecks.cpuThrottling",
+        id="hc-cpu-no-bound",
+    ),
+    pytest.param(
+        policy_doc(RP, healthChecks={"memoryHeadroom": {"maxPercent": 101}}),
+        "spec.healthChecks.memoryHeadroom.maxPercent",
+        id="hc-percent-over-100",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, healthChecks={"queries": [{"name": "q", "promql": "up", "healthyWhen": "<"}]}
+        ),
+        "spec.healthChecks.queries[0]",
+        id="hc-query-no-bound",
+    ),
+    pytest.param(
+        policy_doc(RP, healthChecks={"queries": [
+            {"name": "q", "promql": "up", "healthyWhen": "==", "threshold": 1}]}),
+        "spec.healthChecks.queries[0].healthyWhen",
+        id="hc-query-bad-comparison",
+    ),
+    pytest.param(
+        policy_doc(RP, healthChecks={"queries": [
+            {"name": "q", "promql": "up", "healthyWhen": "<", "threshold": 1},
+            {"name": "q", "promql": "up", "healthyWhen": "<", "threshold": 2}]}),
+        "spec.healthChecks.queries",
+        id="hc-query-names-repeat",
+    ),
+    pytest.param(
+        policy_doc(
+            RP, healthChecks={"onPrometheusError": "ignore", "cpuThrottling": {"maxPercent": 5}}
+        ),
+        "spec.healthChecks.onPrometheusError",
+        id="hc-bad-error-choice",
+    ),
+]  # fmt: skip

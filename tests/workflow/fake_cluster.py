@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from workflows.activity_api import (
+    CHECK_HEALTH,
     LOAD_OWNER,
     REAPPLY_RECOMMENDATION,
     RECORD_TRANSITION,
@@ -24,6 +25,8 @@ from workflows.activity_api import (
     SAMPLE_COHORT,
     ActuationResult,
     CohortSample,
+    HealthInput,
+    HealthResult,
     LoadOwnerInput,
     LoadOwnerResult,
     PolicySettings,
@@ -76,6 +79,9 @@ class FakeOwner:
     # Activity name -> an Event that activity waits for before it answers (load_owner, a held
     # roll_back): a test lands a signal or a query while a read's answer is on its way.
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    # What check_health answers, in order (the last one again once they run out): a result, or
+    # an exception (Prometheus unreachable) to raise.
+    health: list[HealthResult | Exception] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.pods:
@@ -137,6 +143,17 @@ class FakeCluster:
         self._count(RESOLVE_POLICY)
         owner = self._owner(input.owner)
         return ResolvePolicyResult(exists=owner is not None, policy=owner.policy if owner else None)
+
+    @activity.defn(name=CHECK_HEALTH)
+    async def check_health(self, input: HealthInput) -> HealthResult:
+        self._count(CHECK_HEALTH)
+        owner = self._owner(input.owner)
+        assert owner is not None and owner.health, "check_health asked of an owner with no answer"
+        answer = owner.health.pop(0) if len(owner.health) > 1 else owner.health[0]
+        owner.journal.append(("health", type(answer).__name__))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     @activity.defn(name=SAMPLE_COHORT)
     async def sample_cohort(self, input: SampleCohortInput) -> CohortSample:

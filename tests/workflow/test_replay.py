@@ -37,7 +37,7 @@ STORIES = {
     "cancel-reopen", "supersede-key-change", "continue-as-new", "worker-restart-monitoring",
     "worker-restart-backingOff", "observe-only", "retry-after-failed-permanent",
     "wakes-nothing-after-failed", "paused-rollback", "local-fallback", "notify.send-failed",
-    "notify.routing-failed", "resume-during-held-read",
+    "notify.routing-failed", "resume-during-held-read", "health-cpu-throttled",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).
