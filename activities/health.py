@@ -58,7 +58,8 @@ class Prometheus:
         try:
             response = self.http.request("GET", url)
         except urllib3.exceptions.HTTPError as exc:
-            raise PrometheusError(f"Prometheus at {self.url} unreachable: {exc}") from None
+            why = str(getattr(exc, "reason", None) or exc).split("): ", 1)[-1]  # not the URL
+            raise PrometheusError(f"Prometheus at {self.url} unreachable: {why}") from None
         try:
             body = json.loads(response.data)
         except ValueError:

@@ -58,6 +58,7 @@ from workflows.contract import (
     ROLLBACK_STATE_ANNOTATION,
     Obj,
 )
+from workflows.durations import parse_duration
 from workflows.fingerprint import (
     MalformedRecommendationError,
     Resources,
@@ -71,6 +72,14 @@ log = logging.getLogger(__name__)
 MERGE = "application/merge-patch+json"
 CRASH_LOOP_AFTER = 2  # restarts before the kubelet reports CrashLoopBackOff
 OOM_EVERY = 1.0  # seconds between OOM kills of an undersized container
+
+
+def _throttled(behaviour: Behaviour, limit: Any) -> float:
+    """The share of CFS periods a container's CPU limit throttles: 1 - limit/usage, or 0."""
+    if behaviour.cpu is None or limit is None:
+        return 0.0
+    usage, quota = parse_quantity(behaviour.cpu), parse_quantity(str(limit))
+    return float(max(Decimal(0), 1 - quota / usage)) if usage > 0 else 0.0
 
 
 def _reference(obj: Obj) -> Obj:
@@ -95,6 +104,10 @@ class Behaviour:
     # CPU it would use, in cores (e.g. "800m"): a CPU limit below it throttles the container
     # (the share of CFS periods throttled is 1 - limit/usage); None: idle.
     cpu: str | None = None
+    # Its requests' latency when unthrottled (e.g. "50ms"), served as the app's own metric
+    # app_request_latency_seconds; throttled, a request takes as much longer as its CPU is cut
+    # (latency / (1 - throttled share)). None: no such metric.
+    latency: str | None = None
 
 
 @dataclass
@@ -939,10 +952,7 @@ class SimulatedCluster:
             cfs = self._cfs.setdefault(key, [0.0, 0.0, now])
             elapsed, cfs[2] = max(0.0, now - cfs[2]), now
             limit = dig(cs, "resources", "limits", "cpu")
-            throttled = 0.0
-            if behaviour.cpu is not None and limit is not None:
-                usage, quota = parse_quantity(behaviour.cpu), parse_quantity(str(limit))
-                throttled = float(max(Decimal(0), 1 - quota / usage)) if usage > 0 else 0.0
+            throttled = _throttled(behaviour, limit)
             cfs[0] += elapsed * 10
             cfs[1] += elapsed * 10 * throttled
 
@@ -968,7 +978,13 @@ class SimulatedCluster:
                 with self._metrics_lock:
                     periods, throttled, _ = self._cfs.get(key, [0.0, 0.0, 0.0])
                 limit = dig(cs, "resources", "limits", "memory")
-                working = self._behaviour(pod, cs["name"]).working_set
+                behaviour = self._behaviour(pod, cs["name"])
+                working = behaviour.working_set
+                if behaviour.latency is not None:
+                    share = _throttled(behaviour, dig(cs, "resources", "limits", "cpu"))
+                    seconds = parse_duration(behaviour.latency).total_seconds()
+                    slowed = seconds / max(1 - share, 0.01)
+                    lines.append(f"app_request_latency_seconds{{{labels}}} {slowed:.6f}")
                 lines += [
                     f"container_cpu_cfs_periods_total{{{labels}}} {int(periods)}",
                     f"container_cpu_cfs_throttled_periods_total{{{labels}}} {int(throttled)}",

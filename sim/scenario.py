@@ -72,6 +72,7 @@ from sim.apiserver import ApiError, KubeEmulator, Request, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
 from sim.expect import Expectation, Facts, check
+from sim.prometheus import LocalPrometheus
 from worker import telemetry
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.flags import DEFAULT_READ_TIMEOUT
@@ -131,6 +132,8 @@ class BehaviourSpec(Model):
     working_set: str | None = None
     startup: float = 0.5
     run_for: float | None = None
+    cpu: str | None = None  # CPU it would use (e.g. 800m): a lower CPU limit throttles it
+    latency: str | None = None  # its requests' latency unthrottled (e.g. 50ms), as a metric
 
 
 class WorkloadSpec(Model):
@@ -212,6 +215,7 @@ class Step(Model):
     delete: Obj | None = None  # any object: {kind, namespace, name}
     kill_worker: Obj | None = None
     restart_temporal: Obj | None = None
+    stop_prometheus: Obj | None = None  # the story's Prometheus goes down ({}): checks fail
     annotate: Annotate | None = None
     pause: PauseStep | None = None
     unpause: Target | None = None
@@ -284,6 +288,9 @@ class Scenario(ClusterSpec):
     # How long a pod must have been Ready to count at a verdict. A story compresses time (its
     # windows last seconds), so 0 unless it says: the engine's own default is Kubex's 10s.
     min_ready_duration: Seconds = 0.0
+    # A real Prometheus (Debian's ``prometheus``) scrapes the cluster's kubelets (cAdvisor,
+    # through the API server proxy) and the worker's health checks ask it.
+    prometheus: bool = False
     clusters: list[ClusterSpec] = Field(default_factory=list)
     expect: dict[str, Expectation] = Field(default_factory=dict)
 
@@ -291,6 +298,8 @@ class Scenario(ClusterSpec):
     def _one_cluster_or_a_fleet(self) -> Self:
         if not self.clusters:
             return self
+        if self.prometheus:
+            raise ValueError("prometheus: a story of one cluster only")
         alone = [f for f in ("workloads", "policies", "objects", "steps") if getattr(self, f)]
         if alone or "nodes" in self.model_fields_set or "cluster" in self.model_fields_set:
             fields = ", ".join(alone or ["nodes/cluster"])
@@ -580,6 +589,7 @@ class WorkerProcess:
         metrics_address: str | None = None,
         cluster: str = DEFAULT_CLUSTER,
         min_ready: float = 0.0,
+        prometheus_url: str | None = None,
     ) -> None:
         self.command = [
             sys.executable,
@@ -600,6 +610,7 @@ class WorkerProcess:
             "--min-ready-duration",
             format_duration(timedelta(seconds=min_ready)),
         ] + (["--metrics-address", metrics_address] if metrics_address else [])
+        self.command += ["--prometheus-url", prometheus_url] if prometheus_url else []
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -675,10 +686,9 @@ class Member:
         for policy in self.spec.policies:
             store.create(policy)
         for w in self.spec.workloads:
-            behaviour = {
-                c: Behaviour(b.working_set, b.startup, b.run_for) for c, b in w.behaviour.items()
-            }
+            behaviour = {c: Behaviour(**b.model_dump()) for c, b in w.behaviour.items()}
             self.sim.add(w.manifest, behaviour, w.pod_template)
+        self.api.cadvisor = self.sim.cadvisor  # what a kubelet serves Prometheus
         self.sim.start()
 
     async def start_engine(self, metrics: tuple[str, str] | None) -> None:
@@ -694,6 +704,7 @@ class Member:
             metrics[0] if metrics else None,
             cluster=self.name,
             min_ready=world.scenario.min_ready_duration,
+            prometheus_url=world.prometheus.url if world.prometheus else None,
         )
         self.worker.start()
         temporal = TemporalConfig.at(world.temporal.address, self.task_queue, self.name)
@@ -829,6 +840,9 @@ class Member:
             await asyncio.sleep(_seconds(step.kill_worker.get("for", "1s")))
             self.worker.start()
             line(f"{t():7.2f}s  {self._where()}step: worker restarted")
+        if step.stop_prometheus is not None and self.world.prometheus is not None:
+            await asyncio.to_thread(self.world.prometheus.stop)
+            line(f"{t():7.2f}s  step: Prometheus stopped")
         if step.restart_temporal is not None:
             temporal = self.world.temporal
             await asyncio.to_thread(temporal.stop)
@@ -913,6 +927,7 @@ class World:
             for spec in scenario.members()
         ]
         self.by_name = {m.name: m for m in self.members}
+        self.prometheus: LocalPrometheus | None = None  # the story's, when it asks for one
 
     # The one cluster of a one-cluster story (the first of a fleet).
     @property
@@ -950,6 +965,12 @@ class World:
     async def start(self) -> None:
         for member in self.members:
             await member.start()
+        if self.scenario.prometheus:
+            nodes = [n.name for n in self.first.spec.nodes]
+            prometheus = LocalPrometheus.of_kubelets(
+                self.workdir / "prometheus", self.api.url, nodes
+            )
+            self.prometheus = await asyncio.to_thread(prometheus.wait_ready)
         await asyncio.to_thread(self.temporal.start)
         if self.engine:
             for member in self.members:
@@ -966,6 +987,8 @@ class World:
         for member in self.members:
             await member.stop()
         await asyncio.to_thread(self.temporal.stop)
+        if self.prometheus is not None:
+            await asyncio.to_thread(self.prometheus.stop)
         for member in self.members:
             member.close()
 

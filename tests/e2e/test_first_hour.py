@@ -194,6 +194,17 @@ def test_the_first_hour_as_printed(clone: Path) -> None:
         assert found is not None, kubectl_line
 
         _banner_commands(clone, look, found[1], found[2])
+        # The banner's link to the failed attempts: the Temporal UI's list, filtered, lists it.
+        link = run.wait_for("In the UI, the failed ones: ").split(": ", 1)[1].strip()
+        listed = Shell(clone, _env()).run(
+            f"{chromium()} --headless --no-sandbox --disable-gpu --virtual-time-budget=10000"
+            f" --dump-dom '{link}' 2>/dev/null"
+        )
+        assert "rollback/sim/shop/Deployment/api" in listed, listed[-2000:]
+        # The Prometheus it started, which the health checks ask, answers.
+        prometheus = run.wait_for("Prometheus: http").split("Prometheus: ", 1)[1].split()[0]
+        with urllib.request.urlopen(f"{prometheus}/api/v1/query?query=up", timeout=10) as r:
+            assert json.loads(r.read())["status"] == "success"
         _used_together(_things_to_try(clone, tries, run))
     finally:
         code = run.ctrl_c() if run.process.poll() is None else run.process.returncode
