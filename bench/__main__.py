@@ -2,7 +2,8 @@
 
 cost    one successful attempt per window length (20s, 5m, 1h at once on one dev server, the real
         workflow and activities against the emulator): history events, activities, timers and
-        Kubernetes requests by verb, which must be the same for every window.
+        Kubernetes requests by verb, which must be the same for every window; and the
+        Prometheus queries of an attempt with health checks (one per check per window end).
 memory  KiB per cached workflow, by workflow runner, each measured in a fresh process.
 burst   pods adopting at once through the intake (its own process, no worker): adoption ->
         workflow started p50/p99, signals per owner, intake requests, CPU and RSS.
@@ -43,7 +44,7 @@ from datetime import UTC, datetime
 from bench.api_cost import api_cost, writes_per_transition
 from bench.burst import burst
 from bench.cli_latency import cli_latency
-from bench.cost import attempt_cost, attempt_paths
+from bench.cost import attempt_cost, attempt_paths, health_cost
 from bench.fleet import fleet
 from bench.harness import (
     Lines,
@@ -116,6 +117,8 @@ def main() -> int:
         say(lines, "## Cost of one successful attempt by window length")
         asyncio.run(attempt_cost(["2s", "6s"] if quick else args.windows.split(","), lines))
         asyncio.run(attempt_paths(lines))
+        say(lines, "Health checks (the shipped health-checks story, a real Prometheus):")
+        asyncio.run(health_cost(lines))
         say(lines)
     if "memory" in only:
         say(lines, "## Memory: what one cached workflow costs the worker, by workflow runner")

@@ -31,9 +31,8 @@ from bench.harness import (
     say,
 )
 from bench.memory import memory_mib
-from sim.apiserver import KubeEmulator
+from sim.apiserver import KubeEmulator, free_port
 from sim.devserver import DevServer
-from sim.scenario import free_port
 from worker.config import TemporalConfig
 from worker.intake import MAX_CONCURRENT_SIGNALS
 from worker.temporal import observe

@@ -1,14 +1,17 @@
 """The cost of one attempt: a successful attempt per window length (at once on one dev server,
 the real workflow and activities against the emulator), history events, activities, timers and
-Kubernetes requests by verb, the same for every window; and a successful and an OOM attempt on
+Kubernetes requests by verb, the same for every window; a successful and an OOM attempt on
 the local-activity path and the regular one side by side, with billable actions
-(``bench.actions``)."""
+(``bench.actions``); and the Prometheus queries of an attempt with health checks."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 import uuid
 from collections import Counter
+from pathlib import Path
 
 from activities.clusters import ClusterGuard
 from bench import CLUSTER, actions
@@ -25,13 +28,15 @@ from bench.harness import (
 )
 from bench.regular import RegularActivitiesWorkflow
 from sim.apiserver import KubeEmulator
+from sim.scenario import SCENARIOS, Scenario, World, play
 from worker.config import TemporalConfig
 from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
-from workflows.activity_api import OwnerRef
+from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import Actuation, Mode, WorkloadKind
 from workflows.notify import NotifyWorkflow
+from workflows.policy import HealthChecks
 from workflows.rollback import RollbackWorkflow
 from workflows.state import PolicyRef
 
@@ -155,3 +160,54 @@ async def attempt_paths(lines: Lines) -> None:
     say(lines, "  billable actions counted per history event (Temporal Cloud's rules):")
     for event, n, how in actions.RULES:
         say(lines, f"    {event}: {n} ({how})")
+
+
+async def health_cost(lines: Lines) -> None:
+    """What health checks cost an attempt: the shipped ``health-checks`` story (a real
+    Prometheus scraping the simulated kubelets), each attempt's Prometheus queries read from
+    its ``check_health`` result in its history, with its history events."""
+    scenario = Scenario.load(SCENARIOS / "health-checks.yaml")
+    with tempfile.TemporaryDirectory(prefix="bench-health-") as tmp:
+        world = World(scenario, lambda line: None, Path(tmp))
+        try:
+            await world.start()
+            await play(world)
+            while world.problems():  # every attempt at its end
+                await asyncio.sleep(0.2)
+            client = await TemporalConfig.at(world.temporal.address).connect()
+            rows = []
+            for key in scenario.expect:
+                ns, kind, name = key.split("/")
+                owner = OwnerRef(namespace=ns, kind=WorkloadKind(kind), name=name)
+                handle = client.get_workflow_handle(rollback_id(scenario.cluster, owner))
+                history = (await handle.fetch_history()).events
+                asked = [
+                    json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+                    for e in history
+                    if e.HasField("activity_task_completed_event_attributes")
+                    and b'"queries"'
+                    in e.activity_task_completed_event_attributes.result.payloads[0].data
+                ]
+                rows.append((key, *_checks(scenario, ns), len(asked), len(history), asked))
+        finally:
+            await world.stop()
+    for key, names, expected, calls, events, asked in rows:
+        queries = sum(a["queries"] for a in asked)
+        say(
+            lines,
+            f"  {key} ({', '.join(names)}): check_health {calls} time(s), {queries} Prometheus"
+            f" queries per attempt (target {expected}: one per check at the window's end, one"
+            f" more per bound on the baseline{met(queries == expected)}); {events} history events",
+        )
+
+
+def _checks(scenario: Scenario, namespace: str) -> tuple[list[str], int]:
+    """The checks of the story's policy in ``namespace``, and the queries they need."""
+    spec = next(p["spec"] for p in scenario.policies if p["metadata"].get("namespace") == namespace)
+    checks = HealthChecks.model_validate(spec["healthChecks"])
+    builtin = [("cpuThrottling", checks.cpu_throttling), ("memoryHeadroom", checks.memory_headroom)]
+    names = [name for name, bounds in builtin if bounds is not None]
+    expected = sum(1 + (bounds.max_increase_points is not None) for _, bounds in builtin if bounds)
+    names += [q.name for q in checks.queries]
+    expected += sum(1 + (q.max_increase_percent is not None) for q in checks.queries)
+    return names, expected

@@ -25,9 +25,9 @@ from temporalio.client import Client
 
 from bench import actions
 from bench.harness import OOM, READY, Lines, make_workload, oom, say
-from sim.apiserver import KubeEmulator
+from sim.apiserver import KubeEmulator, free_port
 from sim.devserver import DevServer
-from sim.scenario import WorkerProcess, free_port
+from sim.scenario import WorkerProcess
 from worker.config import TemporalConfig
 from worker.intake import Intake
 from worker.kube import api_client

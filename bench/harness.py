@@ -12,9 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.memory import memory_mib
-from sim.apiserver import KubeEmulator
+from sim.apiserver import KubeEmulator, free_port
 from sim.devserver import DevServer
-from sim.scenario import free_port
 from workflows.contract import Obj
 from workflows.fingerprint import Recommendation
 

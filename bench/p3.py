@@ -34,9 +34,9 @@ from bench.harness import (
 from bench.soak import Child
 from bench.throughput import work_of
 from bench.workloads import FloorWorkflow
-from sim.apiserver import KubeEmulator
+from sim.apiserver import KubeEmulator, free_port
 from sim.devserver import DevServer
-from sim.scenario import WorkerProcess, free_port
+from sim.scenario import WorkerProcess
 from worker.config import TemporalConfig
 from worker.flags import MAX_CACHED_WORKFLOWS
 from worker.intake import Intake

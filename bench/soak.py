@@ -77,10 +77,10 @@ from temporalio.client import Client
 from activities.kubetime import kube_time, parse_kube_time
 from bench import CLUSTER
 from bench.memory import memory_mib
-from sim.apiserver import Fault, KubeEmulator
+from sim.apiserver import Fault, KubeEmulator, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
-from sim.scenario import _resources, free_port
+from sim.scenario import _resources
 from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
 from workflows.contract import (
     API_GROUP,

@@ -30,8 +30,8 @@ from bench.harness import (
     say,
 )
 from bench.workloads import WINDOW, FloorWorkflow, InstantCluster
+from sim.apiserver import free_port
 from sim.devserver import DevServer
-from sim.scenario import free_port
 from worker.config import TemporalConfig
 from worker.runner import activity_methods, build_worker
 from worker.versioning import adopt_if_first

@@ -24,8 +24,7 @@ import yaml
 
 from activities.notify import NotificationConfig, Receiver
 from cli.localrun import write_kubeconfig
-from sim.apiserver import KubeEmulator
-from sim.scenario import free_port
+from sim.apiserver import KubeEmulator, free_port
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 from workflows.contract import DEFAULT_MIN_READY, Actuation

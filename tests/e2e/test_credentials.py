@@ -9,8 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from sim.apiserver import KubeEmulator
-from sim.scenario import free_port
+from sim.apiserver import KubeEmulator, free_port
 
 SECRET = "tmprl-api-key-5f1e0c9b"
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from cli.localrun import write_kubeconfig
-from sim.scenario import free_port
+from sim.apiserver import free_port
 from tests.conftest import ROOT, chromium, measure_report, overlapping
 
 VENV = Path(sys.executable).parent.parent

@@ -17,8 +17,9 @@ import pytest
 import yaml
 from aiohttp import web
 
+from sim.apiserver import free_port
 from sim.prometheus import LocalPrometheus
-from sim.scenario import DEFAULT_CLUSTER, Apply, Scenario, Step, World, free_port
+from sim.scenario import DEFAULT_CLUSTER, Apply, Scenario, Step, World
 from tests.conftest import ROOT
 from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
 from workflows.contract import TASK_QUEUE

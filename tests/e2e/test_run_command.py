@@ -12,8 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from sim.apiserver import KubeEmulator
-from sim.scenario import free_port
+from sim.apiserver import KubeEmulator, free_port
 from tests.activity.builders import NS, owner, pod, policy
 from tests.deploy.kustomize import kubectl
 from workflows.contract import ROLLBACK_STATE_ANNOTATION

@@ -13,8 +13,8 @@ import pytest
 
 from cli.local import rollbackctl
 from cli.main import main
+from sim.apiserver import free_port
 from sim.devserver import DevServer
-from sim.scenario import free_port
 from worker.config import TemporalConfig
 
 

@@ -16,7 +16,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from sim.scenario import Apply, Scenario, Step, World, free_port
+from sim.apiserver import free_port
+from sim.scenario import Apply, Scenario, Step, World
 from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
 from workflows.contract import EventReason
 from workflows.notify import IDEMPOTENCY_HEADER

@@ -29,9 +29,8 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from sim.apiserver import Fault, KubeEmulator
+from sim.apiserver import Fault, KubeEmulator, free_port
 from sim.devserver import DevServer
-from sim.scenario import free_port
 from tests import CLUSTER
 from tests.activity.builders import pod, policy
 from tests.intake.test_intake import REC, WEB, add_pods, deployment, eventually

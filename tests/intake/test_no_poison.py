@@ -15,9 +15,8 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from sim.apiserver import Fault, KubeEmulator
+from sim.apiserver import Fault, KubeEmulator, free_port
 from sim.devserver import DevServer
-from sim.scenario import free_port
 from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
 from tests.intake.test_intake import (  # noqa: F401  (env: the fixture)

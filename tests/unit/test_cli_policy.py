@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from cli.main import main
-from sim.scenario import free_port
+from sim.apiserver import free_port
 from tests.conftest import EXAMPLES, policy_doc
 
 
