@@ -254,34 +254,62 @@ COMPARISONS = ("<", "<=", ">", ">=")
 
 def valid_promql(text: str) -> str:
     """``text`` with its variables filled in parses as PromQL (the same parser's grammar as
-    Prometheus's); else a ValueError saying why."""
-    filled = text
-    for name, sample in PROMQL_VARIABLES.items():
-        filled = filled.replace(name, sample)
+    Prometheus's); else a ValueError saying why and where."""
     try:
-        promql_parser.parse(filled)
+        promql_parser.parse(_filled(text))
     except ValueError as exc:
         raise ValueError(f"not valid PromQL: {exc}{_where(text)}") from None
     return text
 
 
-def _where(query: str) -> str:
-    """Where the first bracket that does not match is, if one does not (``at column N``)."""
+def _filled(text: str) -> str:
+    for name, sample in PROMQL_VARIABLES.items():
+        text = text.replace(name, sample)
+    return text
+
+
+CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+def _brackets(query: str) -> tuple[list[tuple[str, int]], str | None, bool]:
+    """The brackets ``query`` leaves open (with their columns), the first one that closes
+    nothing (as a message), and whether it ends inside a string."""
     opened: list[tuple[str, int]] = []
-    pairs = {")": "(", "]": "[", "}": "{"}
     quote: str | None = None
     for column, char in enumerate(query, start=1):
         if quote:
             quote = None if char == quote else quote
         elif char in "\"'`":
             quote = char
-        elif char in "([{":
+        elif char in CLOSERS:
             opened.append((char, column))
-        elif char in pairs:
-            if not opened or opened[-1][0] != pairs[char]:
-                return f" (at column {column}: {char!r} closes nothing)"
+        elif char in CLOSERS.values():
+            if not opened or CLOSERS[opened[-1][0]] != char:
+                return opened, f" (at column {column}: {char!r} closes nothing)", False
             opened.pop()
-    return f" (at column {opened[-1][1]}: {opened[-1][0]!r} is never closed)" if opened else ""
+    return opened, None, quote is not None
+
+
+def _where(query: str) -> str:
+    """Where a query that does not parse goes wrong: a bracket that closes nothing or is never
+    closed, else the end of its longest beginning that parses once its open brackets are
+    closed (``valid up to column N``)."""
+    opened, problem, _ = _brackets(query)
+    if problem is not None:
+        return problem
+    if opened:
+        return f" (at column {opened[-1][1]}: {opened[-1][0]!r} is never closed)"
+    for end in range(len(query) - 1, 0, -1):
+        head = query[:end]
+        opened, problem, quoted = _brackets(head)
+        if problem is not None or quoted or not head.strip():
+            continue
+        try:
+            promql_parser.parse(_filled(head + "".join(CLOSERS[c] for c, _ in reversed(opened))))
+        except ValueError:
+            continue
+        return f" (valid up to column {len(head.rstrip())})"
+    return " (at column 1)"
 
 
 Percent = Annotated[StrictInt, Field(ge=1, le=100)]

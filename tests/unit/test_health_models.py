@@ -25,7 +25,8 @@ def query(promql: str) -> dict[str, Any]:
         ),
         ("rate(x[5m]))", "(at column 12: ')' closes nothing)"),
         ("rate(up)", "expected type matrix in call to function 'rate', got vector"),
-        ("x +* y", "not valid PromQL"),
+        ("x +* y", "invalid promql query (valid up to column 1)"),
+        ("rate(x[$window]) >", "invalid promql query (valid up to column 16)"),
         ("nosuchfunction(up)", "unknown function with name 'nosuchfunction'"),
     ],
 )
