@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 import yaml
 
 from sim.apiserver import free_port
+from sim.devserver import die_with_parent
 
 INSTALL_HINT = "apt-get install prometheus (Debian, Ubuntu)"
 
@@ -51,12 +52,14 @@ class LocalPrometheus:
         )
         self.log = workdir / "prometheus.log"
         self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
+            die_with_parent(  # a SIGKILLed rollbackctl run leaves no Prometheus behind
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={workdir / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                ]
+            ),
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("wb"),
         )
