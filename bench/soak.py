@@ -80,7 +80,7 @@ from bench.memory import memory_mib
 from sim.apiserver import Fault, KubeEmulator, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
-from sim.scenario import _resources
+from sim.scenario import ENGINE_REASONS, _resources
 from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
 from workflows.contract import (
     API_GROUP,
@@ -110,8 +110,6 @@ MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-plac
 MIN_READY = "2s"  # the workers' --min-ready-duration
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
-# The engine's Event reasons: the timeline keeps these, not the kubelet's or the controllers'.
-ENGINE_REASONS = frozenset(EventReason)
 # Modes a run must be there to leave: backedOff waits for the next turn, which the pods' next
 # adoption starts.
 WAITING = {"monitoring", "rollingBack", "backingOff", "backedOff"}

@@ -85,6 +85,7 @@ from workflows.contract import (
     RECOMMENDATION_SUFFIX_LIMITS,
     RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
+    EventReason,
     Mode,
     Obj,
     WorkloadKind,
@@ -426,6 +427,9 @@ def owner_key(kind: str, namespace: str, name: str) -> str:
     return f"{namespace}/{kind}/{name}"
 
 
+ENGINE_REASONS = frozenset(EventReason)  # the Events of the story: the engine's
+
+
 class Recorder:
     """The timeline, read off the cluster: state annotation changes, Events, and each pod's
     state (for the report's pod lanes)."""
@@ -521,8 +525,8 @@ class Recorder:
             return
         if rtype.kind == "Event" and kind == "ADDED":
             involved = obj.get("involvedObject") or {}
-            if involved.get("kind") not in WORKLOAD_KINDS:
-                return  # the pods' own (the kubelet's, the controllers'): not the story's
+            if obj.get("reason") not in ENGINE_REASONS:
+                return  # the kubelet's, the scheduler's, the controllers': not the story's
             owner = self._key(
                 involved.get("kind", ""), involved.get("namespace", ""), involved.get("name", "")
             )
