@@ -12,7 +12,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from activities.clusters import ClusterGuard
@@ -146,7 +146,11 @@ async def terminate_running(client: Client, task_queue: str) -> None:
     """End what a test left running on its task queue, so workflow IDs can be reused."""
     query = f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"'
     async for wf in client.list_workflows(query):
-        await client.get_workflow_handle(wf.id, run_id=wf.run_id).terminate("test teardown")
+        try:
+            await client.get_workflow_handle(wf.id, run_id=wf.run_id).terminate("test teardown")
+        except RPCError as exc:  # it ended since visibility listed it running
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
 
 
 async def end_if_running(client: Client, workflow_id: str) -> None:
