@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -278,6 +279,14 @@ class SimulatedCluster:
             created["kind"], meta.get("namespace", ""), meta["name"], behaviour or {}, pod_template
         )
         return created
+
+    def behave(self, workload: tuple[str, str, str], container: str, **changed: Any) -> None:
+        """The container's behaviour from now on, ``changed`` fields replaced (a story's
+        ``behave`` step)."""
+        behaviours = self.workloads[workload].behaviour
+        behaviours[container] = dataclasses.replace(
+            behaviours.get(container, Behaviour()), **changed
+        )
 
     def start(self) -> SimulatedCluster:
         self._thread = threading.Thread(target=self._run, name="sim-cluster", daemon=True)

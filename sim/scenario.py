@@ -188,6 +188,17 @@ class Rollout(Model):
     template: Obj = Field(default_factory=dict)
 
 
+class Behave(Model):
+    """A container's behaviour changes from this step on (usage over time: a CPU-bound phase, a
+    slow leak as steps of the working set); the fields not given keep their value."""
+
+    workload: str
+    container: str
+    cpu: str | None = None
+    working_set: str | None = None
+    latency: str | None = None
+
+
 class When(Model):
     """A step's trigger: the owner reaching ``mode`` (of ``turn``, when given)."""
 
@@ -221,6 +232,7 @@ class Step(Model):
     pause: PauseStep | None = None
     unpause: Target | None = None
     rollout: Rollout | None = None
+    behave: Behave | None = None
 
     @field_validator("at", "delay", mode="before")
     @classmethod
@@ -767,6 +779,17 @@ class Member:
                 store.rtype(obj.kind), obj.namespace, obj.name, {"metadata": metadata}, MERGE
             )
             line(f"{self.recorder.t():7.2f}s  {self._where()}step: {obj.kind} {obj.name} {what}")
+        if step.behave is not None:
+            b = step.behave
+            kind, ns, name = self._owner(b.workload)
+            changed = {k: v for k, v in b.model_dump().items() if v is not None}
+            del changed["workload"], changed["container"]
+            self.sim.behave((kind, ns, name), b.container, **changed)
+            said = ", ".join(f"{to_camel(k)} {v}" for k, v in changed.items())
+            line(
+                f"{self.recorder.t():7.2f}s  {self.recorder.prefix}{b.workload}"
+                f"  step: {b.container} now {said}"
+            )
         if step.rollout is not None:
             kind, ns, name = self._owner(step.rollout.workload)
             template = step.rollout.template or {
