@@ -119,8 +119,8 @@ VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_
 # A held step looks again at least this often: the intake signals ``resume`` when a pause
 # annotation goes, but a term that ended before it could is caught up with here.
 PAUSE_RECHECK = timedelta(minutes=10)
-# Health checks (docs/concepts/health-checks.md): Prometheus is asked a few times over about a
-# minute; then the policy's onPrometheusError says what the verdict does. A held verdict asks
+# Health checks (docs/concepts/health-checks.md): Prometheus is asked five times over about half
+# a minute; then the policy's onPrometheusError says what the verdict does. A held verdict asks
 # again after HEALTH_RECHECK.
 HEALTH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
