@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -75,6 +76,15 @@ def actual_resources(pod: Obj) -> tuple[Resources, Resources]:
             if "limits" in reported:
                 limits[name] = {k: str(v) for k, v in reported["limits"].items()}
     return requests, limits
+
+
+def memory_text(resources: Mapping[str, Obj]) -> str:
+    """``a,b``: each container's memory (its limit, else its request), in the order given
+    (container -> its ``{requests, limits}``)."""
+    return ",".join(
+        str((r.get("limits") or {}).get("memory") or (r.get("requests") or {}).get("memory"))
+        for r in resources.values()
+    )
 
 
 def carries(pod: Obj, recommendation: Recommendation) -> bool:

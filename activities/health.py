@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -33,7 +34,7 @@ from activities.errors import TransientError
 from workflows.activity_api import CheckResult, HealthInput, HealthResult
 from workflows.contract import FailureReason
 from workflows.durations import format_duration
-from workflows.policy import HealthChecks, QueryCheck
+from workflows.policy import HealthChecks, QueryCheck, fill_promql
 
 QUERY_TIMEOUT = 10.0  # seconds, per query
 
@@ -75,8 +76,13 @@ class Prometheus:
         return [(s.get("metric") or {}, float(s["value"][1])) for s in data["result"]]
 
 
+def _pods(owner: str) -> str:
+    """The workload's pods' names, as a regular expression (its controllers name them so)."""
+    return f"{re.escape(owner)}-.+"
+
+
 def _selector(namespace: str, owner: str) -> str:
-    return f'namespace="{namespace}",pod=~"{re.escape(owner)}-.+",container!=""'
+    return f'namespace="{namespace}",pod=~"{_pods(owner)}",container!=""'
 
 
 def cpu_throttling_query(namespace: str, owner: str, window: timedelta) -> str:
@@ -99,13 +105,10 @@ def custom_query(check: QueryCheck, namespace: str, owner: str, window: timedelt
     values = {
         "$namespace": namespace,
         "$owner": owner,
-        "$pods": f"{re.escape(owner)}-.+",
+        "$pods": _pods(owner),
         "$window": format_duration(window),
     }
-    text = check.promql
-    for name, value in values.items():
-        text = text.replace(name, value)
-    return text
+    return fill_promql(check.promql, values)
 
 
 def _per_container(found: list[tuple[dict[str, str], float]]) -> dict[str, float]:
@@ -160,10 +163,11 @@ def _percent_check(
     )
 
 
+HEALTHY = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+
+
 def _worse(op: str, value: float, bound: float) -> bool:
-    return not {"<": value < bound, "<=": value <= bound, ">": value > bound, ">=": value >= bound}[
-        op
-    ]
+    return not HEALTHY[op](value, bound)
 
 
 def _custom_check(check: QueryCheck, now: list[float], before: list[float] | None) -> CheckResult:

@@ -33,7 +33,7 @@ from worker.config import TemporalConfig
 from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
-from workflows.activity_api import OwnerRef, rollback_id
+from workflows.activity_api import CHECK_HEALTH, OwnerRef, rollback_id
 from workflows.contract import Actuation, Mode, WorkloadKind
 from workflows.notify import NotifyWorkflow
 from workflows.policy import HealthChecks
@@ -181,12 +181,17 @@ async def health_cost(lines: Lines) -> None:
                 owner = OwnerRef(namespace=ns, kind=WorkloadKind(kind), name=name)
                 handle = client.get_workflow_handle(rollback_id(scenario.cluster, owner))
                 history = (await handle.fetch_history()).events
+                checking = {  # the scheduled check_health activities, by their event
+                    e.event_id
+                    for e in history
+                    if e.activity_task_scheduled_event_attributes.activity_type.name == CHECK_HEALTH
+                }
                 asked = [
-                    json.loads(e.activity_task_completed_event_attributes.result.payloads[0].data)
+                    json.loads(done.result.payloads[0].data)
                     for e in history
                     if e.HasField("activity_task_completed_event_attributes")
-                    and b'"queries"'
-                    in e.activity_task_completed_event_attributes.result.payloads[0].data
+                    and (done := e.activity_task_completed_event_attributes).scheduled_event_id
+                    in checking
                 ]
                 rows.append((key, *_checks(scenario, ns), len(asked), len(history), asked))
         finally:

@@ -27,7 +27,7 @@ from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 
-from activities.cohort import actual_resources, pod_state
+from activities.cohort import actual_resources, memory_text, pod_state
 from activities.kubernetes import KubernetesActivities
 from activities.kubetime import parse_kube_time
 from workflows.activity_api import OwnerRef
@@ -69,14 +69,9 @@ class OwnerHistory:
     pods: list[PodHistory]
 
 
-def _memory(containers: dict[str, Obj] | list[Obj]) -> str:
-    """``a,b`` of each container's memory (the limit, else the request), sorted by name."""
-    if isinstance(containers, list):
-        containers = {c.get("name", ""): c.get("resources") or {} for c in containers}
-    return ",".join(
-        str((r.get("limits") or {}).get("memory") or (r.get("requests") or {}).get("memory"))
-        for _, r in sorted(containers.items())
-    )
+def _memory(containers: dict[str, Obj]) -> str:
+    """``memory_text`` of the containers, sorted by name."""
+    return memory_text(dict(sorted(containers.items())))
 
 
 def _when(event: Any) -> tuple[datetime | None, datetime | None]:
@@ -135,7 +130,8 @@ def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory
                 resized = json.loads(message[len(RESIZED) :]).get("containers") or []
             except ValueError:
                 resized = []
-            pod.resizes.append((first, _memory(resized)))
+            by_name = {c.get("name", ""): c.get("resources") or {} for c in resized}
+            pod.resizes.append((first, _memory(by_name)))
             continue
         pod.happenings.append(
             Happening(first, last, e.reason or "", message, int(e.count or 1), e.type == "Warning")

@@ -65,7 +65,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from activities.cohort import pod_state
+from activities.cohort import memory_text, pod_state
 from activities.kubetime import kube_now, kube_time
 from activities.lookup import WORKLOAD_KINDS, OwnerLookup
 from sim.apiserver import ApiError, KubeEmulator, Request, free_port
@@ -507,12 +507,7 @@ class Recorder:
             status = pod_state(pod)
             statuses = (pod.get("status") or {}).get("containerStatuses") or []
             restarts = sum(cs.get("restartCount", 0) for cs in statuses)
-            memory = ",".join(
-                str(
-                    (r.get("limits") or {}).get("memory") or (r.get("requests") or {}).get("memory")
-                )
-                for r in _resources(pod).values()
-            )
+            memory = memory_text(_resources(pod))
             reason = next(
                 (
                     ((cs.get("lastState") or {}).get("terminated") or {}).get("reason")

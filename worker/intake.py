@@ -491,11 +491,10 @@ class Intake:
 
     def _batch_observation(self, seen: Observation) -> None:
         """At start-up: one observation per (owner, fingerprint), the newest pod's."""
-        oldest = datetime.min.replace(tzinfo=UTC)
         with self._lock:
             key = (seen.owner, seen.recommendation.fingerprint)
             known = self._batch.get(key)
-            if known is None or (seen.pod_created_at or oldest) > (known.pod_created_at or oldest):
+            if known is None or _by_pod_creation(seen) > _by_pod_creation(known):
                 self._batch[key] = seen
 
     def _flush_batch(self) -> None:
@@ -607,8 +606,7 @@ class Intake:
                 if seen.recommendation.fingerprint == fingerprint
             ]
         if running:
-            oldest = datetime.min.replace(tzinfo=UTC)
-            self._consider(max(running, key=lambda seen: seen.pod_created_at or oldest))
+            self._consider(max(running, key=_by_pod_creation))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         if not self.acting():
@@ -820,6 +818,11 @@ class Intake:
         except ApiException as err:
             if not already_exists(err):
                 raise  # transient: the informer retries the event
+
+
+def _by_pod_creation(seen: Observation) -> datetime:
+    """What orders sightings by their pod's creation, newest last (an unknown one oldest)."""
+    return seen.pod_created_at or datetime.min.replace(tzinfo=UTC)
 
 
 def _active(owner: Obj) -> bool:

@@ -595,7 +595,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
         return _abort(state, obs.now, FailureReason.MALFORMED_ANNOTATION, sample.error, message)
     state = state.model_copy(
         update={
-            "baseline": state.baseline if state.baseline is not None else _baseline(sample),
+            "baseline": _baseline_of(state, sample),
             "last_sample": sample,
             "last_health": obs.health if obs.health is not None else state.last_health,
             "samples_taken": state.samples_taken + 1,
@@ -616,8 +616,8 @@ def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> boo
         return False
     if state.mode is not Mode.MONITORING or not sample.exists or sample.error:
         return False
-    baseline = state.baseline if state.baseline is not None else _baseline(sample)
-    return sample.adopted_healthy >= required_adopters(baseline, policy.adoption_threshold_percent)
+    required = required_adopters(_baseline_of(state, sample), policy.adoption_threshold_percent)
+    return sample.adopted_healthy >= required
 
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
@@ -628,6 +628,11 @@ def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
         return Decision(state, note="sample failure outside a window ignored")
     later = state.model_copy(update={"next_sample_at": _next_sample_at(state)})
     return Decision(later, note=f"mid-window sample failed, skipped: {obs.error}")
+
+
+def _baseline_of(state: RollbackState, sample: CohortSample) -> int:
+    """The window's baseline: the one set when it opened, else this sample's."""
+    return state.baseline if state.baseline is not None else _baseline(sample)
 
 
 def _baseline(sample: CohortSample) -> int:

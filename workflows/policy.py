@@ -11,8 +11,9 @@ resourceVersion, managedFields, ...) are ignored rather than rejected.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 import promql_parser
 from pydantic import (
@@ -249,22 +250,24 @@ QUERIES_MAX = 10  # custom queries per policy
 # What a custom query may name, each replaced when it runs: the workload's namespace, its
 # name, a regular expression of its pods' names, and the window's length as PromQL writes it.
 PROMQL_VARIABLES = {"$namespace": "shop", "$owner": "api", "$pods": "api-.+", "$window": "5m"}
-COMPARISONS = ("<", "<=", ">", ">=")
+Comparison = Literal["<", "<=", ">", ">="]
+COMPARISONS: tuple[str, ...] = get_args(Comparison)
 
 
 def valid_promql(text: str) -> str:
     """``text`` with its variables filled in parses as PromQL (the same parser's grammar as
     Prometheus's); else a ValueError saying why and where."""
     try:
-        promql_parser.parse(_filled(text))
+        promql_parser.parse(fill_promql(text, PROMQL_VARIABLES))
     except ValueError as exc:
         raise ValueError(f"not valid PromQL: {exc}{_where(text)}") from None
     return text
 
 
-def _filled(text: str) -> str:
-    for name, sample in PROMQL_VARIABLES.items():
-        text = text.replace(name, sample)
+def fill_promql(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with each variable (``PROMQL_VARIABLES``' names) replaced by its value."""
+    for name in PROMQL_VARIABLES:
+        text = text.replace(name, values[name])
     return text
 
 
@@ -305,7 +308,8 @@ def _where(query: str) -> str:
         if problem is not None or quoted or not head.strip():
             continue
         try:
-            promql_parser.parse(_filled(head + "".join(CLOSERS[c] for c, _ in reversed(opened))))
+            closed = head + "".join(CLOSERS[c] for c, _ in reversed(opened))
+            promql_parser.parse(fill_promql(closed, PROMQL_VARIABLES))
         except ValueError:
             continue
         return f" (valid up to column {len(head.rstrip())})"
@@ -357,7 +361,7 @@ class QueryCheck(Model):
         " end; $namespace, $owner, $pods (a regular expression of the pods' names) and $window"
         " are replaced. The highest value (the lowest, for > and >=) is judged."
     )
-    healthy_when: Literal["<", "<=", ">", ">="] = Field(
+    healthy_when: Comparison = Field(
         description="How the value compares with the threshold when the workload is healthy."
     )
     threshold: StrictFloat | None = Field(
