@@ -127,10 +127,16 @@ def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory
         message = e.message or ""
         if e.reason == "ResizeCompleted" and message.startswith(RESIZED):
             try:
-                resized = json.loads(message[len(RESIZED) :]).get("containers") or []
+                said = json.loads(message[len(RESIZED) :])
             except ValueError:
-                resized = []
-            by_name = {c.get("name", ""): c.get("resources") or {} for c in resized}
+                said = None  # a message not in the kubelet's format: no resources known
+            resized = said.get("containers") if isinstance(said, dict) else None
+            containers = resized if isinstance(resized, list) else []
+            by_name = {
+                c.get("name", ""): c.get("resources") or {}
+                for c in containers
+                if isinstance(c, dict)
+            }
             pod.resizes.append((first, _memory(by_name)))
             continue
         pod.happenings.append(
