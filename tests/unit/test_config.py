@@ -207,6 +207,16 @@ def test_min_ready_duration_defaults_to_kubex_s_and_is_a_go_duration() -> None:
         WorkerConfig.from_args(args("--min-ready-duration", "soon"), {})
 
 
+def test_the_prometheus_url_is_none_by_default_and_an_http_url_else() -> None:
+    assert WorkerConfig.from_args(args(), {}).prometheus_url is None
+    env = {"ROLLBACK_PROMETHEUS_URL": "http://prometheus.monitoring:9090"}
+    assert WorkerConfig.from_args(args(), env).prometheus_url == env["ROLLBACK_PROMETHEUS_URL"]
+    flagged = WorkerConfig.from_args(args("--prometheus-url", "https://p:9090"), env)
+    assert flagged.prometheus_url == "https://p:9090"  # the flag wins
+    with pytest.raises(ConfigError, match="--prometheus-url: 'prometheus:9090' is not an http"):
+        WorkerConfig.from_args(args("--prometheus-url", "prometheus:9090"), {})
+
+
 def test_namespace_is_the_kubernetes_one_as_in_kubectl() -> None:
     """`rollbackctl get --namespace shop` filters Kubernetes namespace shop; it used to name the
     Temporal namespace and fail with "Namespace shop is not found"."""
