@@ -329,9 +329,12 @@ async def recorded_transitions(
 async def earlier_transitions(
     client: Client, cluster: str, owner: OwnerRef, state: RollbackState
 ) -> list[tuple[datetime, str, int]]:
-    """The transitions recorded before the oldest one ``state.history`` keeps (it keeps the
-    newest ``HISTORY_LIMIT`` of its attempt; earlier attempts are in earlier runs). Reads the
-    runs' histories only when there may be some: more than one run, or a full history."""
+    """The transitions recorded before those ``state.history`` keeps (it keeps the newest
+    ``HISTORY_LIMIT``; earlier attempts are in earlier runs). Reads the runs' histories only
+    when there may be some: more than one run, or a full history. The recorded ones end with
+    the kept ones, in order (their times differ: a run's first state is shown from its start,
+    before the run decides it); when they do not (a run moved on between the two reads), none
+    is claimed."""
     if len(state.history) < HISTORY_LIMIT:
         count = await client.count_workflows(
             f"WorkflowId = {control.quote(rollback_id(cluster, owner))}"
@@ -339,15 +342,13 @@ async def earlier_transitions(
         if count.count <= 1:
             return []
     transitions, _ = await recorded_transitions(client, cluster, owner)
-    if not state.history:
-        return transitions
-    # The oldest entry kept, as its run recorded it: an event is written after the workflow
-    # time its state carries, never before.
-    oldest = state.history[0]
-    for i, (at, mode, turn) in enumerate(transitions):
-        if at >= oldest.time and (mode, turn) == (oldest.mode, oldest.turn):
-            return transitions[:i]
-    return [t for t in transitions if t[0] < oldest.time]
+    # As recorded, a transition to the mode and turn already shown is not one (no upsert).
+    entries = [(e.mode.value, e.turn) for e in state.history]
+    kept = [e for i, e in enumerate(entries) if i == 0 or e != entries[i - 1]]
+    shown = [(mode, turn) for _, mode, turn in transitions]
+    if len(shown) < len(kept) or shown[len(shown) - len(kept) :] != kept:
+        return []
+    return transitions[: len(shown) - len(kept)]
 
 
 def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:

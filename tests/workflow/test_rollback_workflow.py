@@ -43,7 +43,7 @@ from workflows.rollback import (
     RollbackInput,
     RollbackWorkflow,
 )
-from workflows.state import OwnerState, ResourceSnapshot
+from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
 from workflows.wake import Trigger
 
 OOM = rec("256Mi")  # below the fake app's 512Mi working set
@@ -586,22 +586,31 @@ async def test_a_reopen_while_the_newest_run_decides_its_start_is_not_refused(
 async def test_describe_counts_the_transitions_its_state_no_longer_keeps_and_lists_them_all(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:
-    """Reopened five times, the owner's state keeps its newest 10 transitions of 12: ``describe``
-    says how many came before what it shows, and ``--all`` lists them, from the runs'
-    histories, oldest first."""
+    """Started as the intake starts an attempt (its first state shown from the start, before
+    the run decides it) and reopened four times, the owner's state keeps all 10 transitions:
+    none earlier. Once more, 12: ``describe`` says how many came before what it shows, and
+    ``--all`` lists them, from the runs' histories, oldest first, each transition once."""
     ref, owner = new_owner(cluster, settings(window=0.3))
     owner.apply(FITS)
-    await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    policy = PolicyRef(kind="RollbackPolicy", namespace="shop", name="short")
+    await (await observe(client, CLUSTER, task_queue, ref, FITS, turn=1, policy=policy)).result()
     status, state, _ = await ops.describe(client, CLUSTER, ref)
     assert state is not None
     assert await ops.earlier_transitions(client, CLUSTER, ref, state) == []
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
-    for _ in range(5):
+    for _ in range(4):
         await control.reopen(client, CLUSTER, task_queue, ref)
         await handle.result()
     status, state, _ = await ops.describe(client, CLUSTER, ref)
     assert state is not None and len(state.history) == 10
+    assert await ops.earlier_transitions(client, CLUSTER, ref, state) == []
+    await control.reopen(client, CLUSTER, task_queue, ref)
+    await handle.result()
+    status, state, _ = await ops.describe(client, CLUSTER, ref)
+    assert state is not None and len(state.history) == 10
     earlier = await ops.earlier_transitions(client, CLUSTER, ref, state)
+    recorded, _ = await ops.recorded_transitions(client, CLUSTER, ref)
+    assert earlier == recorded[:2] and len(recorded) == 12
     assert [(mode, turn) for _, mode, turn in earlier] == [
         ("monitoring", 1),
         ("monitoringSucceeded", 1),
