@@ -93,7 +93,7 @@ from workflows.contract import (
     Obj,
 )
 from workflows.durations import parse_duration
-from workflows.notify import IDEMPOTENCY_HEADER
+from workflows.notify import IDEMPOTENCY_HEADER, NOTIFY_WORKFLOW
 from workflows.rollback import WORKFLOW_NAME
 
 MERGE = "application/merge-patch+json"
@@ -892,6 +892,8 @@ class Soak:
         if self.owns_temporal:
             await asyncio.to_thread(self.temporal.start)
         self._engine()
+        # Connected once the faults are over (one of them restarts Temporal).
+        client: Client | None = None
         spread = min(30.0, 0.03 * len(self.workloads) + 5)
         fault_window = spread + 40.0
         faults = asyncio.create_task(self._faults(fault_window))
@@ -917,7 +919,12 @@ class Soak:
             if faults.done() and not waiting:
                 last = max((t for s in self.timeline.states.values() for t, _ in s), default=0.0)
                 still_since = still_since or time.monotonic()
-                if time.time() - last > 5 and time.monotonic() - still_since > 3:
+                client = client or await self._connect()
+                if (
+                    time.time() - last > 5
+                    and time.monotonic() - still_since > 3
+                    and not await self._notifying(client)
+                ):
                     settled = True
                     break
             else:
@@ -928,7 +935,7 @@ class Soak:
             self._api_faults(False)
         for child in self.children.values():
             child.sample_rss()
-        client = await TemporalConfig.at(self.temporal.address, self.queue).connect()
+        client = client or await self._connect()
         try:
             return await self._verdict(client, time.monotonic() - began, settled)
         finally:
@@ -939,6 +946,18 @@ class Soak:
             self.receiver.shutdown()
             self.sim.stop()
             self.api.stop()
+
+    async def _connect(self) -> Client:
+        return await TemporalConfig.at(self.temporal.address, self.queue).connect()
+
+    async def _notifying(self, client: Client) -> int:
+        """This cluster's notifications still being sent: a receiver that timed out is tried
+        again (``workflows.notify``), so the story has not settled until each has ended."""
+        query = (
+            f'WorkflowType = "{NOTIFY_WORKFLOW}" AND ExecutionStatus = "Running"'
+            f' AND RollbackCluster = "{self.cluster}"'
+        )
+        return (await client.count_workflows(query)).count
 
     # --- the oracle -----------------------------------------------------------------------------
 
