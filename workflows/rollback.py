@@ -101,7 +101,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.notify import Notification, NotifyWorkflow, severity_of
     from workflows.pause import Pause
-    from workflows.state import CamelModel
+    from workflows.state import CamelModel, OwnerState
     from workflows.wake import Sighting, Trigger
 
 R = TypeVar("R")
@@ -355,6 +355,10 @@ class RollbackWorkflow:
                 LoadOwnerResult,
                 summary=f"read {input.owner} state and policy",
             )
+            if loaded.state is not None and loaded.state.run_id == workflow.info().run_id:
+                # A task of this run recorded that transition and was lost before it completed,
+                # with the notification it was to start: start it now (the same child).
+                await self._announce(loaded.state, loaded.state.failure_message or "")
             started = AttemptStarted(
                 workflow.now(), loaded, input.trigger, input.observed_pod_created_at
             )
@@ -671,25 +675,31 @@ class RollbackWorkflow:
             self._shown.update({u.key.name: u.value for u in changed})
 
     async def _notify(self, decision: Decision) -> None:
-        """A transition that matters starts a ``NotifyWorkflow`` child (``workflows.notify``),
-        abandoned when this run closes: the rollback waits for its start only."""
+        """A transition that matters is announced, with its Event's message."""
         state = self.state
         if severity_of(state.mode) is None:
             return
-        info = workflow.info()
+        message = next(
+            (e.message for e in decision.effects if isinstance(e, Record)),
+            state.failure_message or "",
+        )
+        await self._announce(state.owner_state(), message)
+
+    async def _announce(self, state: OwnerState, message: str) -> None:
+        """Start a ``NotifyWorkflow`` child (``workflows.notify``) for the transition into
+        ``state``, abandoned when this run closes: the rollback waits for its start only."""
+        assert self._input is not None
+        info, owner = workflow.info(), self._input.owner
         notification = Notification.of(
             cluster=self.cluster,
-            owner=state.owner,
+            owner=owner,
             mode=state.mode,
             turn=state.turn,
-            fingerprint=state.fingerprint,
+            fingerprint=state.active_recommendation_fingerprint,
             reason=state.failure_reason,
-            message=next(
-                (e.message for e in decision.effects if isinstance(e, Record)),
-                state.failure_message or "",
-            ),
-            policy=state.policy.ref if state.policy else None,
-            time=state.last_transition_time or workflow.now(),
+            message=message,
+            policy=state.policy,
+            time=state.last_transition_time,
             workflow_id=info.workflow_id,
             run_id=info.run_id,
         )
@@ -700,9 +710,9 @@ class RollbackWorkflow:
         attributes = TypedSearchAttributes(
             [
                 SearchAttributePair(SA_CLUSTER, self.cluster),
-                SearchAttributePair(SA_NAMESPACE, state.owner.namespace),
-                SearchAttributePair(SA_WORKLOAD, state.owner.workload),
-                SearchAttributePair(SA_FINGERPRINT, state.fingerprint),
+                SearchAttributePair(SA_NAMESPACE, owner.namespace),
+                SearchAttributePair(SA_WORKLOAD, owner.workload),
+                SearchAttributePair(SA_FINGERPRINT, notification.fingerprint),
             ]
         )
         with suppress(WorkflowAlreadyStartedError):  # this transition is being notified already
@@ -713,7 +723,7 @@ class RollbackWorkflow:
                 search_attributes=attributes,
                 task_queue=info.task_queue,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                static_summary=f"Notify {state.owner}: {state.mode} (turn {state.turn})",
+                static_summary=f"Notify {owner}: {state.mode} (turn {state.turn})",
             )
 
     def _count_transition(self) -> None:
@@ -751,7 +761,9 @@ class RollbackWorkflow:
             RecordTransitionInput(
                 cluster=self.cluster,
                 owner=state.owner,
-                state=None if effect.remove_state else state.owner_state(),
+                state=None
+                if effect.remove_state
+                else state.owner_state().model_copy(update={"run_id": workflow.info().run_id}),
                 event_reason=effect.event_reason,
                 event_message=effect.message,
                 event_type="Warning" if effect.warning else "Normal",

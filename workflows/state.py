@@ -113,6 +113,9 @@ class OwnerState(CamelModel):
     policy: PolicyRef | None = None
     last_transition_time: datetime
     history: list[HistoryEntry] = Field(default_factory=list)
+    # The workflow run that wrote it: a run that reads back its own state knows a task of its
+    # own recorded it and was lost before it completed (its worker died in between).
+    run_id: str | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

@@ -11,13 +11,23 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
+from typing import ClassVar
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import (
+    StartChildWorkflowInput,
+    UnsandboxedWorkflowRunner,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+from temporalio.workflow import ChildWorkflowHandle
 
+from activities.clusters import ClusterGuard
 from cli import ops
 from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
@@ -31,6 +41,7 @@ from tests.workflow.helpers import (
     wait_for,
 )
 from worker import temporal as control
+from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import LOAD_OWNER, ROLL_BACK, OwnerRef, rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
@@ -518,6 +529,65 @@ async def test_worker_restart(
     ]
     assert owner.event_reasons().count(EventReason.ROLLING_BACK_STARTED) == 1
     await check_replay(client, rollback_id(CLUSTER, ref), f"worker-restart-{stop_in}")
+
+
+class _LosesATask(ClusterGuard):
+    """A worker that dies once in a rollback run's task: after the run recorded its transition
+    on the owner (a local activity: the write is done) and before the task completed with the
+    notification's start. The task fails; the server gives it to a worker again, which runs it
+    from the run's last completed task, its local activities included."""
+
+    lost: ClassVar[list[str]] = []  # the notifications whose task was lost
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _LoseTheFirstNotification
+
+
+class _LoseTheFirstNotification(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_LoseOutbound(outbound))
+
+
+class _LoseOutbound(WorkflowOutboundInterceptor):
+    async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
+        if not _LosesATask.lost:
+            _LosesATask.lost.append(input.id)
+            raise RuntimeError("the worker died before its task completed")
+        return await super().start_child_workflow(input)
+
+
+async def test_a_transition_recorded_by_a_lost_task_is_still_notified(
+    temporal_env: WorkflowEnvironment, cluster: FakeCluster, task_queue: str
+) -> None:
+    """A run's first task records ``cancelled`` and its worker dies before the task completes
+    (1,000-workload soak, run 10: notNotified 3). Run again, the task reads back the state this
+    run recorded, which wakes nothing: the run still notifies that transition, once, under the
+    key the lost task would have used."""
+    client = temporal_env.client
+    ref, owner = new_owner(cluster, settings())
+    owner.apply(FITS)
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS)  # no worker yet: both
+    await control.cancel(client, CLUSTER, ref, "maintenance")  # signals reach its first task
+    _LosesATask.lost.clear()
+    worker = build_worker(
+        client,
+        task_queue,
+        cluster,
+        _LosesATask(CLUSTER),
+        workflow_runner=UnsandboxedWorkflowRunner(),  # the interceptor keeps what it lost
+    )
+    async with worker:
+        result = await handle.result()
+        assert len(_LosesATask.lost) == 1 and "/cancelled/turn-1/" in _LosesATask.lost[0]
+        # the child the lost task was to start: started by the run before it ended, or not at all
+        await client.get_workflow_handle(_LosesATask.lost[0]).result()
+    assert result.mode is Mode.CANCELLED
+    assert [s for s, _ in owner.journal].count("state") == 2  # monitoring, cancelled: once each
+    assert [(n.transition, n.turn) for n in cluster.notified] == [(Mode.CANCELLED, 1)]
+    assert _LosesATask.lost[0].endswith(cluster.notified[0].key[:12])  # the lost task's child
+    await check_replay(client, rollback_id(CLUSTER, ref), "lost-task-after-record")
 
 
 async def signal_handled(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
