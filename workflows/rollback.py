@@ -767,7 +767,9 @@ class RollbackWorkflow:
                 event_reason=effect.event_reason,
                 event_message=effect.message,
                 event_type="Warning" if effect.warning else "Normal",
-                event_id=event_id or f"{workflow.info().run_id}.{state.transitions}",
+                # The mode too: a task lost after its record and run again on a fresh look
+                # may decide another transition, whose Event is not the lost one's.
+                event_id=event_id or f"{workflow.info().run_id}.{state.transitions}.{state.mode}",
                 clear_rollback_recommendation=effect.clear_rollback_recommendation,
             ),
             RecordTransitionResult,

@@ -5,7 +5,7 @@ success, OOM over two turns with its notifications, threshold not met with a man
 lastSuccessful unavailable, cancel and reopen, supersede by a key change, continue-as-new,
 worker restarts, an observe-only policy, a retry after failedPermanent, a run that wakes
 nothing, a held rollback, a local activity that falls back to a regular one, a task lost after
-it recorded its transition, and the
+it recorded its transition (then notified; or decided again), and the
 ``NotifyWorkflow`` children that could not deliver (``notify.*``). A change to the workflows that
 would break a running workflow after a deploy fails here.
 
@@ -39,7 +39,7 @@ STORIES = {
     "worker-restart-backingOff", "observe-only", "retry-after-failed-permanent",
     "wakes-nothing-after-failed", "paused-rollback", "local-fallback", "notify.send-failed",
     "notify.routing-failed", "resume-during-held-read", "health-cpu-throttled",
-    "lost-task-after-record",
+    "lost-task-after-record", "lost-verdict-decided-again",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).

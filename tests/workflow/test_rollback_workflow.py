@@ -19,13 +19,15 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import decode_search_attributes
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
+    StartActivityInput,
     StartChildWorkflowInput,
     UnsandboxedWorkflowRunner,
+    Worker,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
     WorkflowOutboundInterceptor,
 )
-from temporalio.workflow import ChildWorkflowHandle
+from temporalio.workflow import ActivityHandle, ChildWorkflowHandle
 
 from activities.clusters import ClusterGuard
 from cli import ops
@@ -534,28 +536,58 @@ async def test_worker_restart(
 class _LosesATask(ClusterGuard):
     """A worker that dies once in a rollback run's task: after the run recorded its transition
     on the owner (a local activity: the write is done) and before the task completed with the
-    notification's start. The task fails; the server gives it to a worker again, which runs it
-    from the run's last completed task, its local activities included."""
+    command that came next (``lose`` names it: a child's ID, an activity's name). The task
+    fails; the server gives it to a worker again, which runs it from the run's last completed
+    task, its local activities included. ``meanwhile`` is what changes in between."""
 
-    lost: ClassVar[list[str]] = []  # the notifications whose task was lost
+    lose: ClassVar[Callable[[str], bool]] = staticmethod(lambda what: False)
+    meanwhile: ClassVar[Callable[[], None]] = staticmethod(lambda: None)
+    lost: ClassVar[list[str]] = []  # the command whose task was lost
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor]:
-        return _LoseTheFirstNotification
+        return _LoseATask
+
+    @classmethod
+    def worker(
+        cls,
+        client: Client,
+        task_queue: str,
+        cluster: FakeCluster,
+        lose: Callable[[str], bool],
+        meanwhile: Callable[[], None] = lambda: None,
+    ) -> Worker:
+        cls.lose, cls.meanwhile, cls.lost = staticmethod(lose), staticmethod(meanwhile), []
+        return build_worker(
+            client,
+            task_queue,
+            cluster,
+            cls(CLUSTER),
+            workflow_runner=UnsandboxedWorkflowRunner(),  # the interceptor keeps what it lost
+        )
+
+    @classmethod
+    def dies_before(cls, what: str) -> None:
+        if not cls.lost and cls.lose(what):
+            cls.lost.append(what)
+            cls.meanwhile()
+            raise RuntimeError("the worker died before its task completed")
 
 
-class _LoseTheFirstNotification(WorkflowInboundInterceptor):
+class _LoseATask(WorkflowInboundInterceptor):
     def init(self, outbound: WorkflowOutboundInterceptor) -> None:
         super().init(_LoseOutbound(outbound))
 
 
 class _LoseOutbound(WorkflowOutboundInterceptor):
     async def start_child_workflow(self, input: StartChildWorkflowInput) -> ChildWorkflowHandle:
-        if not _LosesATask.lost:
-            _LosesATask.lost.append(input.id)
-            raise RuntimeError("the worker died before its task completed")
+        _LosesATask.dies_before(input.id)
         return await super().start_child_workflow(input)
+
+    def start_activity(self, input: StartActivityInput) -> ActivityHandle:
+        _LosesATask.dies_before(input.activity)
+        return super().start_activity(input)
 
 
 async def test_a_transition_recorded_by_a_lost_task_is_still_notified(
@@ -570,15 +602,7 @@ async def test_a_transition_recorded_by_a_lost_task_is_still_notified(
     owner.apply(FITS)
     handle = await observe(client, CLUSTER, task_queue, ref, FITS)  # no worker yet: both
     await control.cancel(client, CLUSTER, ref, "maintenance")  # signals reach its first task
-    _LosesATask.lost.clear()
-    worker = build_worker(
-        client,
-        task_queue,
-        cluster,
-        _LosesATask(CLUSTER),
-        workflow_runner=UnsandboxedWorkflowRunner(),  # the interceptor keeps what it lost
-    )
-    async with worker:
+    async with _LosesATask.worker(client, task_queue, cluster, lambda what: "notify/" in what):
         result = await handle.result()
         assert len(_LosesATask.lost) == 1 and "/cancelled/turn-1/" in _LosesATask.lost[0]
         # the child the lost task was to start: started by the run before it ended, or not at all
@@ -588,6 +612,35 @@ async def test_a_transition_recorded_by_a_lost_task_is_still_notified(
     assert [(n.transition, n.turn) for n in cluster.notified] == [(Mode.CANCELLED, 1)]
     assert _LosesATask.lost[0].endswith(cluster.notified[0].key[:12])  # the lost task's child
     await check_replay(client, rollback_id(CLUSTER, ref), "lost-task-after-record")
+
+
+async def test_a_verdict_decided_again_after_its_task_was_lost_has_its_own_event(
+    temporal_env: WorkflowEnvironment, cluster: FakeCluster, task_queue: str
+) -> None:
+    """The verdict's task records ``rollingBack`` (OOM) and its worker dies before the rollback
+    is scheduled; in between, the app's working set falls, and the task, run again, samples a
+    healthy cohort and decides success. The owner keeps both Events: the lost task's, and the
+    success's, which used to take the lost one's name and was never emitted."""
+    client = temporal_env.client
+    ref, owner = new_owner(
+        cluster, settings(target=RollbackTarget.MANIFEST, window=1, max_attempts=1)
+    )
+    owner.apply(OOM)
+
+    def recovers() -> None:
+        owner.working_set = "128Mi"  # the 256Mi pods no longer OOM
+
+    async with _LosesATask.worker(client, task_queue, cluster, ROLL_BACK.__eq__, recovers):
+        result = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
+    assert _LosesATask.lost == [ROLL_BACK]
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    assert [what for what, _ in owner.journal if what in ("state", "rollback")] == ["state"] * 3
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.ROLLING_BACK_STARTED,
+        EventReason.MONITORING_SUCCEEDED,
+    ]
+    await check_replay(client, rollback_id(CLUSTER, ref), "lost-verdict-decided-again")
 
 
 async def signal_handled(handle: WorkflowHandle) -> None:  # type: ignore[type-arg]
