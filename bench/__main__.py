@@ -51,7 +51,7 @@ from bench.harness import (
     say,
     scratch_server,
 )
-from bench.p3 import concurrent
+from bench.p3 import WINDOW_SECONDS, concurrent
 from bench.p4 import policy_resolution
 from bench.results import RESULTS, machine, merge_results
 from bench.soak import report as soak_report
@@ -158,7 +158,7 @@ def main() -> int:
         say(lines)
     if "p3" in only:
         say(lines, "## P3 concurrent workloads on one worker process")
-        asyncio.run(concurrent(p3, lines))
+        asyncio.run(concurrent(p3, lines, 5 if quick else WINDOW_SECONDS))  # quick: a smoke check
         say(lines)
     if "fleet" in only:
         say(lines, "## Fleet: clusters sharing one Temporal")

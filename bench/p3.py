@@ -46,7 +46,7 @@ from workflows.rollback import WORKFLOW_NAME
 WINDOW_SECONDS = 20
 
 
-async def concurrent(workloads: int, lines: Lines) -> None:
+async def concurrent(workloads: int, lines: Lines, window: int = WINDOW_SECONDS) -> None:
     with tempfile.TemporaryDirectory() as tmp, KubeEmulator() as api:
         server = DevServer(
             Path(tmp) / "t", free_port(), headless=True, log_path=Path(tmp) / "temporal.log"
@@ -69,7 +69,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                     "kind": "ClusterRollbackPolicy",
                     "metadata": {"name": "all"},
                     "spec": {
-                        "monitoringPeriod": f"{WINDOW_SECONDS}s",
+                        "monitoringPeriod": f"{window}s",
                         "rollbackTarget": "manifest",
                         "adoptionThresholdPercent": 100,
                         "backoff": {"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 1},
@@ -127,7 +127,9 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                     (oom(w), wid) for w, wid in enumerate(adopted_at) if w in (0, 9)
                 )
             }
-            floor_took, floor_rss = await _floor(client, server.address, tmp, workloads, work)
+            floor_took, floor_rss = await _floor(
+                client, server.address, tmp, workloads, work, window
+            )
             pod_lists = len(api.requests("list", r"/namespaces/[^/]+/pods$"))
             cached = os.environ.get("ROLLBACK_MAX_CACHED_WORKFLOWS", str(MAX_CACHED_WORKFLOWS))
             starts.sort()
@@ -135,7 +137,7 @@ async def concurrent(workloads: int, lines: Lines) -> None:
             p99 = starts[min(len(starts) - 1, int(len(starts) * 0.99))] if starts else float("nan")
             say(
                 lines,
-                f"  {workloads} workloads monitored at once (20s windows): {right}/{workloads}"
+                f"  {workloads} workloads monitored at once ({window}s windows): {right}/{workloads}"
                 " reached the right final mode (one in ten OOMs: failedPermanent after its"
                 f" rollback; the rest monitoringSucceeded), all done {took:.0f}s after the last"
                 f" workload was created (target <= 250 s{met(took <= 250)})",
@@ -157,14 +159,19 @@ async def concurrent(workloads: int, lines: Lines) -> None:
                 lines,
                 f"    floor (the same {workloads} attempts as floor workflows, {work[False][0]}"
                 f" activities + {work[False][1]} timers each, {work[True][0]} + {work[True][1]} for"
-                f" the OOM ones, 20 s windows): all done {floor_took:.0f}s after the last started,"
+                f" the OOM ones, {window} s windows): all done {floor_took:.0f}s after the last started,"
                 f" worker peak RSS {floor_rss:.0f} MiB; the engine {ratio:.2f}x the floor (target"
                 f" <= 1.0x{met(ratio <= 1.0)})",
             )
 
 
 async def _floor(
-    client: Client, address: str, tmp: str, workloads: int, work: dict[bool, tuple[int, int]]
+    client: Client,
+    address: str,
+    tmp: str,
+    workloads: int,
+    work: dict[bool, tuple[int, int]],
+    window: int,
 ) -> tuple[float, float]:
     """The floor's run: seconds from the last started to all done, and its worker's peak RSS."""
     queue = "bench-p3-floor"
@@ -177,7 +184,7 @@ async def _floor(
         async with starting:
             await client.start_workflow(
                 FloorWorkflow.run,
-                (*work[oom(w)], WINDOW_SECONDS),
+                (*work[oom(w)], window),
                 id=f"floor-{w}",
                 task_queue=queue,
             )

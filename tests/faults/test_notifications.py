@@ -19,6 +19,7 @@ from aiohttp import web
 from sim.apiserver import free_port
 from sim.scenario import Apply, Scenario, Step, World
 from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
+from worker.config import TemporalConfig
 from workflows.contract import EventReason
 from workflows.notify import IDEMPOTENCY_HEADER
 
@@ -33,6 +34,7 @@ class Receivers:
         self.requests: dict[str, int] = defaultdict(int)
         self.keys_seen: dict[str, set[str]] = defaultdict(set)
         self.hang_started = asyncio.Event()
+        self.released = asyncio.Event()  # set at teardown: a hanging answer need not be waited
         self.port = free_port()
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -49,7 +51,8 @@ class Receivers:
             return web.Response(status=400)  # refused for good: reported, not retried
         if kind == "hang" and first:
             self.hang_started.set()
-            await asyncio.sleep(30)  # the worker is killed meanwhile, or the client gives up
+            with contextlib.suppress(TimeoutError):  # the worker is killed meanwhile
+                await asyncio.wait_for(self.released.wait(), 30)
             return web.Response(status=504)
         stored = self.stored[kind]
         if not honours or all(m["header"] != key for m in stored):
@@ -71,6 +74,7 @@ async def receivers() -> Any:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", found.port).start()
     yield found
+    found.released.set()
     await runner.cleanup()
 
 
@@ -143,7 +147,11 @@ async def test_each_transition_reaches_each_receiver_once(
             with contextlib.suppress(TimeoutError):
                 await until(lambda: {k: len(receivers.stored[k]) for k in expected} == expected, 90)
             assert {k: len(receivers.stored[k]) for k in expected} == expected
-            await asyncio.sleep(2)  # nothing more arrives
+            # Nothing more arrives: each transition's notification workflow has ended.
+            client = await TemporalConfig.at(world.temporal.address).connect()
+            for m in receivers.stored["honour"]:
+                child = f"notify/sim/{NS}/Deployment/api/{m['transition']}/turn-1/{m['key'][:12]}"
+                await asyncio.wait_for(client.get_workflow_handle(child).result(), 60)
             assert {k: len(receivers.stored[k]) for k in expected} == expected
             assert receivers.stored["reject"] == []
 

@@ -467,7 +467,7 @@ async def test_new_fingerprint_supersedes_even_with_equal_values(
 async def test_owner_deleted_mid_window_ends_cleanly(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:
-    ref, owner = new_owner(cluster, settings(window=30))
+    ref, owner = new_owner(cluster, settings(window=4))
     owner.apply(FITS)
     handle = await observe(client, CLUSTER, task_queue, ref, FITS)
     await wait_for(handle, lambda s: s.baseline is not None)
