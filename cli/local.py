@@ -29,7 +29,7 @@ from cli import report as story
 from cli.crds import CRDS
 from sim.apiserver import ApiError
 from sim.devserver import DevServer, DevServerError, ensure_port_free
-from sim.prometheus import LocalPrometheus, PrometheusUnavailableError
+from sim.prometheus import PrometheusUnavailableError
 from sim.scenario import SCENARIOS, Scenario, World, play, run_scenario
 from worker import telemetry
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
@@ -294,7 +294,7 @@ async def _run_simulated(
     try:
         await world.start()
         kubeconfig = _prepare(world, data_dir, intake.lease_namespace)
-        worker, checks = await _health_checks(world, worker, data_dir)
+        worker, checks = await _health_checks(world, worker)
         temporal = TemporalConfig.at(world.temporal.address, queue, worker.cluster)
         kube = dataclasses.replace(worker.kube, kubeconfig=None, url=world.api.url)
         ready = asyncio.Event()
@@ -330,24 +330,19 @@ async def _run_simulated(
         await world.stop()
 
 
-async def _health_checks(
-    world: World, worker: WorkerConfig, data_dir: Path
-) -> tuple[WorkerConfig, str]:
+async def _health_checks(world: World, worker: WorkerConfig) -> tuple[WorkerConfig, str]:
     """The Prometheus the policies' health checks ask: the one given (``--prometheus-url``),
     else a local one scraping the simulated kubelets when ``prometheus`` is installed (stopped
     with the world); and the banner's line saying which, or that checks are off and why."""
     url = worker.prometheus_url or (world.prometheus.url if world.prometheus else None)
     if url is None:
-        nodes = [n.name for n in world.first.spec.nodes]
         try:
-            local = LocalPrometheus.of_kubelets(data_dir / "prometheus", world.api.url, nodes)
-            world.prometheus = await asyncio.to_thread(local.wait_ready)
+            url = (await world.start_prometheus()).url
         except PrometheusUnavailableError as exc:
             return worker, (
                 f"Health checks: off ({exc}; or give --prometheus-url); a policy's checks then"
                 " meet its onPrometheusError"
             )
-        url = world.prometheus.url
     said = f"Prometheus: {url} (the policies' health checks ask it; docs: Health checks)"
     return dataclasses.replace(worker, prometheus_url=url), said
 

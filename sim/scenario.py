@@ -777,8 +777,7 @@ class Member:
         if step.behave is not None:
             b = step.behave
             kind, ns, name = self._owner(b.workload)
-            changed = {k: v for k, v in b.model_dump().items() if v is not None}
-            del changed["workload"], changed["container"]
+            changed = b.model_dump(exclude={"workload", "container"}, exclude_none=True)
             self.sim.behave((kind, ns, name), b.container, **changed)
             said = ", ".join(f"{to_camel(k)} {v}" for k, v in changed.items())
             line(
@@ -984,15 +983,19 @@ class World:
     def task_queue(self) -> str:
         return self.first.task_queue
 
+    async def start_prometheus(self) -> LocalPrometheus:
+        """A real Prometheus scraping the (first) cluster's kubelets, stopped with the world;
+        PrometheusUnavailableError when none is installed or it does not become ready."""
+        nodes = [n.name for n in self.first.spec.nodes]
+        local = LocalPrometheus.of_kubelets(self.workdir / "prometheus", self.api.url, nodes)
+        self.prometheus = await asyncio.to_thread(local.wait_ready)
+        return self.prometheus
+
     async def start(self) -> None:
         for member in self.members:
             await member.start()
         if self.scenario.prometheus:
-            nodes = [n.name for n in self.first.spec.nodes]
-            prometheus = LocalPrometheus.of_kubelets(
-                self.workdir / "prometheus", self.api.url, nodes
-            )
-            self.prometheus = await asyncio.to_thread(prometheus.wait_ready)
+            await self.start_prometheus()
         await asyncio.to_thread(self.temporal.start)
         if self.engine:
             for member in self.members:
