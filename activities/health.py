@@ -1,22 +1,28 @@
 """Health checks from Prometheus at a window's end: the ``check_health`` activity's work.
 
-Each check is one instant query at the window's end (``time=`` the end, so a retried activity
-asks the same question), and one more at its start when a bound is relative to the baseline
-(the same query over the same length of time before the resize):
+Called by ``activities.kubernetes`` (the ``check_health`` activity) with the cohort as the
+verdict's LIST found it (``Cohort.of``). Each check is one instant query at the window's end
+(``time=`` the end, so a retried activity asks the same question), and one more over the same
+length of time before the cut when a bound is relative to the baseline (``baseline_at``: the
+turn's first window's start, so a reopened window's baseline is not time already under the cut).
+All of an activity's queries are asked at once, each within ``QUERY_TIMEOUT``:
 
-- ``cpuThrottling``: per container, throttled CFS periods over periods during the window
-  (cAdvisor's ``container_cpu_cfs_throttled_periods_total`` / ``container_cpu_cfs_periods_total``);
-- ``memoryHeadroom``: per container, the highest working set over the memory limit during the
-  window (``container_memory_working_set_bytes`` / ``container_spec_memory_limit_bytes``;
-  containers without a limit have no headroom to lose and are left out);
+- ``cpuThrottling``: per container with a CPU limit, throttled CFS periods over periods during
+  the window (cAdvisor's ``container_cpu_cfs_throttled_periods_total`` /
+  ``container_cpu_cfs_periods_total``, which exist only under a CPU quota);
+- ``memoryHeadroom``: per container with a memory limit, the highest working set over the limit
+  during the window (``container_memory_working_set_bytes`` /
+  ``container_spec_memory_limit_bytes``, which cAdvisor reports as 0 without a limit);
 - ``queries``: the policy's own PromQL, ``$namespace``, ``$owner``, ``$pods`` and ``$window``
   replaced; its highest value (the lowest, when healthy means above a bound) is judged.
 
-The workload's series are its pods': ``pod=~"<owner>-.+"`` in its namespace (the names its
-controllers give), so the baseline, before a rollout replaced them, is the same workload's too.
-Prometheus unreachable, a query it refuses, or a check with no data at the window's end raise
-``PrometheusError``: an empty answer is never a pass. The workflow retries within its budget and
-then does what the policy says (``onPrometheusError``).
+The workload's series are its cohort's pods' by their exact names (``pod=~"a|b"``, Prometheus
+anchors a regular expression), never a name prefix: ``api``'s checks never read ``api-gateway``.
+A built-in check that no container of the cohort can have data for (no CPU limit, no memory
+limit) is not applicable: it passes and says so, and never waits for data that cannot come.
+Prometheus unreachable, a query it refuses, or an applicable check with no data at the window's
+end raise ``PrometheusError``: an empty answer is never a pass. The workflow retries within its
+budget and then does what the policy says (``onPrometheusError``, bounded by ``maxHold``).
 """
 
 from __future__ import annotations
@@ -24,19 +30,26 @@ from __future__ import annotations
 import json
 import math
 import operator
-import re
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urlencode
+from decimal import Decimal
 
 import urllib3
 
+from activities.cohort import actual_resources
 from activities.errors import TransientError
 from workflows.activity_api import CheckResult, HealthInput, HealthResult
-from workflows.contract import FailureReason
+from workflows.contract import FailureReason, Obj
 from workflows.durations import format_duration
-from workflows.policy import HealthChecks, QueryCheck, fill_promql
+from workflows.policy import QUERIES_MAX, HealthChecks, QueryCheck, fill_promql
+from workflows.quantities import parse_quantity
 
-QUERY_TIMEOUT = 10.0  # seconds, per query
+# Seconds one query may take. They are asked at once, so an activity takes about one query's
+# time whatever their number (at most 2 + 2 x QUERIES_MAX), within its 20 s start-to-close.
+QUERY_TIMEOUT = 10.0
+MOST_QUERIES = 2 * (2 + QUERIES_MAX)  # each check at the window's end and at its baseline
 
 
 class PrometheusError(TransientError):
@@ -49,15 +62,21 @@ class Prometheus:
 
     def __init__(self, url: str, timeout: float = QUERY_TIMEOUT) -> None:
         self.url = url.rstrip("/")
+        self.timeout = timeout
         self.http = urllib3.PoolManager(
-            timeout=urllib3.Timeout(total=timeout), retries=urllib3.Retry(0)
+            timeout=urllib3.Timeout(total=timeout), retries=urllib3.Retry(0), maxsize=MOST_QUERIES
         )
 
     def query(self, expr: str, at: datetime) -> list[tuple[dict[str, str], float]]:
-        """The series ``expr`` returns at ``at``: (labels, value) each."""
-        url = f"{self.url}/api/v1/query?{urlencode({'query': expr, 'time': at.timestamp()})}"
+        """The series ``expr`` returns at ``at``: (labels, value) each. POSTed as a form, as the
+        HTTP API allows: a large cohort's exact pod names would not fit a URL."""
         try:
-            response = self.http.request("GET", url)
+            response = self.http.request_encode_body(
+                "POST",
+                f"{self.url}/api/v1/query",
+                fields={"query": expr, "time": str(at.timestamp())},
+                encode_multipart=False,
+            )
         except urllib3.exceptions.HTTPError as exc:
             why = str(getattr(exc, "reason", None) or exc).split("): ", 1)[-1]  # not the URL
             raise PrometheusError(f"Prometheus at {self.url} unreachable: {why}") from None
@@ -76,36 +95,78 @@ class Prometheus:
         return [(s.get("metric") or {}, float(s["value"][1])) for s in data["result"]]
 
 
-def _pods(owner: str) -> str:
-    """The workload's pods' names, as a regular expression (its controllers name them so)."""
-    return f"{re.escape(owner)}-.+"
+@dataclass(frozen=True)
+class Cohort:
+    """The pods a verdict's checks read, by name, and the containers each built-in check
+    applies to (those whose running resources carry the limit its series need)."""
+
+    pods: tuple[str, ...]
+    containers: frozenset[str]
+    cpu_limited: frozenset[str]
+    memory_limited: frozenset[str]
+
+    @classmethod
+    def of(cls, pods: Iterable[Obj]) -> Cohort:
+        names: list[str] = []
+        containers: set[str] = set()
+        cpu: set[str] = set()
+        memory: set[str] = set()
+        for pod in pods:
+            names.append(pod["metadata"]["name"])
+            containers.update(c["name"] for c in pod.get("spec", {}).get("containers") or [])
+            for container, limits in actual_resources(pod)[1].items():
+                if _positive(limits.get("cpu")):
+                    cpu.add(container)
+                if _positive(limits.get("memory")):
+                    memory.add(container)
+        return cls(tuple(sorted(names)), frozenset(containers), frozenset(cpu), frozenset(memory))
 
 
-def _selector(namespace: str, owner: str) -> str:
-    return f'namespace="{namespace}",pod=~"{_pods(owner)}",container!=""'
+def _positive(quantity: object) -> bool:
+    return quantity is not None and parse_quantity(str(quantity)) > Decimal(0)
 
 
-def cpu_throttling_query(namespace: str, owner: str, window: timedelta) -> str:
-    sel, w = _selector(namespace, owner), format_duration(window)
+def exactly(names: Iterable[str]) -> str:
+    """A regular expression matching exactly ``names``, as written inside a PromQL string:
+    Prometheus anchors it, and a name's ``.`` (the only one of its characters special to a
+    regular expression) is escaped, its backslash doubled for the string."""
+    return "|".join(name.replace(".", "\\\\.") for name in names)
+
+
+def _selector(namespace: str, cohort: Cohort, containers: Iterable[str]) -> str:
+    return (
+        f'namespace="{namespace}",pod=~"{exactly(cohort.pods)}",'
+        f'container=~"{exactly(sorted(containers))}"'
+    )
+
+
+def cpu_throttling_query(
+    namespace: str, cohort: Cohort, containers: Iterable[str], window: timedelta
+) -> str:
+    sel, w = _selector(namespace, cohort, containers), format_duration(window)
     return (
         f"max by (container) (increase(container_cpu_cfs_throttled_periods_total{{{sel}}}[{w}])"
         f" / increase(container_cpu_cfs_periods_total{{{sel}}}[{w}]))"
     )
 
 
-def memory_headroom_query(namespace: str, owner: str, window: timedelta) -> str:
-    sel, w = _selector(namespace, owner), format_duration(window)
+def memory_headroom_query(
+    namespace: str, cohort: Cohort, containers: Iterable[str], window: timedelta
+) -> str:
+    sel, w = _selector(namespace, cohort, containers), format_duration(window)
     return (
         f"max by (container) (max_over_time(container_memory_working_set_bytes{{{sel}}}[{w}])"
         f" / (max_over_time(container_spec_memory_limit_bytes{{{sel}}}[{w}]) > 0))"
     )
 
 
-def custom_query(check: QueryCheck, namespace: str, owner: str, window: timedelta) -> str:
+def custom_query(
+    check: QueryCheck, namespace: str, owner: str, cohort: Cohort, window: timedelta
+) -> str:
     values = {
         "$namespace": namespace,
         "$owner": owner,
-        "$pods": _pods(owner),
+        "$pods": exactly(cohort.pods),
         "$window": format_duration(window),
     }
     return fill_promql(check.promql, values)
@@ -123,8 +184,10 @@ def _percent_check(
     before: dict[str, float] | None,
     max_percent: int | None,
     max_increase: int | None,
+    left_out: tuple[str, ...] = (),
 ) -> CheckResult:
-    """Each container's percent against the bounds; the worst one decides."""
+    """Each container's percent against the bounds; the worst one decides. ``left_out``: the
+    cohort's containers the check does not apply to, named in its message."""
     worst: tuple[float, str, str] | None = None  # (how far over, container, why)
     for container, ratio in sorted(now.items()):
         percent = 100 * ratio
@@ -152,6 +215,12 @@ def _percent_check(
     shown = f"{what} {100 * highest:.1f}%" + (
         f" (baseline {100 * baseline:.1f}%)" if baseline is not None else ""
     )
+    notes = []
+    if max_increase is not None and baseline is None:
+        notes.append("no baseline: no series before the cut, maxIncreasePoints not judged")
+    if left_out:
+        notes.append(f"not applicable to {', '.join(left_out)}")
+    said = worst[2] if worst else f"{shown}, within {' and '.join(bounds)}"
     return CheckResult(
         name=name,
         reason=reason,
@@ -159,7 +228,7 @@ def _percent_check(
         baseline=None if baseline is None else round(100 * baseline, 3),
         bound=" and ".join(bounds),
         passed=worst is None,
-        message=worst[2] if worst else f"{shown}, within {' and '.join(bounds)}",
+        message=said + "".join(f" ({n})" for n in notes),
     )
 
 
@@ -196,56 +265,130 @@ def _custom_check(check: QueryCheck, now: list[float], before: list[float] | Non
         baseline=base,
         bound=" and ".join(bounds),
         passed=not problems,
-        message=f"{check.name}: {'; '.join(problems)}"
-        if problems
-        else f"{check.name}: {value:g}, within {' and '.join(bounds)}",
+        message=(
+            f"{check.name}: {'; '.join(problems)}"
+            if problems
+            else f"{check.name}: {value:g}" + (f", within {' and '.join(bounds)}" if bounds else "")
+        )
+        + (
+            " (no baseline: no data before the cut, maxIncreasePercent not judged)"
+            if check.max_increase_percent is not None and base is None
+            else ""
+        ),
     )
 
 
-def check_health(prometheus: Prometheus, request: HealthInput) -> HealthResult:
-    """Every check of ``request.checks`` at the window's end; raises ``PrometheusError``."""
+def not_applicable(name: str, reason: FailureReason, why: str) -> CheckResult:
+    """A check no container of the cohort can have data for: it passes, and says why."""
+    return CheckResult(
+        name=name, reason=reason, passed=True, applicable=False, message=f"{name}: {why}"
+    )
+
+
+# The built-in checks: name, failure, what the percent is, the policy's bounds, the containers it
+# applies to, its query, and why a cohort without such a container has no data for it.
+BuiltIn = tuple[
+    str,
+    FailureReason,
+    str,
+    Callable[[HealthChecks], object],
+    Callable[[Cohort], frozenset[str]],
+    Callable[[str, Cohort, Iterable[str], timedelta], str],
+    str,
+]
+BUILT_IN: tuple[BuiltIn, ...] = (
+    ("cpuThrottling", FailureReason.CPU_THROTTLED, "CPU throttled", lambda c: c.cpu_throttling,
+     lambda c: c.cpu_limited, cpu_throttling_query,
+     "not applicable: no container has a CPU limit (CFS throttling exists only under a CPU"
+     " quota)"),
+    ("memoryHeadroom", FailureReason.MEMORY_HEADROOM_LOW, "memory used",
+     lambda c: c.memory_headroom, lambda c: c.memory_limited, memory_headroom_query,
+     "not applicable: no container has a memory limit (no headroom to lose)"),
+)  # fmt: skip
+
+
+def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -> HealthResult:
+    """Every check of ``request.checks`` at the window's end, over ``cohort``'s pods; raises
+    ``PrometheusError``."""
     checks: HealthChecks = request.checks
     ns, owner = request.owner.namespace, request.owner.name
-    end, start = request.window_ends_at, request.window_started_at
-    window = end - start
-    results: list[CheckResult] = []
-    asked = 0
-
-    def ask(name: str, expr: str, at: datetime) -> list[tuple[dict[str, str], float]]:
-        nonlocal asked
-        asked += 1
-        found = prometheus.query(expr, at)
-        if at == end and not found:
-            raise PrometheusError(f"{name}: no data for {request.owner} at the window's end")
-        return found
-
-    for name, reason, what, bounds, build in (
-        ("cpuThrottling", FailureReason.CPU_THROTTLED, "CPU throttled", checks.cpu_throttling,
-         cpu_throttling_query),
-        ("memoryHeadroom", FailureReason.MEMORY_HEADROOM_LOW, "memory used", checks.memory_headroom,
-         memory_headroom_query),
-    ):  # fmt: skip
+    end = request.window_ends_at
+    window = end - request.window_started_at
+    baseline_end = request.baseline_at or request.window_started_at
+    # (check, at the window's end?, query, time): every query, asked at once below.
+    asks: list[tuple[str, bool, str, datetime]] = []
+    built_in: list[tuple[BuiltIn, object, frozenset[str]]] = []
+    results: dict[str, CheckResult] = {}
+    for spec in BUILT_IN:
+        name, reason, _, bounds_of, applies_to, build, why = spec
+        bounds = bounds_of(checks)
         if bounds is None:
             continue
-        expr = build(ns, owner, window)
-        now = _per_container(ask(name, expr, end))
+        containers = applies_to(cohort)
+        if not containers:
+            results[name] = not_applicable(name, reason, why)
+            continue
+        expr = build(ns, cohort, containers, window)
+        asks.append((name, True, expr, end))
+        if getattr(bounds, "max_increase_points", None) is not None:
+            asks.append((name, False, expr, baseline_end))
+        built_in.append((spec, bounds, containers))
+    for query in checks.queries:
+        expr = custom_query(query, ns, owner, cohort, window)
+        asks.append((query.name, True, expr, end))
+        if query.max_increase_percent is not None:
+            asks.append((query.name, False, expr, baseline_end))
+    answers = _ask_all(prometheus, asks)
+    for name, at_end, _, _ in asks:
+        if at_end and not answers[(name, True)]:
+            raise PrometheusError(f"{name}: no data for {request.owner} at the window's end")
+
+    for spec, bounds, containers in built_in:
+        name, reason, what, *_ = spec
+        now = _per_container(answers[(name, True)])
         if not now:
             raise PrometheusError(f"{name}: only NaN for {request.owner} at the window's end")
-        before = None
-        if bounds.max_increase_points is not None:
-            before = _per_container(ask(name, expr, start))
-        results.append(
-            _percent_check(
-                name, reason, what, now, before, bounds.max_percent, bounds.max_increase_points
-            )
+        before = _per_container(answers[(name, False)]) if (name, False) in answers else None
+        left_out = tuple(sorted(cohort.containers - containers))
+        results[name] = _percent_check(
+            name,
+            reason,
+            what,
+            now,
+            before,
+            getattr(bounds, "max_percent", None),
+            getattr(bounds, "max_increase_points", None),
+            left_out,
         )
     for query in checks.queries:
-        expr = custom_query(query, ns, owner, window)
-        values = [v for _, v in ask(query.name, expr, end) if not math.isnan(v)]
+        values = [v for _, v in answers[(query.name, True)] if not math.isnan(v)]
         if not values:
             raise PrometheusError(f"{query.name}: only NaN at the window's end")
         base = None
-        if query.max_increase_percent is not None:
-            base = [v for _, v in ask(query.name, expr, start) if not math.isnan(v)] or None
-        results.append(_custom_check(query, values, base))
-    return HealthResult(checks=results, queries=asked)
+        if (query.name, False) in answers:
+            base = [v for _, v in answers[(query.name, False)] if not math.isnan(v)] or None
+        results[query.name] = _custom_check(query, values, base)
+    order = [name for name, *_ in BUILT_IN] + [q.name for q in checks.queries]
+    return HealthResult(
+        checks=[results[name] for name in order if name in results], queries=len(asks)
+    )
+
+
+def _ask_all(
+    prometheus: Prometheus, asks: list[tuple[str, bool, str, datetime]]
+) -> dict[tuple[str, bool], list[tuple[dict[str, str], float]]]:
+    """Every query at once (each within the client's timeout): the first error raises, naming
+    its check."""
+    if not asks:
+        return {}
+
+    def one(ask: tuple[str, bool, str, datetime]) -> list[tuple[dict[str, str], float]]:
+        name, _, expr, at = ask
+        try:
+            return prometheus.query(expr, at)
+        except PrometheusError as exc:
+            raise PrometheusError(f"{name}: {exc}") from None
+
+    with ThreadPoolExecutor(max_workers=len(asks), thread_name_prefix="prometheus") as pool:
+        found = list(pool.map(one, asks))
+    return {(name, at_end): f for (name, at_end, _, _), f in zip(asks, found, strict=True)}

@@ -35,8 +35,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.cohort import Tally, judge
-from activities.errors import classified
-from activities.health import Prometheus, check_health
+from activities.errors import TransientError, classified
+from activities.health import Cohort, Prometheus, check_health
 from activities.lookup import OwnerLookup, read_state
 from activities.notify import NotificationConfig, Notifier
 from activities.owners import desired_replicas, manifest_resources, max_unavailable
@@ -191,7 +191,16 @@ class KubernetesActivities:
                 non_retryable=True,
             )
         with classified():
-            return check_health(self.prometheus, input)
+            query = input.cohort
+            if query is None:
+                obj = self.lookup.get(input.owner)
+                if obj is None:
+                    raise TransientError(f"{input.owner} is gone: no cohort to check")
+                query = self.lookup.cohort_query(input.owner, obj)
+            pods = self.lookup.pods(input.owner.namespace, query)
+            if not pods:
+                raise TransientError(f"{input.owner}: no pod of the cohort to check")
+            return check_health(self.prometheus, input, Cohort.of(pods))
 
     @activity.defn(name=LOAD_OWNER)
     def load_owner(self, input: LoadOwnerInput) -> LoadOwnerResult:
@@ -292,6 +301,7 @@ class KubernetesActivities:
                     input.event_reason,
                     input.event_message,
                     input.event_type,
+                    input.event_count,
                 )
             return RecordTransitionResult(state_written=written, event_emitted=emitted)
 

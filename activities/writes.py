@@ -153,8 +153,11 @@ class OwnerWriter:
         reason: str,
         message: str,
         event_type: str,
+        count: int = 1,
     ) -> bool:
-        """Emit the Event named after ``identity`` on the owner; False when it already exists."""
+        """Emit the Event named after ``identity`` on the owner; False when it already exists.
+        ``count`` > 1: the Event is a series; an existing one is brought to that count, its
+        message and ``lastTimestamp`` (a retry sets the same count again)."""
         body = event_body(
             {
                 "apiVersion": OWNER_KINDS[owner.kind].api_version,
@@ -177,6 +180,13 @@ class OwnerWriter:
                 return True
             except (ApiException, HTTPError, OSError) as exc:
                 if isinstance(exc, ApiException) and already_exists(exc):
+                    if count > 1:
+                        series = {"count": count, "message": body["message"]}
+                        series["lastTimestamp"] = kube_now()
+                        self.core.patch_namespaced_event(
+                            body["metadata"]["name"], owner.namespace, series
+                        )
+                        return True
                     return False  # this transition's Event exists: a retry
                 pause_before_retry(f"{owner}: creating Event {reason}", exc, attempt)
             attempt += 1

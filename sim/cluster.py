@@ -83,6 +83,10 @@ def _throttled(behaviour: Behaviour, limit: Any) -> float:
     return float(max(Decimal(0), 1 - quota / usage)) if usage > 0 else 0.0
 
 
+def _positive(quantity: Any) -> bool:
+    return quantity is not None and parse_quantity(str(quantity)) > 0
+
+
 def _reference(obj: Obj) -> Obj:
     """An Event's ``involvedObject`` for ``obj``."""
     meta = obj["metadata"]
@@ -961,14 +965,16 @@ class SimulatedCluster:
             cfs = self._cfs.setdefault(key, [0.0, 0.0, now])
             elapsed, cfs[2] = max(0.0, now - cfs[2]), now
             limit = dig(cs, "resources", "limits", "cpu")
+            if not _positive(limit):
+                return  # no quota, no CFS enforcement periods (the kernel counts none)
             throttled = _throttled(behaviour, limit)
             cfs[0] += elapsed * 10
             cfs[1] += elapsed * 10 * throttled
 
     def cadvisor(self, node: str) -> str:
         """The metrics a kubelet's cAdvisor serves for the containers running on ``node``
-        (``/api/v1/nodes/<node>/proxy/metrics/cadvisor``): CFS periods and throttled periods,
-        the working set, the memory limit (0 when none)."""
+        (``/api/v1/nodes/<node>/proxy/metrics/cadvisor``): CFS periods and throttled periods
+        (only under a CPU limit), the working set, the memory limit (0 when none)."""
         lines = [
             "# TYPE container_cpu_cfs_periods_total counter",
             "# TYPE container_cpu_cfs_throttled_periods_total counter",
@@ -994,13 +1000,19 @@ class SimulatedCluster:
                     seconds = parse_duration(behaviour.latency).total_seconds()
                     slowed = seconds / max(1 - share, 0.01)
                     lines.append(f"app_request_latency_seconds{{{labels}}} {slowed:.6f}")
+                # cAdvisor's Prometheus collector exports the CFS series only for a container
+                # with a CPU quota (their condition: ``s.Cpu.Quota != 0``, that is a CPU limit),
+                # and the memory limit always, as 0 when unlimited (``specMemoryValue``).
+                if _positive(dig(cs, "resources", "limits", "cpu")):
+                    lines += [
+                        f"container_cpu_cfs_periods_total{{{labels}}} {int(periods)}",
+                        f"container_cpu_cfs_throttled_periods_total{{{labels}}} {int(throttled)}",
+                    ]
                 lines += [
-                    f"container_cpu_cfs_periods_total{{{labels}}} {int(periods)}",
-                    f"container_cpu_cfs_throttled_periods_total{{{labels}}} {int(throttled)}",
                     f"container_memory_working_set_bytes{{{labels}}}"
                     f" {int(parse_quantity(working)) if working else 0}",
                     f"container_spec_memory_limit_bytes{{{labels}}}"
-                    f" {int(parse_quantity(str(limit))) if limit else 0}",
+                    f" {int(parse_quantity(str(limit))) if _positive(limit) else 0}",
                 ]
         return "\n".join(lines) + "\n"
 

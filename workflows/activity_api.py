@@ -161,6 +161,9 @@ class RecordTransitionInput(OwnerInput):
     event_message: str = ""
     event_type: str = "Normal"
     event_id: str = ""
+    # >1: the Event named ``event_id`` is a series, set to this count when it exists already
+    # (idempotent: a retry sets the same count), as the Kubernetes recorder aggregates.
+    event_count: int = Field(default=1, ge=1)
     clear_rollback_recommendation: bool = False
 
 
@@ -199,11 +202,16 @@ class ReapplyInput(OwnerInput):
 
 
 class HealthInput(OwnerInput):
-    """The policy's health checks, asked of Prometheus at the window's end."""
+    """The policy's health checks, asked of Prometheus at the window's end, over the cohort's
+    pods by name (``cohort``: the verdict's LIST; None: read the owner first)."""
 
     checks: HealthChecks
     window_started_at: datetime
     window_ends_at: datetime
+    cohort: CohortQuery | None = None
+    # Where the baseline (a relative bound's) ends: the turn's first window's start, before the
+    # cut (``workflows.machine.baseline_at``); None: this window's start (runs recorded before).
+    baseline_at: datetime | None = None
 
 
 class CheckResult(CamelModel):
@@ -215,14 +223,19 @@ class CheckResult(CamelModel):
     baseline: float | None = None  # the same, before the resize
     bound: str = ""
     passed: bool
+    # False: no container of the cohort can have data for it (no CPU limit, no memory limit);
+    # it passes, saying so.
+    applicable: bool = True
     message: str = ""
 
 
 class HealthResult(CamelModel):
     checks: list[CheckResult] = Field(default_factory=list)
     queries: int = 0  # sent to Prometheus
-    # Prometheus could not answer (after the retries) and the policy passes or fails then.
+    # Prometheus could not answer (after the retries) and the policy passes or fails then,
+    # as ``fallback`` says (``workflows.machine.health_unavailable``).
     unavailable: str | None = None
+    fallback: str | None = None
 
     def failed(self) -> CheckResult | None:
         return next((c for c in self.checks if not c.passed), None)

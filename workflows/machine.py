@@ -52,6 +52,7 @@ from workflows.backoff import backoff_wait
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation
+from workflows.policy import HealthChecks
 from workflows.state import (
     HISTORY_LIMIT,
     CamelModel,
@@ -620,6 +621,44 @@ def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> boo
     return sample.adopted_healthy >= required
 
 
+def baseline_at(state: RollbackState) -> datetime | None:
+    """Where a relative health bound's baseline ends: before the cut, at the start of this
+    turn's first window. A reopened window (in this run or after a success) starts under the cut
+    already, so the turn's earliest ``monitoring`` of this fingerprint in the history counts; a
+    turn whose first window has left the short history falls back to this window's start."""
+    start = state.window_started_at
+    for entry in reversed(state.history):
+        if entry.fingerprint != state.fingerprint or entry.turn != state.turn:
+            break
+        if entry.mode is Mode.MONITORING and (start is None or entry.time < start):
+            start = entry.time
+    return start
+
+
+def health_unavailable(
+    checks: HealthChecks, why: str, configured: bool, window_ends_at: datetime, now: datetime
+) -> HealthResult | None:
+    """What a verdict does when its health checks could not be asked, after their retries: a
+    result it takes (which fails it only under ``onPrometheusError: fail``), or None: hold, and
+    ask again. A hold is bounded: ``maxHold`` from the window's end, and none at all without a
+    Prometheus to ask (a URL comes only with a restart); then the verdict is taken on adoption
+    alone, and says so."""
+    choice = checks.on_prometheus_error
+    if choice != "hold":
+        return HealthResult(unavailable=why, fallback=f"onPrometheusError: {choice}")
+    if not configured:
+        return HealthResult(
+            unavailable=why,
+            fallback="no hold without a Prometheus to ask: decided on adoption alone",
+        )
+    if now >= window_ends_at + checks.max_hold:
+        held = format_duration(checks.max_hold)
+        return HealthResult(
+            unavailable=why, fallback=f"held {held} (maxHold): decided on adoption alone"
+        )
+    return None
+
+
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
     """Skip a failed mid-window sample: the final one decides (and sets the baseline if this one
     was to)."""
@@ -750,7 +789,8 @@ def _unhealthy(
 
 def _health_text(health: HealthResult) -> str:
     if health.unavailable is not None:
-        return f"health checks not judged ({health.unavailable}); onPrometheusError: pass"
+        fallback = health.fallback or "onPrometheusError: pass"
+        return f"health checks not judged ({health.unavailable}); {fallback}"
     return "health checks passed: " + "; ".join(c.message for c in health.checks)
 
 

@@ -12,7 +12,7 @@ resourceVersion, managedFields, ...) are ignored rather than rejected.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
 import promql_parser
@@ -248,8 +248,16 @@ class Backoff(Model):
 PROMQL_MAX = 4096  # characters of one custom query
 QUERIES_MAX = 10  # custom queries per policy
 # What a custom query may name, each replaced when it runs: the workload's namespace, its
-# name, a regular expression of its pods' names, and the window's length as PromQL writes it.
-PROMQL_VARIABLES = {"$namespace": "shop", "$owner": "api", "$pods": "api-.+", "$window": "5m"}
+# name, a regular expression matching exactly its cohort's pods' names (``a|b``), and the
+# window's length as PromQL writes it.
+PROMQL_VARIABLES = {
+    "$namespace": "shop",
+    "$owner": "api",
+    "$pods": "api-7d9f8-x2b4q|api-7d9f8-k9m2z",
+    "$window": "5m",
+}
+NAMESPACE_LABEL = "namespace"  # the label cAdvisor and kube-state-metrics name a namespace with
+DEFAULT_MAX_HOLD = timedelta(minutes=10)
 Comparison = Literal["<", "<=", ">", ">="]
 COMPARISONS: tuple[str, ...] = get_args(Comparison)
 
@@ -269,6 +277,45 @@ def fill_promql(text: str, values: Mapping[str, str]) -> str:
     for name in PROMQL_VARIABLES:
         text = text.replace(name, values[name])
     return text
+
+
+def unconfined_selectors(text: str, namespace: str | None) -> list[str]:
+    """The vector selectors of ``text`` that may read outside ``namespace`` (prom-label-proxy's
+    rule, enforced rather than injected): each must carry ``namespace="$namespace"`` (or the
+    policy's own namespace, written out), in every ``or`` branch of its braces. Returns each
+    offender with why, empty when the query is confined (or does not parse: ``valid_promql``
+    says why)."""
+    allowed = {"$namespace"} | ({namespace} if namespace else set())
+    # ``$namespace`` stays as written (inside its quotes) so that it can be told from a literal.
+    values = {k: ("$namespace" if k == "$namespace" else v) for k, v in PROMQL_VARIABLES.items()}
+    try:
+        expr = promql_parser.parse(fill_promql(text, values))
+    except ValueError:
+        return []
+    found: list[str] = []
+    EQUAL = promql_parser.MatchOp.Equal  # noqa: N806
+
+    def visit(node: Any) -> None:
+        if not isinstance(node, promql_parser.VectorSelector):
+            return
+        branches = node.matchers.or_matchers or [node.matchers.matchers]
+        ours = [
+            [m for m in branch if m.name == NAMESPACE_LABEL and m.op == EQUAL]
+            for branch in branches
+        ]
+        if all(any(m.value in allowed for m in branch) for branch in ours):
+            return  # every branch reads this namespace alone (a further matcher only narrows it)
+        others = sorted(
+            str(m)  # as written: namespace="billing", namespace=~".+"
+            for branch in branches
+            for m in branch
+            if m.name == NAMESPACE_LABEL and m.value not in allowed
+        )
+        why = f"names {', '.join(others)}" if others else 'has no namespace="$namespace" matcher'
+        found.append(f"{node.name or 'a selector'} {why}")
+
+    promql_parser.walk(expr, pre_visit=visit)
+    return found
 
 
 CLOSERS = {"(": ")", "[": "]", "{": "}"}
@@ -363,8 +410,9 @@ class QueryCheck(Model):
         str, Field(min_length=1, max_length=PROMQL_MAX), AfterValidator(valid_promql)
     ] = Field(
         description="An instant query returning one or more series, evaluated at the window's"
-        " end; $namespace, $owner, $pods (a regular expression of the pods' names) and $window"
-        " are replaced. The highest value (the lowest, for > and >=) is judged."
+        " end; $namespace, $owner, $pods (a regular expression matching exactly the cohort's"
+        " pods' names) and $window are replaced. In a RollbackPolicy every selector must carry"
+        ' namespace="$namespace". The highest value (the lowest, for > and >=) is judged.'
     )
     healthy_when: Comparison = Field(
         description="How the value compares with the threshold when the workload is healthy."
@@ -409,6 +457,11 @@ class HealthChecks(Model):
         default="hold",
         description="When Prometheus cannot answer (unreachable, a query error, no data) after"
         " its retries: hold the verdict and ask again, pass, or fail (healthCheckFailed).",
+    )
+    max_hold: Duration = Field(
+        default=DEFAULT_MAX_HOLD,
+        description="How long onPrometheusError: hold holds a verdict, from the window's end;"
+        " then the verdict is taken on adoption alone (as pass), and says so.",
     )
 
     @model_validator(mode="after")
@@ -503,6 +556,21 @@ class RollbackPolicy(Model, _ObserveOnly):
     # Written by the engine (``workflows.policy_status``) and not validated on read: a status
     # from another version or tool never makes a valid policy invalid.
     status: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _queries_read_their_namespace(self) -> Self:
+        """A namespace's owner writes this policy: its queries read that namespace only, and a
+        value they print (Events, status) is of that namespace (docs/concepts/health-checks.md,
+        "Tenancy")."""
+        checks = self.spec.health_checks
+        for i, query in enumerate(checks.queries if checks else []):
+            found = unconfined_selectors(query.promql, self.metadata.namespace)
+            if found:
+                raise ValueError(
+                    f"spec.healthChecks.queries[{i}].promql: a RollbackPolicy reads only its own"
+                    f' namespace: every selector needs namespace="$namespace"; {"; ".join(found)}'
+                )
+        return self
 
 
 class ClusterRollbackPolicy(Model, _ObserveOnly):

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         LOAD_OWNER,
         LOCAL,
         NON_RETRYABLE_ERRORS,
+        PROMETHEUS_NOT_CONFIGURED,
         REAPPLY_RECOMMENDATION,
         RECORD_TRANSITION,
         RESOLVE_POLICY,
@@ -74,7 +75,7 @@ with workflow.unsafe.imports_passed_through():
         SampleCohortInput,
     )
     from workflows.contract import EventReason, FailureReason, Mode, SearchAttribute, check_cluster
-    from workflows.durations import Duration
+    from workflows.durations import Duration, format_duration
     from workflows.fingerprint import Recommendation
     from workflows.machine import (
         Aborted,
@@ -94,8 +95,10 @@ with workflow.unsafe.imports_passed_through():
         Sampled,
         SampleFailed,
         StartOver,
+        baseline_at,
         decide,
         health_due,
+        health_unavailable,
         initial_state,
         news_after_start,
     )
@@ -110,6 +113,9 @@ WORKFLOW_NAME = "RollbackWorkflow"
 # A resume that arrives while a held step's read is on its way counts (1.0 lost it: the hold
 # waited for ``PAUSE_RECHECK``).
 RESUME_SINCE_READ = "resume-since-read"
+# A verdict held for Prometheus is held at most maxHold, none without a Prometheus to ask, and
+# tells of it in one Event whose count rises (1.0 held for ever, a new Event a minute).
+BOUNDED_HEALTH_HOLD = "bounded-health-hold"
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
@@ -121,7 +127,7 @@ VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_
 PAUSE_RECHECK = timedelta(minutes=10)
 # Health checks (docs/concepts/health-checks.md): Prometheus is asked five times over about half
 # a minute; then the policy's onPrometheusError says what the verdict does. A held verdict asks
-# again after HEALTH_RECHECK.
+# again after HEALTH_RECHECK (or its window's length, when shorter), up to its maxHold.
 HEALTH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,
@@ -501,6 +507,8 @@ class RollbackWorkflow:
             checks=checks,
             window_started_at=state.window_started_at,
             window_ends_at=state.window_ends_at,
+            cohort=state.last_sample.cohort if state.last_sample else None,
+            baseline_at=baseline_at(state),
         )
         try:
             return await self._activity(
@@ -512,20 +520,45 @@ class RollbackWorkflow:
             )
         except ActivityError as err:
             why = str(err.cause or err)
-        if checks.on_prometheus_error != "hold":
+            configured = not (
+                isinstance(err.cause, ApplicationError)
+                and err.cause.type == PROMETHEUS_NOT_CONFIGURED
+            )
+        bounded = workflow.patched(BOUNDED_HEALTH_HOLD)
+        if bounded:
+            taken = health_unavailable(
+                checks, why, configured, state.window_ends_at, workflow.now()
+            )
+            if taken is not None:
+                return taken
+        elif checks.on_prometheus_error != "hold":
             return HealthResult(unavailable=why)
         self._health_holds += 1
+        until = state.window_ends_at + checks.max_hold
+        recheck = HEALTH_RECHECK
+        if bounded:  # as often as a window is long, when shorter; never past the bound
+            assert state.policy is not None
+            left = max(until - workflow.now(), timedelta(seconds=1))
+            recheck = min(HEALTH_RECHECK, state.policy.monitoring_period, left)
         message = (
             f"Health checks of recommendation {state.fingerprint} not judged: {why};"
             f" the verdict waits (onPrometheusError: hold) and asks again in"
-            f" {int(HEALTH_RECHECK.total_seconds())}s"
+            f" {format_duration(recheck)}"
         )
+        if bounded:
+            message += (
+                f", until {until.isoformat(timespec='seconds')} at most (maxHold"
+                f" {format_duration(checks.max_hold)}); then it is decided on adoption alone"
+            )
+        prefix = f"{workflow.info().run_id}.{state.transitions}.health"
         await self._record(
             Record(EventReason.HEALTH_UNAVAILABLE, message, warning=True),
-            event_id=f"{workflow.info().run_id}.{state.transitions}.health-{self._health_holds}",
+            # One Event for the hold, its count the looks so far (as the recorder aggregates).
+            event_id=prefix if bounded else f"{prefix}-{self._health_holds}",
+            event_count=self._health_holds if bounded else 1,
         )
         workflow.set_current_details(f"**Held**: the verdict waits for Prometheus: {why}")
-        await self._wait(workflow.now() + HEALTH_RECHECK, "ask Prometheus again")
+        await self._wait(workflow.now() + recheck, "ask Prometheus again")
         return None
 
     async def _sample(self, final: bool) -> Sampled | SampleFailed:
@@ -746,7 +779,9 @@ class RollbackWorkflow:
                 "rollback_time_to_verdict", "from a window opening to its verdict", "duration"
             ).record(workflow.now() - opened, {"verdict": state.mode.value})
 
-    async def _record(self, effect: Record, event_id: str | None = None) -> None:
+    async def _record(
+        self, effect: Record, event_id: str | None = None, event_count: int = 1
+    ) -> None:
         state = self.state
         workflow.logger.info(
             "%s: %s turn %d: %s",
@@ -770,6 +805,7 @@ class RollbackWorkflow:
                 # The mode too: a task lost after its record and run again on a fresh look
                 # may decide another transition, whose Event is not the lost one's.
                 event_id=event_id or f"{workflow.info().run_id}.{state.transitions}.{state.mode}",
+                event_count=event_count,
                 clear_rollback_recommendation=effect.clear_rollback_recommendation,
             ),
             RecordTransitionResult,

@@ -82,6 +82,8 @@ class FakeOwner:
     # What check_health answers, in order (the last one again once they run out): a result, or
     # an exception (Prometheus unreachable) to raise.
     health: list[HealthResult | Exception] = field(default_factory=list)
+    health_asked: list[HealthInput] = field(default_factory=list)  # what check_health was asked
+    event_counts: dict[str, int] = field(default_factory=dict)  # an Event series' count, by id
 
     def __post_init__(self) -> None:
         if not self.pods:
@@ -150,6 +152,7 @@ class FakeCluster:
         owner = self._owner(input.owner)
         assert owner is not None and owner.health, "check_health asked of an owner with no answer"
         answer = owner.health.pop(0) if len(owner.health) > 1 else owner.health[0]
+        owner.health_asked.append(input)
         owner.journal.append(("health", type(answer).__name__))
         if isinstance(answer, Exception):
             raise answer
@@ -199,12 +202,13 @@ class FakeCluster:
             owner.rollback_annotation = None
             owner.journal.append(("clear-rollback", ""))
         emitted = False
-        if input.event_reason and input.event_id not in owner.events:
+        if input.event_reason and (input.event_id not in owner.events or input.event_count > 1):
             owner.events[input.event_id] = (
                 input.event_reason,
                 input.event_message,
                 input.event_type,
             )
+            owner.event_counts[input.event_id] = input.event_count
             emitted = True
         return RecordTransitionResult(state_written=written, event_emitted=emitted)
 
