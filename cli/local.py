@@ -302,7 +302,9 @@ async def _run_simulated(
             serve(
                 stop,
                 dataclasses.replace(worker, temporal=temporal, kube=kube),
-                dataclasses.replace(intake, temporal=temporal, kube=kube),
+                dataclasses.replace(
+                    intake, temporal=temporal, kube=kube, prometheus_url=worker.prometheus_url
+                ),
                 ready=ready,
             )
         )

@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     intake = sub.add_parser("intake", help="run the intake controller (leader-elected)")
     add_temporal_flags(intake)
     add_kube_flags(intake)
-    add_intake_flags(intake)
+    add_intake_flags(intake, prometheus=True)
     intake.set_defaults(handler=_command("cmd_intake"))
 
     _add_operations(sub)

@@ -705,6 +705,7 @@ class Member:
     async def start_engine(self, metrics: tuple[str, str] | None) -> None:
         """The worker as a child process (a step may SIGKILL it) and the intake in-process."""
         world = self.world
+        prometheus_url = world.prometheus.url if world.prometheus else None
         self.worker = WorkerProcess(
             world.temporal.address,
             self.task_queue,
@@ -715,7 +716,7 @@ class Member:
             metrics[0] if metrics else None,
             cluster=self.name,
             min_ready=world.scenario.min_ready_duration,
-            prometheus_url=world.prometheus.url if world.prometheus else None,
+            prometheus_url=prometheus_url,
         )
         self.worker.start()
         temporal = TemporalConfig.at(world.temporal.address, self.task_queue, self.name)
@@ -724,7 +725,9 @@ class Member:
         self.intake = IntakeService(
             await temporal.connect(runtime),
             kube.client(runtime),
-            IntakeConfig(temporal, kube, identity=f"simulation-{self.name}"),
+            IntakeConfig(
+                temporal, kube, identity=f"simulation-{self.name}", prometheus_url=prometheus_url
+            ),
             lease_duration=3.0,
             meter=telemetry.meter(runtime),
         ).start()

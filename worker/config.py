@@ -416,6 +416,9 @@ class IntakeConfig(_OneCluster):
     kube: KubeConfig
     lease_namespace: str = "default"
     identity: str = field(default_factory=default_identity)
+    # The worker's Prometheus, as the intake is told it: a policy with health checks says in
+    # its status whether its checks can be asked (``workflows.policy_status``).
+    prometheus_url: str | None = None
 
     @classmethod
     def from_args(
@@ -426,4 +429,5 @@ class IntakeConfig(_OneCluster):
             KubeConfig.from_args(args, env),
             lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
             identity=args.identity or _env(env, "POD_NAME") or default_identity(),
+            prometheus_url=_prometheus_url(args, env),
         )

@@ -131,13 +131,7 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
         " is enough (ROLLBACK_MIN_READY_DURATION, default"
         f" {DEFAULT_MIN_READY.seconds}s, as Kubex's minReadyDuration)",
     )
-    group.add_argument(
-        "--prometheus-url",
-        metavar="URL",
-        help="the Prometheus the policies' health checks ask, e.g. http://prometheus:9090"
-        " (ROLLBACK_PROMETHEUS_URL; default none: a health check meets its policy's"
-        " onPrometheusError)",
-    )
+    add_prometheus_flag(group)
     group.add_argument(
         "--notifications",
         metavar="FILE",
@@ -146,8 +140,22 @@ def add_worker_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_intake_flags(parser: argparse.ArgumentParser) -> None:
+def add_prometheus_flag(group: argparse._ActionsContainer) -> None:
+    """``--prometheus-url``: the worker asks it; the intake says in each policy's status
+    whether there is one (``rollbackctl intake`` takes it alone, ``run`` once for both)."""
+    group.add_argument(
+        "--prometheus-url",
+        metavar="URL",
+        help="the Prometheus the policies' health checks ask, e.g. http://prometheus:9090"
+        " (ROLLBACK_PROMETHEUS_URL; default none: a policy's health checks are not run, its"
+        " verdicts decided on adoption alone, or failed under onPrometheusError: fail)",
+    )
+
+
+def add_intake_flags(parser: argparse.ArgumentParser, prometheus: bool = False) -> None:
     group = parser.add_argument_group("intake")
+    if prometheus:
+        add_prometheus_flag(group)
     group.add_argument(
         "--lease-namespace", help="namespace of the leader-election Lease (POD_NAMESPACE)"
     )

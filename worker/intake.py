@@ -149,6 +149,7 @@ class Intake:
         meter: MetricMeter = MetricMeter.noop,
         fence: Callable[[], float] = lambda: math.inf,
         protection: Protection = PROTECTED,
+        prometheus: bool = True,  # the worker has a Prometheus to ask (for the policies' status)
     ) -> None:
         self.core, self.custom = core, custom
         # The leader's fence (``LeaderElector.time_left``: the seconds it holds from now),
@@ -173,6 +174,7 @@ class Intake:
             fence=self.acting,
             protection=protection,
             held=self.held,
+            prometheus=prometheus,
         )
         self.index = PolicyIndex(protection)
         self.stats: Counter[str] = Counter()

@@ -88,6 +88,7 @@ class IntakeService:
                 meter,
                 fence=self.elector.time_left,
                 protection=config.kube.protection,
+                prometheus=config.prometheus_url is not None,
             )
 
         self._term = term

@@ -64,8 +64,10 @@ class StatusWriter:
         fence: Callable[[], bool] = lambda: True,
         protection: Protection = PROTECTED,
         held: Callable[[OwnerRef], bool] = lambda _: False,
+        prometheus: bool = True,
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
+        self.prometheus = prometheus  # whether the worker has a Prometheus (health checks)
         self.protection = protection
         self.held = held  # whether a pause on a pod of it, on it or on its namespace is in force
         self.fence = fence  # checked before each write: only the acting leader writes
@@ -171,7 +173,7 @@ class StatusWriter:
         for k in known:
             key = str(k.ref)
             if k.policy is not None:
-                status = status_of(k.policy, counts.get(key), k.stored, now)
+                status = status_of(k.policy, counts.get(key), k.stored, now, self.prometheus)
             else:
                 status = invalid_status(
                     k.error or "invalid", k.generation, counts.get(key), k.stored, now

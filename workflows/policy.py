@@ -309,7 +309,7 @@ def unconfined_selectors(text: str, namespace: str | None) -> list[str]:
             str(m)  # as written: namespace="billing", namespace=~".+"
             for branch in branches
             for m in branch
-            if m.name == NAMESPACE_LABEL and m.value not in allowed
+            if m.name == NAMESPACE_LABEL and not (m.op == EQUAL and m.value in allowed)
         )
         why = f"names {', '.join(others)}" if others else 'has no namespace="$namespace" matcher'
         found.append(f"{node.name or 'a selector'} {why}")

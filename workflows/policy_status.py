@@ -15,8 +15,11 @@ engine's (docs/concepts/status-and-control.md, "Policy status"):
   ``WorkloadsMatched`` (False: ``NoMatchingWorkloads``, ``ProtectedNamespaces``, ``Shadowed`` or
   ``Invalid``); its message names the protected namespaces the scope reaches, where the policy
   leaves workloads alone; and, for a valid policy, ``WorkloadsPaused`` (True: ``Held``, naming
-  the active attempts a pause on a pod of theirs, their owner or namespace holds). A condition
-  keeps its ``lastTransitionTime`` while its status does not change.
+  the active attempts a pause on a pod of theirs, their owner or namespace holds); and, for a
+  policy with health checks, ``HealthChecksAsked`` (False: ``NoPrometheus``, the engine has no
+  Prometheus to ask, so its verdicts are decided on adoption alone, or failed under
+  ``onPrometheusError: fail``). A condition keeps its ``lastTransitionTime`` while its status
+  does not change.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from workflows.selection import PolicyIndex, WorkloadRef, mismatch, precedence_k
 from workflows.state import CamelModel, OwnerState, PolicyRef
 
 READY, MATCHED, PAUSED = "Ready", "WorkloadsMatched", "WorkloadsPaused"
+HEALTH = "HealthChecksAsked"  # only on a policy with health checks
 ConditionStatus = Literal["True", "False", "Unknown"]
 SUMMARY_MAX = 1024  # characters of lastErrorSummary
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # metav1.Time: RFC 3339 to the second
@@ -148,8 +152,9 @@ def status_of(
     counts: Tally | None,
     previous: PolicyStatus | None,
     now: datetime,
+    prometheus: bool = True,
 ) -> PolicyStatus:
-    """The status of a valid policy."""
+    """The status of a valid policy; ``prometheus``: whether the engine has one to ask."""
     counts = counts or Tally()
     generation = policy.metadata.generation
     summary = previous.last_error_summary if previous else None
@@ -208,8 +213,40 @@ def status_of(
             _condition(previous, READY, ready, now, generation),
             _condition(previous, MATCHED, matched, now, generation),
             _condition(previous, PAUSED, paused, now, generation),
+            *_health(policy, prometheus, previous, now, generation),
         ],
     )
+
+
+def _health(
+    policy: AnyPolicy,
+    prometheus: bool,
+    previous: PolicyStatus | None,
+    now: datetime,
+    generation: int | None,
+) -> list[Condition]:
+    checks = policy.spec.health_checks
+    if checks is None:
+        return []
+    if prometheus:
+        said: tuple[ConditionStatus, str, str] = (
+            "True",
+            "PrometheusConfigured",
+            "asked at each verdict that passes adoption",
+        )
+    else:
+        rule = (
+            "failed (onPrometheusError: fail)"
+            if checks.on_prometheus_error == "fail"
+            else "decided on adoption alone, at once"
+        )
+        said = (
+            "False",
+            "NoPrometheus",
+            "the engine has no Prometheus to ask (--prometheus-url, the chart's prometheus.url):"
+            f" the health checks are not run and each verdict is {rule}",
+        )
+    return [_condition(previous, HEALTH, said, now, generation)]
 
 
 def invalid_status(

@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,6 +69,7 @@ class Scraped:
     acts: KubernetesActivities  # the activities, over the real client, asking it
     changed_at: datetime  # web's latency doubled here (the window's start: the cut)
     end: datetime  # a window after it
+    cadvisor: Callable[[str], str]  # what a node's kubelet serves Prometheus
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +110,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             changed_at = datetime.now(UTC)
             sim.behave(("Deployment", NS, "web"), "app", latency="100ms")
             time.sleep(WINDOW.total_seconds() + 2)  # a window of scrapes after the change
-            yield Scraped(prometheus.url, acts, changed_at, datetime.now(UTC))
+            yield Scraped(prometheus.url, acts, changed_at, datetime.now(UTC), sim.cadvisor)
         finally:
             prometheus.stop()
             sim.stop()
@@ -325,3 +326,21 @@ def test_the_queries_are_asked_at_once_and_a_slow_one_fails_within_its_timeout(
             ask(fast, "cut")
     finally:
         stuck.shutdown()
+
+
+def test_the_simulated_kubelet_exports_cadvisors_series_under_cadvisors_conditions(
+    scraped: Scraped,
+) -> None:
+    """cAdvisor's collector gives the CFS series the condition ``Cpu.Quota != 0`` (a CPU limit)
+    and reports an unlimited memory limit as 0 (``specMemoryValue``)."""
+    lines = scraped.cadvisor("node-1").splitlines()
+
+    def series(metric: str, workload: str) -> list[str]:
+        return [x for x in lines if x.startswith(metric + "{") and f'pod="{workload}-' in x]
+
+    assert series("container_cpu_cfs_periods_total", "cut")  # limited: exported
+    assert not series("container_cpu_cfs_periods_total", "nolimits")
+    assert not series("container_cpu_cfs_throttled_periods_total", "nolimits")
+    memory = series("container_spec_memory_limit_bytes", "nolimits")
+    assert memory and all(x.endswith(" 0") for x in memory)
+    assert series("container_memory_working_set_bytes", "nolimits")  # usage is always there

@@ -12,6 +12,7 @@ from tests.conftest import policy_doc
 from workflows.contract import FailureReason, Mode, WorkloadKind
 from workflows.policy import POLICY_KINDS, AnyPolicy
 from workflows.policy_status import (
+    HEALTH,
     MATCHED,
     PAUSED,
     READY,
@@ -191,3 +192,20 @@ def test_attempts_held_by_a_pause_are_a_condition() -> None:
         " team/Deployment/a, team/Deployment/b"
     )
     jsonschema.validate(status.body(), STATUS_SCHEMA)
+
+
+def test_a_policy_with_health_checks_says_whether_they_can_be_asked() -> None:
+    checked = policy(healthChecks={"cpuThrottling": {"maxPercent": 25}})
+    asked = status_of(checked, Tally(), None, T0, prometheus=True).condition(HEALTH)
+    assert asked is not None and (asked.status, asked.reason) == ("True", "PrometheusConfigured")
+    unasked = status_of(checked, Tally(), None, T0, prometheus=False).condition(HEALTH)
+    assert unasked is not None and (unasked.status, unasked.reason) == ("False", "NoPrometheus")
+    assert "decided on adoption alone, at once" in unasked.message
+    failing = policy(
+        healthChecks={"cpuThrottling": {"maxPercent": 25}, "onPrometheusError": "fail"}
+    )
+    said = status_of(failing, Tally(), None, T0, prometheus=False).condition(HEALTH)
+    assert said is not None and "failed (onPrometheusError: fail)" in said.message
+    plain = status_of(policy(), Tally(), None, T0, prometheus=False)
+    assert plain.condition(HEALTH) is None  # no checks, nothing to say
+    jsonschema.validate(status_of(checked, Tally(), None, T0, False).body(), STATUS_SCHEMA)
