@@ -26,12 +26,19 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
 from activities.errors import first_line
+from activities.health import Prometheus, PrometheusError
 from cli import crds, localrun, ops, podhistory, policies
 from cli import report as story
 from cli.ops import OpsError
 from worker import versioning
-from worker.config import IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
-from worker.flags import DEFAULT_DEPLOYMENT_NAME
+from worker.config import (
+    IntakeConfig,
+    KubeConfig,
+    TemporalConfig,
+    WorkerConfig,
+    parse_prometheus_url,
+)
+from worker.flags import DEFAULT_DEPLOYMENT_NAME, ConfigError
 from worker.process import run
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import task_queue_for
@@ -450,6 +457,29 @@ def cmd_upgrade_check(args: argparse.Namespace) -> int:
         return 1
 
     return _ops(args, action)
+
+
+def cmd_prometheus_check(args: argparse.Namespace) -> int:
+    """0 when the Prometheus of ``--prometheus-url`` (``ROLLBACK_PROMETHEUS_URL``) answers an
+    instant query the way the health checks ask one, else 1 with why."""
+    try:
+        url = parse_prometheus_url(args, os.environ)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if url is None:
+        print(
+            "error: no Prometheus given (--prometheus-url, ROLLBACK_PROMETHEUS_URL)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        Prometheus(url).query("vector(1)", datetime.now(UTC))
+    except PrometheusError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"Prometheus at {url} answers: the policies' health checks can be asked.")
+    return 0
 
 
 def versioning_table(rows: list[versioning.VersionRow]) -> str:

@@ -24,6 +24,7 @@ from worker.flags import (
     ConfigError,
     add_intake_flags,
     add_kube_flags,
+    add_prometheus_flag,
     add_temporal_flags,
     add_worker_flags,
 )
@@ -180,6 +181,13 @@ def _add_versions(sub: Any) -> None:
     )
     add_temporal_flags(check)
     check.set_defaults(handler=_command("cmd_upgrade_check"))
+    prometheus = sub.add_parser(
+        "prometheus-check",
+        help="exit 0 once the health checks' Prometheus answers a query, else 1 with why"
+        " (helm test runs it when prometheus.url is set)",
+    )
+    add_prometheus_flag(prometheus)
+    prometheus.set_defaults(handler=_command("cmd_prometheus_check"))
 
 
 def _add_local(sub: Any) -> None:

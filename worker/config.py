@@ -350,11 +350,11 @@ class WorkerConfig(_OneCluster):
             _notifications(args, env),
             _own_pod(env),
             _min_ready(args, env),
-            _prometheus_url(args, env),
+            parse_prometheus_url(args, env),
         )
 
 
-def _prometheus_url(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+def parse_prometheus_url(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     raw = getattr(args, "prometheus_url", None) or _env(env, "ROLLBACK_PROMETHEUS_URL")
     if raw is not None and not re.match(r"^https?://[^/\s]+", raw):
         raise ConfigError(f"--prometheus-url: {raw!r} is not an http(s) URL")
@@ -429,5 +429,5 @@ class IntakeConfig(_OneCluster):
             KubeConfig.from_args(args, env),
             lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
             identity=args.identity or _env(env, "POD_NAME") or default_identity(),
-            prometheus_url=_prometheus_url(args, env),
+            prometheus_url=parse_prometheus_url(args, env),
         )

@@ -25,6 +25,7 @@ import yaml
 from activities.notify import NotificationConfig, Receiver
 from cli.localrun import write_kubeconfig
 from sim.apiserver import KubeEmulator, free_port
+from sim.prometheus import LocalPrometheus
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
 from workflows.contract import DEFAULT_MIN_READY, Actuation
@@ -633,3 +634,48 @@ def test_chart_metadata_points_at_the_project() -> None:
     assert chart["maintainers"] and chart["icon"].startswith(urls["Source"].replace(
         "https://github.com/", "https://raw.githubusercontent.com/"))  # fmt: skip
     assert (ROOT / chart["icon"].split("/main/", 1)[1]).exists()  # the icon is in the repository
+
+
+def test_prometheus_url_opens_its_port_and_helm_test_asks_it(tmp_path: Path) -> None:
+    """With prometheus.url (and receivers given by url), both processes' NetworkPolicies let
+    them reach those ports, and ``helm test`` gains a step that asks Prometheus a query: run as
+    rendered, it passes against a real Prometheus and fails, saying why, against none."""
+    prometheus = LocalPrometheus(tmp_path / "prometheus", []).wait_ready()
+    try:
+        url = prometheus.url  # http://127.0.0.1:<port>
+        objects = template(
+            sets=(
+                f"prometheus.url={url}",
+                "notifications.receivers[0].name=ops",
+                "notifications.receivers[0].type=webhook",
+                "notifications.receivers[0].url=http://hooks.ops:8081/rollback",
+                "notifications.receivers[1].name=chat",
+                "notifications.receivers[1].type=slack",
+                "notifications.receivers[1].urlEnv=SLACK_URL",  # a secret: extraEgressPorts
+            )
+        )
+        port = int(url.rsplit(":", 1)[1])
+        for name in ("rollback-worker", "rollback-intake"):
+            egress = _one(objects, "NetworkPolicy", name)["spec"]["egress"]
+            opened = {p["port"] for rule in egress for p in rule.get("ports", [])}
+            assert {port, 8081} <= opened, (name, egress)
+        (pod,) = [o for o in objects if o["kind"] == "Pod"]
+        steps = {c["name"]: c for c in [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]}
+        step = steps["prometheus"]
+
+        def run(env_url: str) -> subprocess.CompletedProcess[str]:
+            env = {**os.environ, **settings(objects), "ROLLBACK_PROMETHEUS_URL": env_url}
+            return subprocess.run(
+                [sys.executable, "-m", "cli.main", *step["args"]],
+                capture_output=True, text=True, timeout=60, check=False, env=env, cwd=ROOT,
+            )  # fmt: skip
+
+        answered = run(settings(objects)["ROLLBACK_PROMETHEUS_URL"])
+        assert answered.returncode == 0 and "answers" in answered.stdout, answered.stderr
+    finally:
+        prometheus.stop()
+    gone = run(url)  # stopped now
+    assert gone.returncode == 1 and "unreachable" in gone.stderr, gone.stderr
+    plain = template()
+    (pod,) = [o for o in plain if o["kind"] == "Pod"]
+    assert "prometheus" not in [c["name"] for c in pod["spec"]["initContainers"]]

@@ -172,3 +172,10 @@ volumeMounts:
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
+
+{{- /* The TCP port of a URL: the one it names, else its scheme's (80, 443). */ -}}
+{{- define "rollback.urlPort" -}}
+{{- $u := urlParse . -}}
+{{- $hostPort := splitList ":" $u.host -}}
+{{- if gt (len $hostPort) 1 -}}{{ last $hostPort }}{{- else if eq $u.scheme "https" -}}443{{- else -}}80{{- end -}}
+{{- end }}
