@@ -495,8 +495,12 @@ def describe_text(
         lines.append(f"{label} {_tally(sample, state)}{at}")
     health = state.last_health
     if health is not None and health.unavailable is not None:
-        lines.append(f"Health:       not judged: {health.unavailable}")
+        fallback = f"; {health.fallback}" if health.fallback else ""
+        lines.append(f"Health:       not judged: {health.unavailable}{fallback}")
     for check in health.checks if health is not None else []:
+        if not check.applicable:
+            lines.append(f"Health:       {check.message}")  # "<name>: not applicable: why"
+            continue
         judged = "passed" if check.passed else "FAILED"
         lines.append(f"Health:       {check.name} {judged}: {check.message} (bound {check.bound})")
     if isinstance(cohort, LiveCohort):

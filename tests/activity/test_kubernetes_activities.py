@@ -384,6 +384,35 @@ def test_record_transition_is_idempotent(api: KubeEmulator, acts: KubernetesActi
     assert events[0]["involvedObject"]["kind"] == "Deployment"
 
 
+def test_a_held_step_tells_of_itself_in_one_event_whose_count_rises(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    """A series (a verdict held for Prometheus, looking again): one Event, brought to each
+    look's count; a retried look sets the same count again."""
+    api.store.create(owner("Deployment"))
+
+    def look(count: int) -> None:
+        acts.record_transition(
+            RecordTransitionInput(
+                cluster=CLUSTER,
+                owner=ref(),
+                state=state(),
+                event_reason=EventReason.HEALTH_UNAVAILABLE,
+                event_message=f"not judged, look {count}",
+                event_type="Warning",
+                event_id="run.1.health",
+                event_count=count,
+            )
+        )
+
+    for count in (1, 2, 3, 3):  # the last: a retried activity
+        look(count)
+    events, _ = api.store.list_objects(api.store.rtype("Event"), NS)
+    (event,) = events
+    assert (event["count"], event["message"], event["type"]) == (3, "not judged, look 3", "Warning")
+    assert event["lastTimestamp"] >= event["firstTimestamp"]
+
+
 def test_record_transition_retries_conflicts(api: KubeEmulator, acts: KubernetesActivities) -> None:
     api.store.create(owner("Deployment"))
     api.inject(Fault(status=409, method="PATCH", path="/deployments/web", times=2))

@@ -183,8 +183,18 @@ async def test_a_hold_ends_at_max_hold_on_adoption_alone_in_one_event_series(
     ref, owner = new_owner(cluster, policy("hold", max_hold="3s"))
     owner.apply(FITS)
     owner.health = [UNREACHABLE]  # never answers
-    result = await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS)
+    result = await handle.result()
     assert result.mode is Mode.MONITORING_SUCCEEDED
+    state = await handle.query(RollbackWorkflow.status)
+    assert state is not None
+    (line,) = [
+        x
+        for x in ops.describe_text(CLUSTER, ref, "Completed", state).splitlines()
+        if x.startswith("Health:")
+    ]
+    assert line.startswith("Health:       not judged: ") and "unreachable" in line, line
+    assert line.endswith("; held 3s (maxHold): decided on adoption alone"), line
     (succeeded,) = [m for r, m, _ in owner.events.values() if r == EventReason.MONITORING_SUCCEEDED]
     assert "held 3s (maxHold): decided on adoption alone" in succeeded, succeeded
     held = [i for i, (r, _, _) in owner.events.items() if r == EventReason.HEALTH_UNAVAILABLE]
@@ -236,3 +246,24 @@ async def test_a_reopened_windows_baseline_is_before_the_cut(
     assert first.window_started_at is not None
     assert asked.window_started_at > first.window_started_at  # the reopened window's
     assert asked.baseline_at == first.window_started_at  # before the cut, not under it
+
+
+async def test_a_check_that_cannot_apply_passes_and_says_so(
+    client: Client,  # noqa: F811
+    cluster: FakeCluster,  # noqa: F811
+    task_queue: str,  # noqa: F811
+) -> None:
+    ref, owner = new_owner(cluster, policy())
+    owner.apply(FITS)
+    why = "cpuThrottling: not applicable: no container has a CPU limit"
+    owner.health = [
+        HealthResult(checks=[CheckResult(name="cpuThrottling", reason=FailureReason.CPU_THROTTLED,
+                                         passed=True, applicable=False, message=why)])
+    ]  # fmt: skip
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS)
+    assert (await handle.result()).mode is Mode.MONITORING_SUCCEEDED
+    (succeeded,) = [m for r, m, _ in owner.events.values() if r == EventReason.MONITORING_SUCCEEDED]
+    assert f"health checks passed: {why}" in succeeded
+    state = await handle.query(RollbackWorkflow.status)
+    assert state is not None
+    assert f"Health:       {why}" in ops.describe_text(CLUSTER, ref, "Completed", state)

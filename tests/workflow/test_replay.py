@@ -5,7 +5,8 @@ success, OOM over two turns with its notifications, threshold not met with a man
 lastSuccessful unavailable, cancel and reopen, supersede by a key change, continue-as-new,
 worker restarts, an observe-only policy, a retry after failedPermanent, a run that wakes
 nothing, a held rollback, a local activity that falls back to a regular one, a task lost after
-it recorded its transition (then notified; or decided again), and the
+it recorded its transition (then notified; or decided again), a verdict held for Prometheus
+(decided once it answers; or at maxHold), and the
 ``NotifyWorkflow`` children that could not deliver (``notify.*``). A change to the workflows that
 would break a running workflow after a deploy fails here.
 
@@ -30,7 +31,7 @@ from temporalio.worker import Replayer
 
 from tests.workflow.helpers import HISTORIES
 from workflows.notify import NotifyWorkflow
-from workflows.rollback import RESUME_SINCE_READ, RollbackWorkflow
+from workflows.rollback import BOUNDED_HEALTH_HOLD, RESUME_SINCE_READ, RollbackWorkflow
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 STORIES = {
@@ -39,11 +40,16 @@ STORIES = {
     "worker-restart-backingOff", "observe-only", "retry-after-failed-permanent",
     "wakes-nothing-after-failed", "paused-rollback", "local-fallback", "notify.send-failed",
     "notify.routing-failed", "resume-during-held-read", "health-cpu-throttled",
-    "lost-task-after-record", "lost-verdict-decided-again",
+    "lost-task-after-record", "lost-verdict-decided-again", "health-held-then-decided",
+    "health-hold-bounded",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).
-PATCHED = {"resume-during-held-read": RESUME_SINCE_READ}
+PATCHED = {
+    "resume-during-held-read": RESUME_SINCE_READ,
+    "health-held-then-decided": BOUNDED_HEALTH_HOLD,
+    "health-hold-bounded": BOUNDED_HEALTH_HOLD,
+}
 
 
 def _story(path: Path) -> str:
