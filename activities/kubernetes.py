@@ -34,13 +34,19 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.budgets import Budgets
 from activities.cohort import Tally, judge
 from activities.errors import TransientError, classified
 from activities.health import Cohort, Prometheus, check_health
 from activities.lookup import OwnerLookup, read_state
 from activities.notify import NotificationConfig, Notifier
-from activities.owners import desired_replicas, manifest_resources, max_unavailable
-from activities.resize import Pace, resize_paced
+from activities.owners import (
+    desired_replicas,
+    manifest_resources,
+    max_unavailable,
+    unavailable_note,
+)
+from activities.resize import Budget, Pace, resize_paced
 from activities.writes import OwnerWriter
 from workflows.activity_api import (
     CHECK_HEALTH,
@@ -338,7 +344,9 @@ class KubernetesActivities:
                 applied=ResourceSnapshot.of(requests, limits),
                 message=f"rollback recommendation ({input.target}) published on the owner",
             )
-            return self._actuate(input.owner, written, listed, requests, limits, result)
+            return self._actuate(
+                input.owner, written, listed, requests, limits, result, "rollback", input.target
+            )
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
     def reapply_recommendation(self, input: ReapplyInput) -> ActuationResult:
@@ -358,7 +366,15 @@ class KubernetesActivities:
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
             return self._actuate(
-                input.owner, obj, listed, rec.requests, rec.limits, result, stop_on_crash=True
+                input.owner,
+                obj,
+                listed,
+                rec.requests,
+                rec.limits,
+                result,
+                "re-apply",
+                rec.fingerprint,
+                stop_on_crash=True,
             )
 
     def _cohort(self, owner: OwnerRef, obj: Obj) -> Listed:
@@ -376,11 +392,14 @@ class KubernetesActivities:
         requests: Resources,
         limits: Resources,
         result: ActuationResult,
+        step: str,
+        attempt: str,
         stop_on_crash: bool = False,
     ) -> ActuationResult:
         """In-place mode: resize the cohort to the target, paced by the workload's
-        ``maxUnavailable`` (``activities.resize``), and say what happened; a re-apply
-        (``stop_on_crash``) takes no more pods down once one crashes on the new resources."""
+        ``maxUnavailable`` and the disruption budgets over it, the pause read again before each
+        batch (``activities.resize``), and say what happened; a re-apply (``stop_on_crash``)
+        takes no more pods down once one crashes on the new resources."""
         if self.actuation is not Actuation.IN_PLACE or listed.query is None:
             return result
         query, first = listed.query, [(listed.pods, listed.version)]
@@ -388,11 +407,35 @@ class KubernetesActivities:
         def cohort() -> tuple[list[Obj], str]:  # the LIST the pause was read on, then afresh
             return first.pop() if first else self.lookup.pods_listed(owner.namespace, query)
 
+        def paused(pods: list[Obj]) -> Pause | None:  # the owner's and namespace's, afresh
+            now = self.lookup.get(owner)
+            return None if now is None else self._paused(owner, now, pods, step, attempt)
+
+        def held(budget: Budget) -> None:
+            run = activity.info().workflow_run_id if activity.in_activity() else "-"
+            message = f"{step} of {attempt} waits: {budget.said}, before it takes a pod down"
+            log.info("%s: %s", owner, message)
+            self.writer.event(
+                owner,
+                obj["metadata"].get("uid"),
+                f"{run}.paced.{budget.name}",
+                EventReason.PACED,
+                message,
+                "Normal",
+            )
+
         desired = desired_replicas(owner.kind, obj)
+        budgets = Budgets(self.core.api_client, owner.namespace, _heartbeat)
+        note = unavailable_note(owner.kind, obj, desired)
         pace = Pace(
             max_unavailable(owner.kind, obj, desired),
             heartbeat=_heartbeat,
             stop_on_crash=stop_on_crash,
+            paused=paused,
+            budget=budgets.tightest,
+            budget_watch=budgets.wait,
+            on_held=held,
+            notes=(note,) if note else (),
         )
         done = resize_paced(
             self.core, owner.namespace, cohort, query.label_selector, requests, limits, pace
@@ -402,5 +445,6 @@ class KubernetesActivities:
                 "pods_resized": done.resized,
                 "pods_filtered": done.filtered,
                 "message": f"{result.message}; {done.describe()}",
+                "paused": done.paused,
             }
         )

@@ -167,17 +167,34 @@ _MAX_UNAVAILABLE: dict[WorkloadKind, tuple[tuple[str, ...], int | str]] = {
 def max_unavailable(kind: WorkloadKind, owner: Obj, desired: int | None) -> int:
     """How many pods an in-place resize that restarts containers may take down at once: the
     workload's own ``maxUnavailable`` (a number, or a percentage of ``desired`` rounded down, as
-    the controllers do), never less than 1 (else nothing could ever be resized). A value that
-    is neither (a Rollout's CRD does not check it) paces one pod at a time: the safe side."""
+    the controllers do), never less than 1: a workload declaring 0 (it surges instead) is resized
+    one pod at a time, each only while every other pod is Ready, and told so
+    (``unavailable_note``). A value that is neither (a Rollout's CRD does not check it) paces
+    one pod at a time: the safe side."""
+    declared = _declared_unavailable(kind, owner, desired)
+    return 1 if declared is None else max(1, declared)
+
+
+def unavailable_note(kind: WorkloadKind, owner: Obj, desired: int | None) -> str | None:
+    """What a paced resize says of a ``maxUnavailable`` that resolves to 0, else None."""
+    if _declared_unavailable(kind, owner, desired) != 0:
+        return None
+    return (
+        "maxUnavailable resolves to 0 (a rollout surges instead, which a resize cannot): one pod"
+        " at a time, each only while every other pod is Ready"
+    )
+
+
+def _declared_unavailable(kind: WorkloadKind, owner: Obj, desired: int | None) -> int | None:
     path, default = _MAX_UNAVAILABLE.get(kind, ((), 1))
     value = dig(owner, *path) if path else None
     if value is None:
         value = default
     if isinstance(value, str) and value.endswith("%") and value[:-1].isdigit():
-        return max(1, (desired or 0) * int(value[:-1]) // 100)
+        return (desired or 0) * int(value[:-1]) // 100
     if isinstance(value, int) and not isinstance(value, bool):
-        return max(1, value)
-    return 1
+        return value
+    return None
 
 
 def pod_containers(pod_spec: Obj | None) -> list[Obj]:

@@ -14,8 +14,16 @@ workload's ``maxUnavailable`` pods not Ready (``activities.owners.max_unavailabl
 waited on (a watch of the cohort, heartbeating) until its pods have restarted and are Ready
 again. Every round starts from a fresh LIST, so a retried activity (a worker that died
 mid-batch) resizes no pod twice and forgets none: what is at the target is skipped, a pod still
-restarting counts as unavailable. A 429 from the API server (throttling, a disruption budget)
-is transient: the activity is retried.
+restarting counts as unavailable. A 429 from the API server (throttling) is transient: the
+activity is retried.
+
+Before each round after the first (the activity read them with the first LIST), the pause is
+read again (``Pace.paused``): a pause set mid-rollback stops the next batch, and the step, held
+by the workflow, goes on from where it stopped once the pause lifts. And each batch of pods it
+takes down is bounded by the PodDisruptionBudgets selecting the cohort too (``Pace.budget``: the
+smallest ``status.disruptionsAllowed``, 0 while a budget's status is older than its spec, as the
+eviction API holds it): a budget that allows nothing holds the batch, told once
+(``Pace.on_held``: a ``RollbackPaced`` Event naming it), watched until it allows one.
 
 A pod of the batch that crashes on its new resources (restarted again after the resize's
 restart: OOMKilled, CrashLoopBackOff) will not be Ready by waiting: the batch is over. A
@@ -40,6 +48,7 @@ from activities.errors import TransientError
 from activities.lookup import body as _body
 from workflows.contract import Obj
 from workflows.fingerprint import Resources
+from workflows.pause import Pause
 from workflows.quantities import parse_quantity
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -59,6 +68,9 @@ class Resized:
     most_unavailable: int = 0  # pods not Ready at once, at the most, as the batches started
     crashed: list[str] = field(default_factory=list)  # pods that crashed on their new resources
     left: int = 0  # pods a stop on a crash left as they were
+    paused: Pause | None = None  # a pause read before a batch stopped it there
+    held_by: dict[str, str] = field(default_factory=dict)  # budget -> as it held a batch
+    notes: list[str] = field(default_factory=list)  # how the pace was read (maxUnavailable 0)
 
     def describe(self) -> str:
         text = f"{self.resized} pods resized in place"
@@ -77,11 +89,25 @@ class Resized:
                 f"; paced in {self.batches} batch(es), at most {self.most_unavailable} pod(s)"
                 " not Ready at once"
             )
+            text += "".join(f" ({note})" for note in self.notes)
+        if self.held_by:
+            text += f"; held by {', '.join(self.held_by.values())}"
         if self.crashed:
             text += f"; crashed on the new resources: {', '.join(self.crashed)}"
         if self.left:
             text += f"; stopped there, {self.left} pod(s) left as they were"
+        if self.paused is not None:
+            text += f"; stopped before the next batch: {self.paused.describe()}"
         return text
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The tightest PodDisruptionBudget over the cohort: how many pods it lets go down now."""
+
+    name: str
+    allowed: int
+    said: str  # e.g. "PodDisruptionBudget web allows 0 (2 healthy, 2 desired)"
 
 
 @dataclass
@@ -92,6 +118,14 @@ class Pace:
     heartbeat: Callable[[], None] = lambda: None
     batch_timeout: float = BATCH_TIMEOUT
     stop_on_crash: bool = False  # a re-apply: a pod crashing on the new resources stops it
+    # The pause in force over the cohort as listed (read before each batch after the first).
+    paused: Callable[[list[Obj]], Pause | None] = lambda pods: None
+    # The tightest disruption budget over the cohort as listed (None: none selects it), and
+    # where to watch it when it allows nothing.
+    budget: Callable[[list[Obj]], Budget | None] = lambda pods: None
+    budget_watch: Callable[[Budget, float], None] | None = None
+    on_held: Callable[[Budget], None] = lambda budget: None  # told once per budget that holds
+    notes: tuple[str, ...] = ()
 
 
 Lister = Callable[[], tuple[list[Obj], str]]  # the cohort now, and the LIST's resourceVersion
@@ -108,21 +142,19 @@ def resize_paced(
 ) -> Resized:
     """Resize the cohort to the target, paced by ``pace`` (see the module)."""
     free = NodeCapacity(core)
-    done = Resized()
+    done = Resized(notes=list(pace.notes))
+    rounds = 0
     while True:
         pods, version = cohort()
-        plan = []
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            if pod.get("status", {}).get("phase") != "Running" or name in done.filtered:
-                continue
-            containers = _resize_body(pod, *actual_resources(pod), requests, limits)
-            if containers:
-                plan.append((pod, containers, _restarting(pod, containers)))
+        rounds += 1
+        if rounds > 1 and (paused := pace.paused(pods)) is not None:
+            done.paused = paused
+            return done
+        plan = _plan(pods, done.filtered, requests, limits)
         if not plan:
             return done
         down = sum(1 for p in pods if not is_ready(p))
-        budget = pace.max_unavailable - down
+        budget, pdb = _allowed(pace, pods, plan, down)
         waiting_on: dict[str, dict[str, int]] = {}  # pod -> restart counts before its resize
         held_back = 0
         for pod, containers, restarts in plan:
@@ -143,10 +175,14 @@ def resize_paced(
             done.restarts |= restarts
             if takes_down:
                 budget -= 1
+        if held_back and not waiting_on and pdb is not None and pdb.allowed <= 0:
+            _hold(pace, done, pdb)  # the budget, not the workload's own pace, holds every pod
+            continue
         if waiting_on or held_back:
             done.batches += 1
             # Not Ready as the batch starts: those already down and those it takes down.
-            done.most_unavailable = max(done.most_unavailable, pace.max_unavailable - budget)
+            taken = sum(1 for name in waiting_on if name in _ready_names(pods))
+            done.most_unavailable = max(done.most_unavailable, down + taken)
             # Until this batch is back (or, with none, another pod is Ready): then the next.
             back = _back(waiting_on) if waiting_on else _any_ready(down)
             seen = _wait(core, namespace, selector, version, pods, pace, back)
@@ -158,6 +194,49 @@ def resize_paced(
                 return done
         if not held_back:
             return done
+
+
+def _allowed(
+    pace: Pace, pods: list[Obj], plan: list[tuple[Obj, list[Obj], set[str]]], down: int
+) -> tuple[int, Budget | None]:
+    """How many pods this batch may take down: the workload's pace less those already down,
+    and at most what the tightest disruption budget allows (read only when the batch would take
+    a pod down); and that budget."""
+    budget = pace.max_unavailable - down
+    if not any(restarts and is_ready(pod) for pod, _, restarts in plan):
+        return budget, None
+    pdb = pace.budget(pods)
+    return (min(budget, pdb.allowed) if pdb is not None else budget), pdb
+
+
+def _hold(pace: Pace, done: Resized, pdb: Budget) -> None:
+    """Wait for a budget that allows nothing to allow a disruption, told once."""
+    if pdb.name not in done.held_by:
+        done.held_by[pdb.name] = pdb.said
+        pace.on_held(pdb)
+    if pace.budget_watch is None:
+        raise TransientError(f"{pdb.said}; looking again")
+    pace.budget_watch(pdb, pace.batch_timeout)
+
+
+def _plan(
+    pods: list[Obj], filtered: list[str], requests: Resources, limits: Resources
+) -> list[tuple[Obj, list[Obj], set[str]]]:
+    """The running pods not at the target yet: each with its containers' patches and the
+    containers whose resize restarts them."""
+    plan = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        if pod.get("status", {}).get("phase") != "Running" or name in filtered:
+            continue
+        containers = _resize_body(pod, *actual_resources(pod), requests, limits)
+        if containers:
+            plan.append((pod, containers, _restarting(pod, containers)))
+    return plan
+
+
+def _ready_names(pods: list[Obj]) -> set[str]:
+    return {p["metadata"]["name"] for p in pods if is_ready(p)}
 
 
 def _patch(core: CoreV1Api, namespace: str, pod: Obj, containers: list[Obj]) -> None:

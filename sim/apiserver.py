@@ -66,6 +66,7 @@ RESOURCE_TYPES = [
     ResourceType("batch", "v1", "jobs", "Job"),
     ResourceType("batch", "v1", "cronjobs", "CronJob"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", status_subresource=False),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
     ResourceType("argoproj.io", "v1alpha1", "rollouts", "Rollout"),
     ResourceType("argoproj.io", "v1alpha1", "analysisruns", "AnalysisRun"),
     ResourceType("kubeai.org", "v1", "models", "Model"),

@@ -22,6 +22,8 @@ Every tick (default 100ms) it runs, in order:
   ``pods/resize`` (Infeasible beyond the node, Deferred beyond its free capacity), OOM-kills a
   container whose memory is below the app's working set (CrashLoopBackOff after a few restarts),
   and completes Job pods.
+- **disruption controller**: each PodDisruptionBudget's status, as the real one computes it
+  (``sim.disruption``).
 
 Each of them records the Events its real counterpart does, so a cluster's own history of its pods
 is there to read (``kubectl get events``, ``rollbackctl describe --report``): the controllers'
@@ -53,6 +55,7 @@ from typing import Any
 from activities.kubetime import kube_now
 from activities.owners import dig
 from sim.apiserver import ApiError, Store
+from sim.disruption import DisruptionController
 from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
@@ -255,6 +258,7 @@ class SimulatedCluster:
     def __init__(self, store: Store, tick: float = 0.1, applies_rollbacks: bool = True) -> None:
         self.store = store
         self.tick = tick
+        self.disruption = DisruptionController(store)  # the PodDisruptionBudgets' status
         # An applier that applies rollback recommendations too (annotations actuation); in
         # place, the engine resizes for a rollback itself and the applier leaves it be.
         self.applies_rollbacks = applies_rollbacks

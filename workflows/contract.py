@@ -152,6 +152,8 @@ class FailureReason(StrEnum):
 
 class EventReason(StrEnum):
     PAUSED = "RollbackPaused"  # a verdict or an actuation held by a pause (workflows.pause)
+    # an in-place batch held by a PodDisruptionBudget that allows no disruption now
+    PACED = "RollbackPaced"
     # Prometheus could not answer a verdict's health checks: held, passed or failed, as asked
     HEALTH_UNAVAILABLE = "RollbackHealthCheckUnavailable"
     MONITORING_STARTED = "RollbackMonitoringStarted"
