@@ -144,6 +144,12 @@ class Listed:
     version: str = ""
 
 
+def _published(owner: Obj) -> bool:
+    """Whether the owner carries a rollback recommendation (clearing it would act)."""
+    annotations = owner["metadata"].get("annotations") or {}
+    return bool({ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION} & annotations.keys())
+
+
 def _heartbeat() -> None:
     if activity.in_activity():
         activity.heartbeat()
@@ -231,7 +237,11 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ResolvePolicyResult(exists=False)
-            return ResolvePolicyResult(policy=self.lookup.policy(input.owner, obj))
+            policy = self.lookup.policy(input.owner, obj)
+            paused = None
+            if input.attempt is not None and _published(obj):
+                _, paused = self._gate(input.owner, obj, "backoff end", input.attempt)
+            return ResolvePolicyResult(policy=policy, paused=paused)
 
     @activity.defn(name=SAMPLE_COHORT)
     def sample_cohort(self, input: SampleCohortInput) -> CohortSample:
@@ -294,6 +304,11 @@ class KubernetesActivities:
                 ROLLBACK_STATE_ANNOTATION: input.state.to_json() if input.state else None
             }
             if input.clear_rollback_recommendation:
+                # Clearing a published rollback recommendation acts (the applier re-applies
+                # the cut): through the gate, and nothing is written while a pause holds it.
+                held = self._clearing_held(input)
+                if held is not None:
+                    return held
                 wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
             obj, written = self.writer.patch_annotations(input.owner, wanted, read_first=False)
             if obj is None:
@@ -317,8 +332,7 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
-            listed = self._cohort(input.owner, obj)
-            paused = self._paused(input.owner, obj, listed.pods, "rollback", input.target.value)
+            listed, paused = self._gate(input.owner, obj, "rollback", input.target.value)
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
             if input.target is RollbackTarget.MANIFEST:
@@ -356,13 +370,10 @@ class KubernetesActivities:
                 applied=ResourceSnapshot.of(rec.requests, rec.limits),
                 message="rollback recommendation cleared: the applier re-applies it",
             )
-            if self.actuation is not Actuation.IN_PLACE:
-                return result
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
-            listed = self._cohort(input.owner, obj)
-            paused = self._paused(input.owner, obj, listed.pods, "re-apply", rec.fingerprint)
+            listed, paused = self._gate(input.owner, obj, "re-apply", rec.fingerprint)
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
             return self._actuate(
@@ -377,12 +388,30 @@ class KubernetesActivities:
                 stop_on_crash=True,
             )
 
-    def _cohort(self, owner: OwnerRef, obj: Obj) -> Listed:
-        """The cohort where this worker resizes it (in place), from one LIST; else none."""
-        if self.actuation is not Actuation.IN_PLACE:
-            return Listed()
+    def _gate(
+        self, owner: OwnerRef, obj: Obj, step: str, attempt: str
+    ) -> tuple[Listed, Pause | None]:
+        """The one gate of every write that changes what runs (docs/concepts/status-and-control.md,
+        "Pauses"): the cohort from one LIST, and the pause in force over it read right before
+        the write, at every level (its pods', the owner's as ``obj`` shows it, its namespace's).
+        Publishing a rollback recommendation, clearing one, a re-apply and each batch of resizes
+        (``_actuate``'s ``Pace.paused``) go through it, in both actuation modes."""
         query = self.lookup.cohort_query(owner, obj)
-        return Listed(query, *self.lookup.pods_listed(owner.namespace, query))
+        listed = Listed(query, *self.lookup.pods_listed(owner.namespace, query))
+        return listed, self._paused(owner, obj, listed.pods, step, attempt)
+
+    def _clearing_held(self, input: RecordTransitionInput) -> RecordTransitionResult | None:
+        """A record that clears a published rollback recommendation, held by a pause: the
+        result that says so, nothing written; None when it may go (or there is none to clear)."""
+        obj = self.lookup.get(input.owner)
+        if obj is None:
+            return RecordTransitionResult(exists=False)
+        if not _published(obj):
+            return None  # nothing to clear: the record acts on nothing
+        mode = input.state.mode.value if input.state else "cleared"
+        attempt = input.state.active_recommendation_fingerprint if input.state else "-"
+        _, paused = self._gate(input.owner, obj, f"{mode} (clears the rollback)", attempt)
+        return None if paused is None else RecordTransitionResult(paused=paused)
 
     def _actuate(
         self,
@@ -400,8 +429,9 @@ class KubernetesActivities:
         ``maxUnavailable`` and the disruption budgets over it, the pause read again before each
         batch (``activities.resize``), and say what happened; a re-apply (``stop_on_crash``)
         takes no more pods down once one crashes on the new resources."""
-        if self.actuation is not Actuation.IN_PLACE or listed.query is None:
+        if self.actuation is not Actuation.IN_PLACE:
             return result
+        assert listed.query is not None
         query, first = listed.query, [(listed.pods, listed.version)]
 
         def cohort() -> tuple[list[Obj], str]:  # the LIST the pause was read on, then afresh

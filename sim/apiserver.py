@@ -89,6 +89,17 @@ RESOURCE_TYPES = [
 ]
 
 
+def _annotation_keys(raw: bytes) -> tuple[str, ...]:
+    """The annotation keys a merge or strategic-merge patch body sets or removes."""
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:
+        return ()
+    meta = body.get("metadata") if isinstance(body, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return tuple(sorted(annotations)) if isinstance(annotations, dict) else ()
+
+
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
         super().__init__(message)
@@ -448,6 +459,8 @@ class Request:
     status: int = 0
     agent: str = ""  # the client's User-Agent (the intake's names its identity)
     at: float = 0.0  # wall-clock time it arrived
+    # A PATCH's annotation keys (set or removed): which writes publish or clear what
+    annotations: tuple[str, ...] = ()
 
     @property
     def verb(self) -> str:
@@ -640,6 +653,8 @@ class KubeEmulator:
             agent=http.headers.get("User-Agent", ""),
             at=time.time(),
         )
+        if http.method == "PATCH" and http.can_read_body:
+            request.annotations = _annotation_keys(await http.read())
         with self._lock:
             self.journal.append(request)
         fault = self._fault_for(request)

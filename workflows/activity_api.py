@@ -104,12 +104,17 @@ class LoadOwnerResult(CamelModel):
 
 
 class ResolvePolicyInput(OwnerInput):
-    """Resolve the owner's policy again at a turn boundary."""
+    """Resolve the owner's policy again at a turn boundary; with ``attempt`` (the fingerprint),
+    also read the pause over the workload when a rollback recommendation is published, whose
+    clearing at the turn's end would act (the gate, ahead of the decision)."""
+
+    attempt: str | None = None
 
 
 class ResolvePolicyResult(CamelModel):
     exists: bool = True
     policy: PolicySettings | None = None
+    paused: Pause | None = None  # the turn's end waits: a pause holds what it would clear
 
 
 # --- sample_cohort ---------------------------------------------------------------------------
@@ -171,6 +176,9 @@ class RecordTransitionResult(CamelModel):
     exists: bool = True
     state_written: bool = False
     event_emitted: bool = False
+    # A record that clears a published rollback recommendation (which acts: the applier
+    # re-applies the cut) wrote nothing: a pause is in force, the step waits.
+    paused: Pause | None = None
 
 
 # --- roll_back / reapply ---------------------------------------------------------------------

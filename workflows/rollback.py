@@ -116,6 +116,9 @@ RESUME_SINCE_READ = "resume-since-read"
 # A verdict held for Prometheus is held at most maxHold, none without a Prometheus to ask, and
 # tells of it in one Event whose count rises (1.0 held for ever, a new Event a minute).
 BOUNDED_HEALTH_HOLD = "bounded-health-hold"
+# A rollback or re-apply held by a pause is given up for a cancel that arrives meanwhile (1.0
+# took the cancel once the pause lifted, after the step).
+CANCEL_WHILE_HELD = "cancel-while-held"
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
@@ -472,7 +475,17 @@ class RollbackWorkflow:
         self._samples_this_run += 1
         self._maybe_continue_as_new()
 
-    async def _hold(self, pause: Pause, step: str, wake_on_signals: bool, resumes: int) -> None:
+    def _cancel_pending(self) -> bool:
+        return any(isinstance(o, Cancel) for o in self._pending)
+
+    async def _hold(
+        self,
+        pause: Pause,
+        step: str,
+        wake_on_signals: bool,
+        resumes: int,
+        wake_on_cancel: bool = False,
+    ) -> None:
         """Wait, durably, while ``pause`` holds ``step``: until its time, a ``resume``, or
         ``PAUSE_RECHECK``; with ``wake_on_signals``, also for any signal (a cancel).
         ``resumes`` is the count of resume signals when the step read the pause: one that came
@@ -489,7 +502,11 @@ class RollbackWorkflow:
         self._show([SA_HELD.value_set(f"{step}: {pause.describe()}"[:HELD_SHOWN_CHARS])])
         with suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: self._resumes > resumes or (wake_on_signals and bool(self._pending)),
+                lambda: (
+                    self._resumes > resumes
+                    or (wake_on_signals and bool(self._pending))
+                    or (wake_on_cancel and self._cancel_pending())
+                ),
                 timeout=wait,
                 timeout_summary="pause ends, or look again",
             )
@@ -595,12 +612,17 @@ class RollbackWorkflow:
             workflow.set_current_details(self._details())
             await self._wait(state.backoff_ends_at, f"backoff of turn {state.turn}")
             return
+        resumes = self._resumes
+        # Replay-safe without a patch: a result recorded before carries no pause.
         resolution = await self._activity(
             RESOLVE_POLICY,
-            ResolvePolicyInput(cluster=self.cluster, owner=state.owner),
+            ResolvePolicyInput(cluster=self.cluster, owner=state.owner, attempt=state.fingerprint),
             ResolvePolicyResult,
             summary="re-resolve the policy at the turn boundary",
         )
+        if resolution.paused is not None:  # its end would clear the rollback: not while paused
+            await self._hold(resolution.paused, "backoff end", True, resumes)
+            return  # the loop takes a cancel or a new recommendation, or looks again
         await self._step(state, BackoffOver(workflow.now(), resolution))
 
     def _maybe_continue_as_new(self) -> None:
@@ -658,7 +680,7 @@ class RollbackWorkflow:
                         ),
                         f"roll back to {effect.target}",
                     )
-                    follow = RolledBack(workflow.now(), result)
+                    follow = None if result is None else RolledBack(workflow.now(), result)
                 case Reapply():
                     result = await self._actuate(
                         REAPPLY_RECOMMENDATION,
@@ -669,7 +691,7 @@ class RollbackWorkflow:
                         ),
                         f"re-apply {self.state.fingerprint} for the next turn",
                     )
-                    follow = Reapplied(workflow.now(), result)
+                    follow = None if result is None else Reapplied(workflow.now(), result)
                 case StartOver():
                     assert self._input is not None
                     workflow.continue_as_new(
@@ -688,16 +710,20 @@ class RollbackWorkflow:
 
     async def _actuate(
         self, name: str, request: RollBackInput | ReapplyInput, summary: str
-    ) -> ActuationResult:
-        """A rollback or re-apply; while a pause holds it (the activity wrote nothing), wait
-        and try again."""
+    ) -> ActuationResult | None:
+        """A rollback or re-apply; while a pause holds it (the activity wrote nothing more),
+        wait and try again; None: a cancel came while it was held, and the step is given up
+        (the cancel writes nothing that acts)."""
         while True:
             resumes = self._resumes
             result = await self._activity(name, request, ActuationResult, summary=summary)
             if result.paused is None:
                 return result
             step = "rollback" if name == ROLL_BACK else "re-apply"
-            await self._hold(result.paused, step, False, resumes)
+            gated = workflow.patched(CANCEL_WHILE_HELD)
+            await self._hold(result.paused, step, False, resumes, wake_on_cancel=gated)
+            if gated and self._cancel_pending():
+                return None
 
     def _show(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
         """Upsert the attributes whose value differs from what the run shows: a state that its
@@ -791,26 +817,34 @@ class RollbackWorkflow:
             effect.message,
             extra={"owner": str(state.owner), "fingerprint": state.fingerprint},
         )
-        await self._activity(
-            RECORD_TRANSITION,
-            RecordTransitionInput(
-                cluster=self.cluster,
-                owner=state.owner,
-                state=None
-                if effect.remove_state
-                else state.owner_state().model_copy(update={"run_id": workflow.info().run_id}),
-                event_reason=effect.event_reason,
-                event_message=effect.message,
-                event_type="Warning" if effect.warning else "Normal",
-                # The mode too: a task lost after its record and run again on a fresh look
-                # may decide another transition, whose Event is not the lost one's.
-                event_id=event_id or f"{workflow.info().run_id}.{state.transitions}.{state.mode}",
-                event_count=event_count,
-                clear_rollback_recommendation=effect.clear_rollback_recommendation,
-            ),
-            RecordTransitionResult,
-            summary=f"record {state.mode} (turn {state.turn})",
-        )
+        while True:
+            resumes = self._resumes
+            recorded = await self._activity(
+                RECORD_TRANSITION,
+                RecordTransitionInput(
+                    cluster=self.cluster,
+                    owner=state.owner,
+                    state=None
+                    if effect.remove_state
+                    else state.owner_state().model_copy(update={"run_id": workflow.info().run_id}),
+                    event_reason=effect.event_reason,
+                    event_message=effect.message,
+                    event_type="Warning" if effect.warning else "Normal",
+                    # The mode too: a task lost after its record and run again on a fresh look
+                    # may decide another transition, whose Event is not the lost one's.
+                    event_id=event_id
+                    or f"{workflow.info().run_id}.{state.transitions}.{state.mode}",
+                    event_count=event_count,
+                    clear_rollback_recommendation=effect.clear_rollback_recommendation,
+                ),
+                RecordTransitionResult,
+                summary=f"record {state.mode} (turn {state.turn})",
+            )
+            if recorded.paused is None:
+                return
+            # It would clear a published rollback under a pause (set since the step read it):
+            # nothing was written; the same record once the pause lifts.
+            await self._hold(recorded.paused, f"{state.mode} record", False, resumes)
 
     async def _activity(
         self,

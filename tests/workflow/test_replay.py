@@ -6,7 +6,8 @@ lastSuccessful unavailable, cancel and reopen, supersede by a key change, contin
 worker restarts, an observe-only policy, a retry after failedPermanent, a run that wakes
 nothing, a held rollback, a local activity that falls back to a regular one, a task lost after
 it recorded its transition (then notified; or decided again), a verdict held for Prometheus
-(decided once it answers; or at maxHold), and the
+(decided once it answers; or at maxHold), a cancel taken while a rollback is held, a backoff's
+end held by a pause (then lifted, or cancelled), and the
 ``NotifyWorkflow`` children that could not deliver (``notify.*``). A change to the workflows that
 would break a running workflow after a deploy fails here.
 
@@ -31,7 +32,12 @@ from temporalio.worker import Replayer
 
 from tests.workflow.helpers import HISTORIES
 from workflows.notify import NotifyWorkflow
-from workflows.rollback import BOUNDED_HEALTH_HOLD, RESUME_SINCE_READ, RollbackWorkflow
+from workflows.rollback import (
+    BOUNDED_HEALTH_HOLD,
+    CANCEL_WHILE_HELD,
+    RESUME_SINCE_READ,
+    RollbackWorkflow,
+)
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 STORIES = {
@@ -41,14 +47,18 @@ STORIES = {
     "wakes-nothing-after-failed", "paused-rollback", "local-fallback", "notify.send-failed",
     "notify.routing-failed", "resume-during-held-read", "health-cpu-throttled",
     "lost-task-after-record", "lost-verdict-decided-again", "health-held-then-decided",
-    "health-hold-bounded",
+    "health-hold-bounded", "cancel-while-rollback-held", "paused-backoff-end-lifted",
+    "paused-backoff-end-cancelled",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).
 PATCHED = {
-    "resume-during-held-read": RESUME_SINCE_READ,
-    "health-held-then-decided": BOUNDED_HEALTH_HOLD,
-    "health-hold-bounded": BOUNDED_HEALTH_HOLD,
+    "resume-during-held-read": {RESUME_SINCE_READ},
+    "health-held-then-decided": {BOUNDED_HEALTH_HOLD},
+    "health-hold-bounded": {BOUNDED_HEALTH_HOLD},
+    "cancel-while-rollback-held": {RESUME_SINCE_READ, CANCEL_WHILE_HELD},
+    "paused-backoff-end-lifted": {RESUME_SINCE_READ},
+    "paused-backoff-end-cancelled": {RESUME_SINCE_READ},
 }
 
 
@@ -72,7 +82,7 @@ def test_each_history_is_of_the_1_0_format(path: Path) -> None:
         if event.marker_recorded_event_attributes.marker_name == "core_patch"
         for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
     }
-    assert patches == ({PATCHED[_story(path)]} if _story(path) in PATCHED else set()), path.name
+    assert patches == PATCHED.get(_story(path), set()), path.name
     text = path.read_text()
     assert ("TemporalChangeVersion" in text) == bool(patches), path.name
     if _story(path).startswith("notify."):

@@ -793,3 +793,24 @@ async def test_a_paused_rollback_holds_and_goes_ahead_on_resume(
     row = await listed(client, ref, lambda r: r.status == "Completed")
     assert row.held == "" and row not in await ops.get(client, cluster=CLUSTER, held=True)
     await check_replay(client, rollback_id(CLUSTER, ref), "paused-rollback")
+
+
+async def test_a_cancel_is_taken_at_once_while_the_rollback_is_held(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """A cancel that arrives while a pause holds the rollback ends the attempt then, with the
+    meaning it has when nothing holds: cancelled, and no rollback written (1.0 held the cancel
+    until the pause lifted, rolled back, then took it)."""
+    ref, owner = new_owner(cluster, settings(target=RollbackTarget.MANIFEST, max_attempts=1))
+    owner.paused = Pause(scope=PauseScope.NAMESPACE, name="shop", reason="incident 4711")
+    owner.apply(OOM)
+    handle = await observe(client, CLUSTER, task_queue, ref, OOM)
+    await wait_until(lambda: ("held", "rollback") in owner.journal)
+    await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="incident: stand down"))
+    result = await handle.result()  # the pause still holds: the cancel did not wait for it
+    assert result.mode is Mode.CANCELLED
+    assert not any(what == "rollback" for what, _ in owner.journal)
+    assert owner.rollback_annotation is None
+    cancelled = [m for r, m, _ in owner.events.values() if r == EventReason.MONITORING_CANCELLED]
+    assert len(cancelled) == 1 and "cancelled in mode rollingBack" in cancelled[0]
+    await check_replay(client, rollback_id(CLUSTER, ref), "cancel-while-rollback-held")

@@ -19,12 +19,13 @@ from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
-from tests.workflow.helpers import end_if_running, replay_and_record
+from tests.workflow.helpers import end_if_running, histories, replay_and_record
 from worker.kube import RETRIES, activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import (
+    PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
     Actuation,
@@ -34,7 +35,14 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.fingerprint import Recommendation
-from workflows.rollback import LOCAL_RETRY, RollbackInput, RollbackResult, RollbackWorkflow
+from workflows.rollback import (
+    LOCAL_RETRY,
+    CancelSignal,
+    ResumeSignal,
+    RollbackInput,
+    RollbackResult,
+    RollbackWorkflow,
+)
 from workflows.state import OwnerState, ResourceSnapshot
 
 REC = Recommendation(
@@ -261,3 +269,78 @@ async def test_transient_errors_past_the_retry_budget_end_the_attempt(
     assert "sample_cohort" in (result.message or "")
     assert events(api)[-1] == EventReason.ATTEMPT_ABORTED
     assert stored_state(api, "Deployment").failure_reason is FailureReason.RETRY_BUDGET_EXHAUSTED
+
+
+@pytest.mark.parametrize("then", ["lifted", "cancelled"])
+async def test_a_pause_holds_the_backoff_end_and_a_cancel_is_taken_while_held(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator, then: str
+) -> None:
+    """Annotations mode: a namespace paused while the attempt backs off holds the backoff's
+    end, whose clearing of the rollback recommendation would let the applier re-apply the cut:
+    nothing is cleared while it holds (the journal shows it). Lifted, the turn ends as usual; a
+    cancel while it holds is taken at once and clears nothing (the workload stays rolled
+    back)."""
+    good = ResourceSnapshot.of({"app": {"memory": "1Gi"}}, {})
+    obj = owner("Deployment", replicas=2)
+    obj["metadata"]["annotations"] = {
+        ROLLBACK_STATE_ANNOTATION: OwnerState(
+            mode=Mode.MONITORING_SUCCEEDED,
+            active_recommendation_fingerprint="0" * 16,
+            turn=1,
+            last_successful_state=good,
+            last_transition_time="2026-01-01T00:00:00Z",  # type: ignore[arg-type]
+        ).to_json()
+    }
+    api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    api.store.create(obj)
+    api.store.create(policy(backoff={"timePeriod": "2s", "multiplyByTurn": 1, "maxAttempts": 2}))
+    oom = {"container_state": {"terminated": {"reason": "OOMKilled"}}, "ready": False}
+    for i in range(2):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC, **oom))
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    deployments, namespaces = api.store.rtype("Deployment"), api.store.rtype("Namespace")
+
+    def annotations() -> dict[str, str]:
+        found: dict[str, str] = api.store.get(deployments, NS, "web")["metadata"]["annotations"]
+        return found
+
+    async def until(check: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not check():
+            assert time.monotonic() < deadline, "never happened"
+            await asyncio.sleep(0.05)
+
+    def clears() -> list[str]:
+        return [r.path for r in api.requests("patch", "/deployments/web$")
+                if ROLLBACK_REQUESTS_ANNOTATION in r.annotations]  # fmt: skip
+
+    acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
+        handle = await observe(temporal_env.client, CLUSTER, queue, ref, REC)
+        await until(lambda: '"backingOff"' in annotations().get(ROLLBACK_STATE_ANNOTATION, ""))
+        assert ROLLBACK_REQUESTS_ANNOTATION in annotations()  # the rollback is published
+        pause = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: "infinite"}}}
+        api.store.patch(namespaces, None, NS, pause, "application/merge-patch+json")
+        api.clear_journal()
+        await until(lambda: any(  # the event that proves the hold
+            e["reason"] == EventReason.PAUSED and "backoff end held" in e["message"]
+            for e in api.store.items("Event", NS)
+        ))  # fmt: skip
+        assert clears() == [] and ROLLBACK_REQUESTS_ANNOTATION in annotations()
+        assert '"backingOff"' in annotations()[ROLLBACK_STATE_ANNOTATION]
+        if then == "lifted":
+            lift = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: None}}}
+            api.store.patch(namespaces, None, NS, lift, "application/merge-patch+json")
+            await handle.signal(RollbackWorkflow.resume, ResumeSignal())  # as the intake does
+            result = await handle.result()
+            assert result.mode is Mode.BACKED_OFF
+            assert clears() and ROLLBACK_REQUESTS_ANNOTATION not in annotations()
+        else:
+            await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="incident"))
+            result = await handle.result()
+            assert result.mode is Mode.CANCELLED
+            assert clears() == [] and ROLLBACK_REQUESTS_ANNOTATION in annotations()
+        found = await histories(temporal_env.client, rollback_id(CLUSTER, ref))
+    await replay_and_record(found[-1:], f"paused-backoff-end-{then}", RollbackWorkflow)  # its run

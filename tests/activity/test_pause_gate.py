@@ -1,0 +1,174 @@
+"""Every write that changes what runs goes through one gate (``KubernetesActivities._gate``),
+which reads the pause at every level right before it: driven here step by step (the verdict,
+the rollback, the backoff's end and its record, the re-apply), pause level by level (a pod,
+the owner, the namespace), in both actuation modes, over the real client. Under the pause the
+emulator's journal shows no acting write (no rollback annotation published or cleared, no
+``pods/resize``) and each step says it is held; once the pause is lifted, the same call does
+its write."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client import CoreV1Api, CustomObjectsApi
+
+from activities.kubernetes import KubernetesActivities
+from sim.apiserver import KubeEmulator
+from tests import CLUSTER
+from tests.activity.builders import NS, node, owner, pod
+from tests.activity.test_kubernetes_activities import LAST_GOOD, REC, SINCE, ref
+from worker.kube import api_client
+from workflows.activity_api import (
+    ReapplyInput,
+    RecordTransitionInput,
+    ResolvePolicyInput,
+    RollBackInput,
+    SampleCohortInput,
+)
+from workflows.contract import (
+    PAUSE_UNTIL_ANNOTATION,
+    ROLLBACK_LIMITS_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
+    Actuation,
+    Mode,
+    RollbackTarget,
+)
+from workflows.state import OwnerState
+
+MERGE = "application/merge-patch+json"
+ROLLBACK_KEYS = {ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION}
+PUBLISHED = {ROLLBACK_REQUESTS_ANNOTATION: '{"app": {"memory": "768Mi"}}'}
+
+
+def acting(api: KubeEmulator) -> list[str]:
+    """The acting writes in the journal: a rollback annotation published or cleared on the
+    owner, a pod resized."""
+    return [
+        f"{r.method} {r.path}"
+        for r in api.journal
+        if r.method == "PATCH"
+        and r.status < 300
+        and (r.path.endswith("/resize") or ROLLBACK_KEYS & set(r.annotations))
+    ]
+
+
+def level_of(api: KubeEmulator, level: str) -> tuple[Any, str | None, str]:
+    """Where a pause at ``level`` is annotated: (type, namespace, name)."""
+    store = api.store
+    return {
+        "pod": (store.rtype("Pod"), NS, "web-0"),
+        "owner": (store.rtype("Deployment"), NS, "web"),
+        "namespace": (store.rtype("Namespace"), None, NS),
+    }[level]
+
+
+def annotate(api: KubeEmulator, level: str, value: str | None) -> None:
+    rtype, namespace, name = level_of(api, level)
+    body = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: value}}}
+    api.store.patch(rtype, namespace, name, body, MERGE)
+
+
+def backed_off() -> OwnerState:
+    return OwnerState(
+        mode=Mode.BACKED_OFF,
+        active_recommendation_fingerprint=REC.fingerprint,
+        turn=1,
+        last_transition_time=SINCE,
+    )
+
+
+Step = Callable[[KubernetesActivities], Any]
+STEPS: dict[str, Step] = {
+    "verdict": lambda a: a.sample_cohort(
+        SampleCohortInput(
+            cluster=CLUSTER, owner=ref(), recommendation=REC, window_started_at=SINCE, final=True
+        )
+    ),
+    "rollback": lambda a: a.roll_back(
+        RollBackInput(
+            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+        )
+    ),
+    "backoff end": lambda a: a.resolve_policy(
+        ResolvePolicyInput(cluster=CLUSTER, owner=ref(), attempt=REC.fingerprint)
+    ),
+    "backoff end's record": lambda a: a.record_transition(
+        RecordTransitionInput(
+            cluster=CLUSTER,
+            owner=ref(),
+            state=backed_off(),
+            event_id="run.3.backedOff",
+            clear_rollback_recommendation=True,
+        )
+    ),
+    "re-apply": lambda a: a.reapply_recommendation(
+        ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=REC)
+    ),
+}
+# What each step writes once no pause holds it, by actuation mode: (publishes or clears a
+# rollback annotation, resizes pods).
+WRITES = {
+    ("verdict", Actuation.ANNOTATIONS): (False, False),
+    ("verdict", Actuation.IN_PLACE): (False, False),
+    ("rollback", Actuation.ANNOTATIONS): (True, False),
+    ("rollback", Actuation.IN_PLACE): (True, True),
+    ("backoff end", Actuation.ANNOTATIONS): (False, False),  # it decides; its record writes
+    ("backoff end", Actuation.IN_PLACE): (False, False),
+    ("backoff end's record", Actuation.ANNOTATIONS): (True, False),
+    ("backoff end's record", Actuation.IN_PLACE): (True, False),
+    ("re-apply", Actuation.ANNOTATIONS): (False, False),  # the record's clearing re-applies
+    ("re-apply", Actuation.IN_PLACE): (False, True),
+}
+
+
+@pytest.fixture
+def api() -> Iterator[KubeEmulator]:
+    with KubeEmulator() as emulator:
+        emulator.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        emulator.store.create(node("roomy", memory="16Gi"))
+        deployment = owner("Deployment", replicas=2)
+        deployment["metadata"]["annotations"] = dict(PUBLISHED)  # a rollback is published
+        emulator.store.create(deployment)
+        for i in range(2):  # running the cut (512Mi): a rollback resizes them, a re-apply not
+            emulator.store.create(pod(f"web-{i}", {"app": "web"}, memory="512Mi", rec=REC,
+                                      node="roomy"))  # fmt: skip
+        yield emulator
+
+
+def held(step: str, result: Any) -> bool:
+    if step == "verdict":
+        return result.paused is not None
+    return getattr(result, "paused", None) is not None
+
+
+@pytest.mark.parametrize("mode", [Actuation.ANNOTATIONS, Actuation.IN_PLACE], ids=str)
+@pytest.mark.parametrize("level", ["pod", "owner", "namespace"])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_no_step_acts_under_a_pause_at_any_level_and_each_does_once_lifted(
+    api: KubeEmulator, step: str, level: str, mode: Actuation
+) -> None:
+    publishes, resizes = WRITES[(step, mode)]
+    if step == "re-apply":  # the pods run the rolled-back resources: a re-apply resizes them
+        for i in range(2):
+            body = {"spec": {"containers": [{"name": "app", "resources": {
+                "requests": {"memory": "768Mi"}}}]}}  # fmt: skip
+            api.store.patch(api.store.rtype("Pod"), NS, f"web-{i}", body, MERGE)
+        rec_pods = api.store.items("Pod", NS)
+        assert all(p["spec"]["containers"][0]["resources"]["requests"]["memory"] == "768Mi"
+                   for p in rec_pods)  # fmt: skip
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client), mode, "test")
+        annotate(api, level, "infinite")
+        api.clear_journal()
+        result = STEPS[step](acts)
+        assert held(step, result), (step, level, mode, result)
+        assert acting(api) == [], (step, level, mode)
+        annotate(api, level, None)  # lifted
+        api.clear_journal()
+        result = STEPS[step](acts)
+        assert not held(step, result), (step, level, mode, result)
+    wrote = acting(api)
+    assert any("/resize" in w for w in wrote) == resizes, wrote
+    assert any("/deployments/web" in w for w in wrote) == publishes, wrote
