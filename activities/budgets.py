@@ -13,7 +13,7 @@ is a watch of the namespace's budgets, heartbeating.
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from activities.errors import TransientError
 from activities.lookup import body
-from activities.resize import WATCH_SLICE, Budget, iter_resp_lines
+from activities.resize import Budget, watch_slice
 from workflows.contract import Obj
 from workflows.policy import LabelSelector
 
@@ -57,30 +57,18 @@ class Budgets:
             self.heartbeat()
             if time.monotonic() > deadline:
                 raise TransientError(f"{held.said} for {timeout:.0f}s; looking again")
-            response: Any = self.policy.list_namespaced_pod_disruption_budget(
-                self.namespace,
-                watch=True,
-                resource_version=self.version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_SLICE,
-                _preload_content=False,
+            lister = functools.partial(
+                self.policy.list_namespaced_pod_disruption_budget, self.namespace
             )
-            try:
-                for line in iter_resp_lines(response):
-                    event = json.loads(line)
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        return  # an expired version: the caller LISTs afresh
-                    self.version = obj.get("metadata", {}).get("resourceVersion", self.version)
-                    if event.get("type") == "BOOKMARK":
-                        continue
-                    if obj.get("metadata", {}).get("name") != held.name:
-                        continue
-                    if event.get("type") == "DELETED" or _read(obj).allowed > 0:
-                        return
-                    self.heartbeat()
-            finally:
-                response.release_conn()
+            for kind, obj in watch_slice(lister, self.version):
+                if kind == "ERROR":
+                    return  # an expired version: the caller LISTs afresh
+                self.version = obj.get("metadata", {}).get("resourceVersion", self.version)
+                if kind == "BOOKMARK" or obj.get("metadata", {}).get("name") != held.name:
+                    continue
+                if kind == "DELETED" or _read(obj).allowed > 0:
+                    return
+                self.heartbeat()
 
 
 def _selects(pdb: Obj, labels: list[dict[str, str]]) -> bool:

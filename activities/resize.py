@@ -33,6 +33,7 @@ window's evidence, and the verdict rolls it back. A rollback goes on to its targ
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -314,32 +315,37 @@ def _wait(
                 f"pods not Ready again within {pace.batch_timeout:.0f}s of their resize;"
                 " looking again"
             )
-        response: Any = core.list_namespaced_pod(
-            namespace,
-            label_selector=selector,
-            watch=True,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SLICE,
-            _preload_content=False,
-        )
-        try:
-            for line in iter_resp_lines(response):
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    return pods  # an expired version: the caller's next round LISTs afresh
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                if event.get("type") == "DELETED":
-                    pods.pop(obj["metadata"]["name"], None)
-                elif event.get("type") in ("ADDED", "MODIFIED"):
-                    pods[obj["metadata"]["name"]] = obj
-                if done(pods):
-                    return pods
-                pace.heartbeat()
-        finally:
-            response.release_conn()
+        lister = functools.partial(core.list_namespaced_pod, namespace, label_selector=selector)
+        for kind, obj in watch_slice(lister, version):
+            if kind == "ERROR":
+                return pods  # an expired version: the caller's next round LISTs afresh
+            version = obj.get("metadata", {}).get("resourceVersion", version)
+            if kind == "DELETED":
+                pods.pop(obj["metadata"]["name"], None)
+            elif kind in ("ADDED", "MODIFIED"):
+                pods[obj["metadata"]["name"]] = obj
+            if done(pods):
+                return pods
+            pace.heartbeat()
     return pods
+
+
+def watch_slice(lister: Callable[..., Any], version: str) -> Iterator[tuple[str, Obj]]:
+    """One watch request of ``lister`` (a LIST call) from ``version``, at most ``WATCH_SLICE``
+    seconds, bookmarks included: each event's type and object (``ERROR``: the version expired)."""
+    response: Any = lister(
+        watch=True,
+        resource_version=version,
+        allow_watch_bookmarks=True,
+        timeout_seconds=WATCH_SLICE,
+        _preload_content=False,
+    )
+    try:
+        for line in iter_resp_lines(response):
+            event = json.loads(line)
+            yield event.get("type", ""), event.get("object") or {}
+    finally:
+        response.release_conn()
 
 
 def _resize_body(

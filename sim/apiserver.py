@@ -89,12 +89,8 @@ RESOURCE_TYPES = [
 ]
 
 
-def _annotation_keys(raw: bytes) -> tuple[str, ...]:
+def _annotation_keys(body: Any) -> tuple[str, ...]:
     """The annotation keys a merge or strategic-merge patch body sets or removes."""
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError:
-        return ()
     meta = body.get("metadata") if isinstance(body, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     return tuple(sorted(annotations)) if isinstance(annotations, dict) else ()
@@ -653,8 +649,6 @@ class KubeEmulator:
             agent=http.headers.get("User-Agent", ""),
             at=time.time(),
         )
-        if http.method == "PATCH" and http.can_read_body:
-            request.annotations = _annotation_keys(await http.read())
         with self._lock:
             self.journal.append(request)
         fault = self._fault_for(request)
@@ -756,6 +750,8 @@ class KubeEmulator:
             body = await http.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, "BadRequest", f"invalid JSON body: {exc}") from exc
+        if http.method == "PATCH":  # read where the write is served, as it always was
+            request.annotations = _annotation_keys(body)
         if http.method == "POST":
             if isinstance(body, dict) and not body.get("kind"):
                 body["kind"] = rtype.kind
