@@ -549,7 +549,10 @@ class Soak:
 
     def _engine(self) -> None:
         address, url = self.temporal.address, self.api.url
-        receivers = self.workdir / "receivers.yaml"
+        # Its own file: a fleet's clusters share the work directory, and a worker restarted
+        # after another cluster wrote a shared one would notify that cluster's receiver (which
+        # stops answering when that story ends: CI's notNotified of soak-00/.../late-28).
+        receivers = self.workdir / f"receivers-{self.cluster}.yaml"
         server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         self.receiver = server

@@ -27,6 +27,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -531,11 +532,37 @@ class Fault:
         return rng.random() < self.probability
 
 
+_HANDED_OUT: set[int] = set()
+_PORTS = random.Random()  # its own: a seeded global generator's sequence is left as it is
+LOWEST_PORT = 10_000
+UI_OFFSET = 1000  # the dev server's Web UI listens this far above its port
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (``ip_local_port_range``)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port free on this machine now (for a server this process is about to start)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A TCP port free on this machine now, for a server a process is about to start. Taken
+    below the kernel's ephemeral range (with room for a Web UI ``UI_OFFSET`` above it): every
+    outgoing connection, and every bind to port 0, takes its port from that range, so a port
+    picked from it could be taken before its server binds it ("Address already in use"); one
+    picked here stays free. Never the same one twice in a process."""
+    high = _ephemeral_low() - UI_OFFSET - 1
+    while True:
+        port = _PORTS.randint(LOWEST_PORT, high)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
         return port
 
 
