@@ -30,8 +30,10 @@ The oracle, checked once the story has settled, counts what must be 0:
   workflow from an intake while the Lease named another holder (the emulator records each
   request's client, from its User-Agent, and the Lease holder over time; each signal's identity
   is in the workflow's history);
-- ``actedWhilePaused``: a rollback published on an owner while its pause
-  (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its window opens, to end
+- ``actedWhilePaused``: a write of a worker that changes what runs (a rollback annotation
+  published or cleared on the owner, one of its pods resized: from the emulator's journal)
+  while its pause (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its
+  window opens, to end
   after the window; by ``paused-infinite`` without an end, lifted by the script once the
   engine's ``RollbackPaused`` Event shows the hold) was in force; the fate's verdict must wait
   for the pause, then roll back;
@@ -87,6 +89,7 @@ from workflows.contract import (
     CONTROL_ANNOTATION,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
+    ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
     EventReason,
@@ -97,6 +100,7 @@ from workflows.notify import IDEMPOTENCY_HEADER, NOTIFY_WORKFLOW
 from workflows.rollback import WORKFLOW_NAME
 
 MERGE = "application/merge-patch+json"
+ROLLBACK_KEYS = {ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION}
 REC_KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
 LIMITS_KEY = "static.rightsizing.kubex.ai/desired-resource-limits"
 MANIFEST, HEALTHY, OOM, GROWN, HUGE = "512Mi", "384Mi", "256Mi", "1Gi", "200Ti"
@@ -1101,14 +1105,39 @@ class Soak:
                     )
 
     def _paused(self, bad: Any) -> None:
+        acted = self._acting_writes()
         for w in self.workloads:
             if w.paused is None:
                 continue
             start, until = w.paused
-            for at, _, _ in self.timeline.rollbacks.get(w.ref, []):
+            for at, what in acted.get(w.ref, []):
                 if start <= at < until:
-                    bad("actedWhilePaused", f"{w.ref}: rollback published {until - at:.1f}s"
+                    bad("actedWhilePaused", f"{w.ref}: {what} {until - at:.1f}s"
                         " before its pause ended")  # fmt: skip
+
+    def _acting_writes(self) -> dict[str, list[tuple[float, str]]]:
+        """Every write of a worker that changes what runs, by owner, from the emulator's
+        journal: a rollback annotation published or cleared on the owner (the keys a PATCH
+        carries), a pod resized (its owner from the pods the timeline saw)."""
+        kinds = {"deployments": "Deployment", "statefulsets": "StatefulSet"}
+        pod_owner = {
+            (owner.split("/", 1)[0], pod): owner
+            for owner, pods in self.timeline.pods.items()
+            for pod in pods
+        }
+        acted: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        for r in list(self.api.journal):
+            if not (r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300):
+                continue
+            parts = r.path.strip("/").split("/")
+            if len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize":
+                owner = pod_owner.get((parts[3], parts[5]))
+                if owner is not None:
+                    acted[owner].append((r.at, f"pod {parts[5]} resized"))
+            elif len(parts) == 7 and parts[5] in kinds and ROLLBACK_KEYS & set(r.annotations):
+                owner = f"{parts[4]}/{kinds[parts[5]]}/{parts[6]}"
+                acted[owner].append((r.at, "rollback annotation written (published or cleared)"))
+        return acted
 
     def _protected(self, bad: Any) -> None:
         """Engine writes into the protected namespace, but to our own policies (whose status

@@ -28,7 +28,12 @@ from bench.soak import (
 from sim.apiserver import Request
 from tests.conftest import ROOT
 from worker.config import INTAKE_AGENT, WORKER_AGENT
-from workflows.contract import Obj
+from workflows.contract import (
+    ROLLBACK_LIMITS_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+    Obj,
+)
 
 
 async def test_the_soak_reports_zero_on_every_invariant() -> None:
@@ -69,25 +74,45 @@ def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: obj
     assert len(found) == 1 and found[0].startswith("nonLeaderWrites: intake-a PATCH")
 
 
-def test_the_oracle_sees_a_rollback_while_paused() -> None:
+def test_the_oracle_sees_any_acting_write_while_paused() -> None:
+    """``actedWhilePaused`` counts every worker write that changes what runs while the pause
+    holds, from the journal: a rollback annotation published or cleared, a pod resized; not a
+    state record, not a write before or after the pause, not another client's."""
     timeline = Timeline()
     now = time.time()
-    paused, early, late = (
+    calm, early, late = (
         Workload(i, FATES[0], "ns", name, "Deployment", "RollbackPolicy")
         for i, name in enumerate(("calm", "early", "late"))
     )
-    for w in (paused, early, late):
+    for w in (calm, early, late):
         w.paused = (now - 10, now)
-    timeline.rollbacks = {  # early: in the pause
-        early.ref: [(now - 3, "rollingBack", 1)],
-        late.ref: [(now + 1, "rollingBack", 1)],
-    }
-
-    fake = SimpleNamespace(timeline=timeline, workloads=[paused, early, late])
+    timeline.pods = {early.ref: {"early-0": [(now - 20, True)]}}
+    worker = f"{WORKER_AGENT}/1.0"
+    journal = [
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/early", {}, "", 200, worker,
+                now - 3, (ROLLBACK_REQUESTS_ANNOTATION,)),  # published in the pause
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/early", {}, "", 200, worker,
+                now - 2, (ROLLBACK_LIMITS_ANNOTATION, ROLLBACK_STATE_ANNOTATION)),  # cleared
+        Request("PATCH", "/api/v1/namespaces/ns/pods/early-0/resize", {}, "", 200, worker,
+                now - 1),  # resized in the pause
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/calm", {}, "", 200, worker,
+                now - 3, (ROLLBACK_STATE_ANNOTATION,)),  # its state only: fine
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/calm", {}, "", 200, "kubectl",
+                now - 3, (ROLLBACK_REQUESTS_ANNOTATION,)),  # not the engine: fine
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
+                now + 1, (ROLLBACK_REQUESTS_ANNOTATION,)),  # after the pause: fine
+    ]  # fmt: skip
+    fake = SimpleNamespace(timeline=timeline, workloads=[calm, early, late],
+                           api=SimpleNamespace(journal=journal))  # fmt: skip
+    fake._acting_writes = lambda: Soak._acting_writes(fake)  # type: ignore[arg-type]
     found: list[str] = []
     Soak._paused(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert found == [
-        "actedWhilePaused: ns/Deployment/early: rollback published 3.0s before its pause ended"
+        "actedWhilePaused: ns/Deployment/early: rollback annotation written (published or"
+        " cleared) 3.0s before its pause ended",
+        "actedWhilePaused: ns/Deployment/early: rollback annotation written (published or"
+        " cleared) 2.0s before its pause ended",
+        "actedWhilePaused: ns/Deployment/early: pod early-0 resized 1.0s before its pause ended",
     ]
 
 
