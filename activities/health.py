@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 
 import urllib3
 
@@ -43,8 +42,15 @@ from activities.errors import TransientError
 from workflows.activity_api import CheckResult, HealthInput, HealthResult
 from workflows.contract import FailureReason, Obj
 from workflows.durations import format_duration
-from workflows.policy import QUERIES_MAX, HealthChecks, QueryCheck, fill_promql
-from workflows.quantities import parse_quantity
+from workflows.policy import (
+    QUERIES_MAX,
+    CpuThrottlingCheck,
+    HealthChecks,
+    MemoryHeadroomCheck,
+    QueryCheck,
+    fill_promql,
+)
+from workflows.quantities import positive
 
 # Seconds one query may take. They are asked at once, so an activity takes about one query's
 # time whatever their number (at most 2 + 2 x QUERIES_MAX), within its 20 s start-to-close.
@@ -62,7 +68,6 @@ class Prometheus:
 
     def __init__(self, url: str, timeout: float = QUERY_TIMEOUT) -> None:
         self.url = url.rstrip("/")
-        self.timeout = timeout
         self.http = urllib3.PoolManager(
             timeout=urllib3.Timeout(total=timeout), retries=urllib3.Retry(0), maxsize=MOST_QUERIES
         )
@@ -115,15 +120,11 @@ class Cohort:
             names.append(pod["metadata"]["name"])
             containers.update(c["name"] for c in pod.get("spec", {}).get("containers") or [])
             for container, limits in actual_resources(pod)[1].items():
-                if _positive(limits.get("cpu")):
+                if positive(limits.get("cpu")):
                     cpu.add(container)
-                if _positive(limits.get("memory")):
+                if positive(limits.get("memory")):
                     memory.add(container)
         return cls(tuple(sorted(names)), frozenset(containers), frozenset(cpu), frozenset(memory))
-
-
-def _positive(quantity: object) -> bool:
-    return quantity is not None and parse_quantity(str(quantity)) > Decimal(0)
 
 
 def exactly(names: Iterable[str]) -> str:
@@ -285,25 +286,29 @@ def not_applicable(name: str, reason: FailureReason, why: str) -> CheckResult:
     )
 
 
-# The built-in checks: name, failure, what the percent is, the policy's bounds, the containers it
-# applies to, its query, and why a cohort without such a container has no data for it.
-BuiltIn = tuple[
-    str,
-    FailureReason,
-    str,
-    Callable[[HealthChecks], object],
-    Callable[[Cohort], frozenset[str]],
-    Callable[[str, Cohort, Iterable[str], timedelta], str],
-    str,
-]
-BUILT_IN: tuple[BuiltIn, ...] = (
-    ("cpuThrottling", FailureReason.CPU_THROTTLED, "CPU throttled", lambda c: c.cpu_throttling,
-     lambda c: c.cpu_limited, cpu_throttling_query,
-     "not applicable: no container has a CPU limit (CFS throttling exists only under a CPU"
-     " quota)"),
-    ("memoryHeadroom", FailureReason.MEMORY_HEADROOM_LOW, "memory used",
-     lambda c: c.memory_headroom, lambda c: c.memory_limited, memory_headroom_query,
-     "not applicable: no container has a memory limit (no headroom to lose)"),
+@dataclass(frozen=True)
+class BuiltIn:
+    """A built-in check: its name and failure, what its percent is of, its bounds in the
+    policy, the containers it applies to, its query, and why a cohort without such a container
+    has no data for it."""
+
+    name: str
+    reason: FailureReason
+    what: str
+    bounds: Callable[[HealthChecks], CpuThrottlingCheck | MemoryHeadroomCheck | None]
+    applies_to: Callable[[Cohort], frozenset[str]]
+    query: Callable[[str, Cohort, Iterable[str], timedelta], str]
+    not_applicable: str
+
+
+BUILT_IN = (
+    BuiltIn("cpuThrottling", FailureReason.CPU_THROTTLED, "CPU throttled",
+            lambda c: c.cpu_throttling, lambda c: c.cpu_limited, cpu_throttling_query,
+            "not applicable: no container has a CPU limit (CFS throttling exists only under a"
+            " CPU quota)"),
+    BuiltIn("memoryHeadroom", FailureReason.MEMORY_HEADROOM_LOW, "memory used",
+            lambda c: c.memory_headroom, lambda c: c.memory_limited, memory_headroom_query,
+            "not applicable: no container has a memory limit (no headroom to lose)"),
 )  # fmt: skip
 
 
@@ -317,22 +322,21 @@ def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -
     baseline_end = request.baseline_at or request.window_started_at
     # (check, at the window's end?, query, time): every query, asked at once below.
     asks: list[tuple[str, bool, str, datetime]] = []
-    built_in: list[tuple[BuiltIn, object, frozenset[str]]] = []
+    built_in: list[tuple[BuiltIn, CpuThrottlingCheck | MemoryHeadroomCheck, frozenset[str]]] = []
     results: dict[str, CheckResult] = {}
-    for spec in BUILT_IN:
-        name, reason, _, bounds_of, applies_to, build, why = spec
-        bounds = bounds_of(checks)
+    for check in BUILT_IN:
+        bounds = check.bounds(checks)
         if bounds is None:
             continue
-        containers = applies_to(cohort)
+        containers = check.applies_to(cohort)
         if not containers:
-            results[name] = not_applicable(name, reason, why)
+            results[check.name] = not_applicable(check.name, check.reason, check.not_applicable)
             continue
-        expr = build(ns, cohort, containers, window)
-        asks.append((name, True, expr, end))
-        if getattr(bounds, "max_increase_points", None) is not None:
-            asks.append((name, False, expr, baseline_end))
-        built_in.append((spec, bounds, containers))
+        expr = check.query(ns, cohort, containers, window)
+        asks.append((check.name, True, expr, end))
+        if bounds.max_increase_points is not None:
+            asks.append((check.name, False, expr, baseline_end))
+        built_in.append((check, bounds, containers))
     for query in checks.queries:
         expr = custom_query(query, ns, owner, cohort, window)
         asks.append((query.name, True, expr, end))
@@ -343,22 +347,21 @@ def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -
         if at_end and not answers[(name, True)]:
             raise PrometheusError(f"{name}: no data for {request.owner} at the window's end")
 
-    for spec, bounds, containers in built_in:
-        name, reason, what, *_ = spec
+    for check, bounds, containers in built_in:
+        name = check.name
         now = _per_container(answers[(name, True)])
         if not now:
             raise PrometheusError(f"{name}: only NaN for {request.owner} at the window's end")
         before = _per_container(answers[(name, False)]) if (name, False) in answers else None
-        left_out = tuple(sorted(cohort.containers - containers))
         results[name] = _percent_check(
             name,
-            reason,
-            what,
+            check.reason,
+            check.what,
             now,
             before,
-            getattr(bounds, "max_percent", None),
-            getattr(bounds, "max_increase_points", None),
-            left_out,
+            bounds.max_percent,
+            bounds.max_increase_points,
+            tuple(sorted(cohort.containers - containers)),
         )
     for query in checks.queries:
         values = [v for _, v in answers[(query.name, True)] if not math.isnan(v)]
@@ -368,7 +371,7 @@ def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -
         if (query.name, False) in answers:
             base = [v for _, v in answers[(query.name, False)] if not math.isnan(v)] or None
         results[query.name] = _custom_check(query, values, base)
-    order = [name for name, *_ in BUILT_IN] + [q.name for q in checks.queries]
+    order = [b.name for b in BUILT_IN] + [q.name for q in checks.queries]
     return HealthResult(
         checks=[results[name] for name in order if name in results], queries=len(asks)
     )

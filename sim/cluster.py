@@ -69,7 +69,7 @@ from workflows.fingerprint import (
     is_recommendation_key,
     recommendations_from_annotations,
 )
-from workflows.quantities import parse_quantity
+from workflows.quantities import parse_quantity, positive
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +84,6 @@ def _throttled(behaviour: Behaviour, limit: Any) -> float:
         return 0.0
     usage, quota = parse_quantity(behaviour.cpu), parse_quantity(str(limit))
     return float(max(Decimal(0), 1 - quota / usage)) if usage > 0 else 0.0
-
-
-def _positive(quantity: Any) -> bool:
-    return quantity is not None and parse_quantity(str(quantity)) > 0
 
 
 def _reference(obj: Obj) -> Obj:
@@ -969,7 +965,7 @@ class SimulatedCluster:
             cfs = self._cfs.setdefault(key, [0.0, 0.0, now])
             elapsed, cfs[2] = max(0.0, now - cfs[2]), now
             limit = dig(cs, "resources", "limits", "cpu")
-            if not _positive(limit):
+            if not positive(limit):
                 return  # no quota, no CFS enforcement periods (the kernel counts none)
             throttled = _throttled(behaviour, limit)
             cfs[0] += elapsed * 10
@@ -1007,7 +1003,7 @@ class SimulatedCluster:
                 # cAdvisor's Prometheus collector exports the CFS series only for a container
                 # with a CPU quota (their condition: ``s.Cpu.Quota != 0``, that is a CPU limit),
                 # and the memory limit always, as 0 when unlimited (``specMemoryValue``).
-                if _positive(dig(cs, "resources", "limits", "cpu")):
+                if positive(dig(cs, "resources", "limits", "cpu")):
                     lines += [
                         f"container_cpu_cfs_periods_total{{{labels}}} {int(periods)}",
                         f"container_cpu_cfs_throttled_periods_total{{{labels}}} {int(throttled)}",
@@ -1016,7 +1012,7 @@ class SimulatedCluster:
                     f"container_memory_working_set_bytes{{{labels}}}"
                     f" {int(parse_quantity(working)) if working else 0}",
                     f"container_spec_memory_limit_bytes{{{labels}}}"
-                    f" {int(parse_quantity(str(limit))) if _positive(limit) else 0}",
+                    f" {int(parse_quantity(str(limit))) if positive(limit) else 0}",
                 ]
         return "\n".join(lines) + "\n"
 

@@ -63,6 +63,12 @@ def parse_quantity(text: str) -> Decimal:
     return amount
 
 
+def positive(quantity: object) -> bool:
+    """Whether ``quantity`` (a limit as a pod carries it, or None) is set and above zero: a CPU
+    quota, a memory limit."""
+    return quantity is not None and parse_quantity(str(quantity)) > 0
+
+
 def format_decimal(amount: Decimal) -> str:
     """Plain notation without exponent or trailing zeros (``Decimal('1E+3')`` -> ``'1000'``)."""
     text = format(amount.normalize(), "f")
