@@ -1,7 +1,8 @@
 """``python -m bench.mutations [NAME ...]``: does the soak catch what it claims to? Each mutation
-puts a known defect into a copy of the product (a git worktree of HEAD, one text replaced), runs
-the CI-size soak there (100 workloads, as ``tests/bench/test_soak.py``), and checks that the
-invariant meant for that defect fires. Prints a line per mutation and exits 1 if any was missed.
+puts a known defect into a copy of the product (a git worktree of HEAD, texts replaced), runs
+the CI-size soak there (100 workloads, as ``tests/bench/test_soak.py``; on a cluster whose engine
+actuates in place for a defect only in-place work can show), and checks that the invariant meant
+for that defect fires. Prints a line per mutation and exits 1 if any was missed.
 About 2 minutes a mutation; run alone, not in CI."""
 
 from __future__ import annotations
@@ -18,32 +19,43 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
-class Mutation:
-    name: str
+class Edit:
     path: str  # in the repository
     old: str  # replaced once; it must appear exactly once
     new: str
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    edits: tuple[Edit, ...]  # the defect: every edit, made together
     caught_by: tuple[str, ...]  # the invariants meant for it: one of them must fire
+    in_place: bool = False  # soaked on a cluster whose engine actuates in place
+
+
+def _one(name: str, path: str, old: str, new: str, *caught_by: str) -> Mutation:
+    return Mutation(name, (Edit(path, old, new),), caught_by)
 
 
 MUTATIONS = [
-    Mutation(
+    _one(
         "the intake's per-write fence check removed (Intake.acting)",
         "worker/intake.py",
         "        return not self._stopping.is_set() and self._fence() > 0\n",
         "        return not self._stopping.is_set()\n",
-        ("nonLeaderWrites", "nonLeaderSignals"),
+        "nonLeaderWrites",
+        "nonLeaderSignals",
     ),
-    Mutation(
+    _one(
         "the intake never starts the attempts of one fate (healthy)",
         "worker/intake.py",
         "        owner, fingerprint = seen.owner, seen.recommendation.fingerprint\n",
         "        owner, fingerprint = seen.owner, seen.recommendation.fingerprint\n"
         '        if owner.name.startswith("healthy-"):\n'
         "            return\n",
-        ("lostOrStuck",),
+        "lostOrStuck",
     ),
-    Mutation(
+    _one(
         "the previous turn's rollback published again as a re-apply clears it",
         "activities/kubernetes.py",
         "            obj, written = self.writer.patch_annotations(input.owner, wanted,"
@@ -55,9 +67,9 @@ MUTATIONS = [
         "                    if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"
         "            if input.clear_rollback_recommendation and kept and obj is not None:\n"
         "                self.writer.patch_annotations(input.owner, kept)\n",
-        ("doubleRollback",),
+        "doubleRollback",
     ),
-    Mutation(
+    _one(
         "a local activity that keeps failing ends the attempt (no regular-activity fallback)",
         "workflows/rollback.py",
         "                workflow.logger.warning(\n"
@@ -67,13 +79,55 @@ MUTATIONS = [
         "                workflow.logger.warning(\n"
         '                    "%s: %s kept failing locally (%s); retrying it as a regular'
         ' activity",\n',
-        ("wrongEnd",),
+        "wrongEnd",
+    ),
+    Mutation(
+        "a backoff's end clears the rollback without the pause gate (its read and its record's)",
+        (
+            Edit(
+                "activities/kubernetes.py",
+                "            if input.attempt is not None and _published(obj):\n",
+                "            if False:\n",
+            ),
+            Edit(
+                "activities/kubernetes.py",
+                "                held = self._clearing_held(input)\n",
+                "                held = None\n",
+            ),
+        ),
+        ("actedWhilePaused",),
+    ),
+    Mutation(
+        "an in-place batch ignores the disruption budgets over its pods",
+        (
+            Edit(
+                "activities/resize.py",
+                "    return (min(budget, pdb.allowed) if pdb is not None else budget), pdb\n",
+                "    return budget, None\n",
+            ),
+        ),
+        ("moreUnavailable",),
+        in_place=True,
+    ),
+    _one(
+        "the protected namespace patterns ignored",
+        "workflows/selection.py",
+        "        return next((p for p in self.patterns if glob_match(p, namespace)), None)\n",
+        "        return None\n",
+        "actedInProtected",
+    ),
+    _one(
+        "a workflow ID without its cluster",
+        "workflows/activity_api.py",
+        '    where = f"{cluster}/" if cluster else ""\n',
+        '    where = ""\n',
+        "crossedClusters",
     ),
 ]
 
 SOAK = (
-    "import asyncio, json; from bench.soak import soak;"
-    " r = asyncio.run(soak(100, deadline=170.0));"
+    "import asyncio, json, sys; from bench.soak import soak;"
+    " r = asyncio.run(soak(100, deadline=170.0, in_place=sys.argv[1] == 'in-place'));"
     " print('INVARIANTS ' + json.dumps(r.invariants)); print('EXAMPLES ' + json.dumps(r.examples))"
 )
 
@@ -85,13 +139,15 @@ def run(mutation: Mutation) -> tuple[bool, dict[str, int], dict[str, list[str]]]
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), "HEAD"],
                        cwd=ROOT, check=True)  # fmt: skip
         try:
-            target = tree / mutation.path
-            text = target.read_text()
-            if text.count(mutation.old) != 1:
-                raise SystemExit(f"{mutation.name}: the text to replace is not in {mutation.path}")
-            target.write_text(text.replace(mutation.old, mutation.new))
+            for edit in mutation.edits:
+                target = tree / edit.path
+                text = target.read_text()
+                if text.count(edit.old) != 1:
+                    raise SystemExit(f"{mutation.name}: the text to replace is not in {edit.path}")
+                target.write_text(text.replace(edit.old, edit.new))
+            actuation = "in-place" if mutation.in_place else "annotations"
             out = subprocess.run(
-                [sys.executable, "-c", SOAK], cwd=tree, capture_output=True, text=True,
+                [sys.executable, "-c", SOAK, actuation], cwd=tree, capture_output=True, text=True,
                 env={**os.environ, "PYTHONPATH": str(tree)}, check=False, timeout=900,
             )  # fmt: skip
         finally:

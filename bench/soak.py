@@ -32,20 +32,26 @@ The oracle, checked once the story has settled, counts what must be 0:
   is in the workflow's history);
 - ``actedWhilePaused``: a write of a worker that changes what runs (a rollback annotation
   published or cleared on the owner, one of its pods resized: from the emulator's journal)
-  while its pause (``rightsizing.kubex.ai/pause-until``, set by the ``paused`` fate as its
-  window opens, to end
-  after the window; by ``paused-infinite`` without an end, lifted by the script once the
-  engine's ``RollbackPaused`` Event shows the hold) was in force; the fate's verdict must wait
-  for the pause, then roll back;
+  while its pause (``rightsizing.kubex.ai/pause-until``) was in force, from ``GATE_GRACE``
+  after it was set (a write already past its gate lands). The ``paused`` fate sets it as its
+  window opens, to end after the window; ``paused-infinite`` without an end, lifted by the
+  script once the engine's ``RollbackPaused`` Event shows the hold; ``paused-backoff`` as its
+  backoff begins, to end after the backoff's end (which must not clear the rollback, and so
+  re-apply the cut, before); ``paused-mid-rollback`` (in place) once its paced rollback has a
+  pod down, for the next batch to wait;
 - ``actedInProtected``: a write by the engine (a worker or an intake, by the User-Agent the
   emulator journals) into ``kube-soak``, a namespace protected by the default patterns that the
   ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
   policies' status there excepted: it says the namespace is protected);
 - ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
-  cluster): while an owner is ``rollingBack``, more pods taken down by the engine at once than
-  its ``maxUnavailable`` (1, set on every owner). Every container's memory resize policy is
-  ``RestartContainer``, so each Ready pod the rollback resizes restarts; which pods a worker
-  resized and when comes from the emulator's journal, when they were Ready from the store.
+  cluster): a pod taken down by the engine (a rollback's or a re-apply's resize) while the
+  owner's pods not Ready then (the engine's, and those down for a cause of their own that the
+  batch could see) already reached the tighter of its ``maxUnavailable`` (1, set on every
+  owner) and the disruption budget over its pods (the ``budget-held`` fate's: maxUnavailable 0
+  from its first window until the engine's ``RollbackPaced`` Event shows the hold, then 1).
+  Every container's memory resize policy is ``RestartContainer``, so each Ready pod a resize
+  reaches restarts; which pods a worker resized and when comes from the emulator's journal,
+  when they were Ready, and the budgets, from the store.
 
 Also printed: faults injected by kind, workloads by outcome, the intakes' relists, the peak RSS
 of each process, the wall time.
@@ -127,6 +133,14 @@ ACTED_IN = ("rollingBack", "backingOff")  # when the policy-changed/-deleted fat
 # Lease, past its renew deadline (10 s: it must have stopped acting), and after the Lease has
 # expired (15 s) and the other intake has taken it, its elector still stuck in a renewal.
 CUT_WORK = (1.0, 8.0, 11.0, 13.0, 17.0, 19.0)
+# A write already past its gate as the pause is set still lands: the gate reads the pause right
+# before the write, so one in flight (its answer slowed by up to 0.5 s: the ``slow`` fault) is
+# no breach. ``actedWhilePaused`` counts the writes from this long after the pause was set.
+GATE_GRACE = 1.0
+# A pod down for a cause of its own counts against a batch's pace once the batch's LIST could
+# have seen it: down at least this long before the engine's write (``moreUnavailable``).
+LISTED_BEFORE = 1.0
+RESTART_WITHIN = 5.0  # a resize that restarts a container takes its pod down within this
 
 
 @dataclass(frozen=True)
@@ -152,6 +166,11 @@ class Fate:
     in_place_reason: str | None = None
     protected: bool = False  # lives in PROTECTED_NS: never a state, an Event or a rollback
     in_cut: bool = False  # its scripted act (applied, or annotated) falls inside the Lease cut
+    # When the script pauses its owner (``Soak._pause``): as its first window opens, as its
+    # first backoff begins, or once its first rollback has taken a pod down (in place).
+    paused_in: str | None = None
+    in_place_only: bool = False  # dealt only where the engine actuates in place
+    budget: bool = False  # a disruption budget that allows nothing while it rolls back
 
 
 FATES = [
@@ -170,11 +189,25 @@ FATES = [
     Fate("policy-changed", OOM, "failedPermanent", 1, "oomKilled", own_policy=True),
     # Paused on its owner as its first window opens, until after the window: the verdict waits,
     # then rolls back as the oom fate does.
-    Fate("paused", OOM, "failedPermanent", 2, "oomKilled"),
+    Fate("paused", OOM, "failedPermanent", 2, "oomKilled", paused_in="monitoring"),
     # Paused without an end (``infinite``) on its owner as its first window opens; the script
     # lifts the pause once the engine's RollbackPaused Event shows the verdict held. Whichever
     # intake leads then (they are killed and cut off on the way) must resume it.
-    Fate("paused-infinite", OOM, "failedPermanent", 2, "oomKilled"),
+    Fate("paused-infinite", OOM, "failedPermanent", 2, "oomKilled", paused_in="monitoring"),
+    # Paused as its first backoff begins, until after the backoff's end: the end's clearing of
+    # the rollback (which re-applies the cut) waits for the pause, then turn 2 goes as oom's.
+    Fate("paused-backoff", OOM, "failedPermanent", 2, "oomKilled", paused_in="backingOff"),
+    # In place, paused once its paced rollback has taken its first pod down: the next batch
+    # waits for the pause, then the rollback goes on from where it stopped.
+    Fate("paused-mid-rollback", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet",
+         replicas=5, grow_only=True, fits=3, in_place_reason="resizeDeferred",
+         paused_in="rollingBack", in_place_only=True),
+    # In place, a PodDisruptionBudget (maxUnavailable 0) over its pods from its first window
+    # on: its rollback holds (RollbackPaced) until the script, seeing that Event, lets the
+    # budget allow one (maxUnavailable 1); every later batch is bounded by it.
+    Fate("budget-held", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet", replicas=5,
+         grow_only=True, fits=3, in_place_reason="resizeDeferred", in_place_only=True,
+         budget=True),
     Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
     Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
     Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
@@ -285,8 +318,12 @@ def _manifest(w: Workload, in_place: bool = False) -> Obj:
 def plan(count: int, namespaces: int, in_place: bool = False) -> list[Workload]:
     """Fates dealt round-robin; owner and policy kinds alternate within each fate. In place,
     no ``unschedulable``: an in-place rollback resizes running pods and leaves a Pending one to
-    admission, which nothing re-runs there (docs/concepts/activities.md)."""
-    fates = [f for f in FATES if not (in_place and f.name == "unschedulable")]
+    admission, which nothing re-runs there (docs/concepts/activities.md); the ``in_place_only``
+    ones only there (the cluster's applier, not the engine, acts on pods otherwise)."""
+    fates = [
+        f for f in FATES
+        if (f.name != "unschedulable" or not in_place) and (in_place or not f.in_place_only)
+    ]  # fmt: skip
     workloads = []
     for i in range(count):
         fate = fates[i % len(fates)]
@@ -378,6 +415,8 @@ class Timeline:
         self.kinds: dict[tuple[str, str], str] = {}  # (namespace, app label) -> owner kind
         # owner -> pod -> (time, Ready) at each change, and (time, None) when it went
         self.pods: dict[str, dict[str, list[tuple[float, bool | None]]]] = defaultdict(dict)
+        # owner -> (time, the maxUnavailable of the disruption budget over its pods; None: none)
+        self.budgets: dict[str, list[tuple[float, int | None]]] = defaultdict(list)
 
     def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -395,6 +434,9 @@ class Timeline:
             return
         if rtype.kind == "Pod":
             self._pod(kind, obj)
+            return
+        if rtype.kind == "PodDisruptionBudget":
+            self._budget(kind, obj)
             return
         if rtype.kind not in ("Deployment", "StatefulSet"):
             return
@@ -432,6 +474,20 @@ class Timeline:
         changes = self.pods[owner].setdefault(str(meta.get("name")), [])
         if not changes or changes[-1][1] != ready:
             changes.append((time.time(), ready))
+
+    def _budget(self, kind: str, pdb: Obj) -> None:
+        """The soak's budgets select one owner's pods by its ``app`` label, by maxUnavailable."""
+        namespace = str(pdb["metadata"].get("namespace"))
+        spec = pdb.get("spec") or {}
+        app = str(((spec.get("selector") or {}).get("matchLabels") or {}).get("app"))
+        owner_kind = self.kinds.get((namespace, app))
+        if owner_kind is not None:
+            bound = None if kind == "DELETED" else int(spec["maxUnavailable"])
+            self.budgets[f"{namespace}/{owner_kind}/{app}"].append((time.time(), bound))
+
+    def budget_at(self, owner: str, when: float) -> int | None:
+        """The maxUnavailable of the budget over ``owner``'s pods at ``when`` (None: none)."""
+        return next((b for t, b in reversed(self.budgets.get(owner, [])) if t <= when), None)
 
     def holder_at(self, when: float) -> str:
         holder = ""
@@ -640,27 +696,60 @@ class Soak:
                     {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}}, MERGE)  # fmt: skip
         w.actions.append(value)
 
-    def _pause(self, w: Workload, infinite: bool = False) -> None:
-        """Pause the owner from now until 5 s after its window ends (RFC 3339, to the second,
-        rounded down: the pause ends no later than the verdict's earliest end), or until the
-        script lifts it (``infinite``)."""
-        now = time.time()
-        until = int(now + parse_duration(self.window).total_seconds() + 5)
+    def _pause_due(self, w: Workload, mode: str | None) -> bool:
+        """Whether the moment ``w``'s fate pauses it in has come (its first turn's)."""
+        if w.fate.paused_in == "rollingBack":  # once its paced rollback has a pod down
+            return mode == "rollingBack" and any(
+                not any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (p.get("status") or {}).get("conditions") or [])
+                for p in self._pods(w)
+            )  # fmt: skip
+        return mode == w.fate.paused_in
+
+    def _pause(self, w: Workload) -> None:
+        """Pause the owner from now until 5 s after the step it holds would have ended (its
+        window, its backoff; a batch's restart) (RFC 3339, to the second, rounded down: the
+        pause ends no later than that step's earliest end), or until the script lifts it
+        (``paused-infinite``)."""
+        infinite, now = w.fate.name == "paused-infinite", time.time()
+        step, said = {
+            "monitoring": (self.window, "owner paused through its verdict"),
+            "backingOff": (self.backoff, "owner paused through its backoff's end"),
+            "rollingBack": ("3s", "owner paused mid-rollback, in place"),
+        }[str(w.fate.paused_in)]
+        until = int(now + parse_duration(step).total_seconds() + 5)
         stamp = "infinite" if infinite else kube_time(datetime.fromtimestamp(until, UTC))
         self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: stamp, PAUSE_REASON_ANNOTATION: "soak"})
         w.paused = (now, math.inf if infinite else float(until))
         w.actions.append("paused")
-        self.faults["owner paused without an end, until lifted" if infinite else
-                    "owner paused through its verdict"] += 1  # fmt: skip
+        self.faults["owner paused without an end, until lifted" if infinite else said] += 1
+
+    def _told(self, w: Workload, reason: str) -> bool:
+        """Whether the engine has told of ``reason`` (an Event) on ``w``'s owner."""
+        return any(
+            e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == w.name
+            for e in self.api.store.items("Event", w.namespace)
+        )
+
+    def _budget(self, w: Workload, max_unavailable: int) -> None:
+        """The disruption budget over ``w``'s pods: created allowing none, then loosened."""
+        store, name = self.api.store, f"{w.name}-budget"
+        if max_unavailable == 0:
+            store.create(
+                {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                 "metadata": {"name": name, "namespace": w.namespace},
+                 "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": w.name}}}}
+            )  # fmt: skip
+            w.actions.append("budget")
+            self.faults["disruption budget allowing nothing through a rollback"] += 1
+        else:
+            store.patch(store.rtype("PodDisruptionBudget"), w.namespace, name,
+                        {"spec": {"maxUnavailable": max_unavailable}}, MERGE)  # fmt: skip
+            w.actions.append("budget loosened")
 
     def _lift_pause(self, w: Workload) -> None:
         """Lift an ``infinite`` pause once the engine's RollbackPaused Event says it held."""
-        held = any(
-            e.get("reason") == EventReason.PAUSED
-            and (e.get("involvedObject") or {}).get("name") == w.name
-            for e in self.api.store.items("Event", w.namespace)
-        )
-        if held:
+        if self._told(w, EventReason.PAUSED):
             self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: None, PAUSE_REASON_ANNOTATION: None})
             assert w.paused is not None
             w.paused = (w.paused[0], time.time())
@@ -741,15 +830,16 @@ class Soak:
             elif fate == "policy-deleted" and "policy deleted" not in done:
                 store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
                 w.actions.append("policy deleted")
-        elif (
-            fate.startswith("paused")
-            and mode == "monitoring"
-            and turn == 1
-            and ("paused" not in done)
-        ):
-            self._pause(w, infinite=fate == "paused-infinite")
+        elif w.fate.paused_in and turn == 1 and "paused" not in done and self._pause_due(w, mode):
+            self._pause(w)
         elif fate == "paused-infinite" and "paused" in done and "lifted" not in done:
             self._lift_pause(w)
+        elif w.fate.budget and mode == "monitoring" and "budget" not in done:
+            self._budget(w, 0)
+        elif (
+            "budget" in done and "budget loosened" not in done and self._told(w, EventReason.PACED)
+        ):
+            self._budget(w, 1)
         elif fate in ("cancel", "reopen") and mode == "monitoring" and "cancel" not in done:
             self._annotate(w, "cancel")
         elif (
@@ -1033,7 +1123,7 @@ class Soak:
             {kind: fault.hits for kind, fault in self.api_faults if fault.hits}
         )
         if restarting:
-            faults["in-place rollback restarting pods"] = restarting
+            faults["pods taken down by the engine's in-place resizes (checked)"] = restarting
         fallbacks = sum(  # each logged by the workflow (``RollbackWorkflow._activity``)
             child.log.read_text(errors="replace").count("kept failing locally")
             for name, child in self.children.items() if name.startswith("worker")
@@ -1111,7 +1201,7 @@ class Soak:
                 continue
             start, until = w.paused
             for at, what in acted.get(w.ref, []):
-                if start <= at < until:
+                if start + GATE_GRACE <= at < until:
                     bad("actedWhilePaused", f"{w.ref}: {what} {until - at:.1f}s"
                         " before its pause ended")  # fmt: skip
 
@@ -1150,54 +1240,44 @@ class Soak:
                 bad("actedInProtected", f"{r.agent} {r.method} {r.path}")
 
     def _unavailable(self, bad: Any) -> int:
-        """``moreUnavailable``: while an owner is ``rollingBack``, the pods the engine took down
-        (a worker's ``pods/resize`` landed on a Ready pod, which then went not Ready, until it is
-        Ready again) never number more than ``MAX_UNAVAILABLE`` at once. Returns how many
-        rollbacks took a pod down (the ones it had something to watch). A pod the kubelet takes
-        down on its own (an OOM kill, a deferred resize of the applier's) is not the engine's."""
+        """``moreUnavailable``: each time a worker's resize takes a pod down (it lands on a Ready
+        pod, which goes not Ready within ``RESTART_WITHIN``: a rollback's or a re-apply's), the
+        owner's pods not Ready as it goes down never outnumber the tighter of its
+        ``maxUnavailable`` and the disruption budget over its pods then. Counted: this pod, the
+        others the engine took down and not yet Ready again, and any down for a cause of its
+        own (an OOM kill, the applier's restart) since ``LISTED_BEFORE`` before the write (the
+        batch's LIST saw it). A pod resized twice before it went down (a retry whose first
+        answer was lost) is down once. Returns how many take-downs were checked."""
         resized: dict[tuple[str, str], list[float]] = defaultdict(list)
         for r in list(self.api.journal):
             parts = r.path.strip("/").split("/")  # api/v1/namespaces/NS/pods/NAME/resize
             if (r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300
                     and len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize"):  # fmt: skip
                 resized[(parts[3], parts[5])].append(r.at)
-        measured = 0
-        for owner, states in self.timeline.states.items():
-            spans = [  # (entered rollingBack, left it)
-                (at, next((t for t, later in states[i + 1 :]
-                           if (later or {}).get("mode") != "rollingBack"), time.time()))
-                for i, (at, state) in enumerate(states)
-                if (state or {}).get("mode") == "rollingBack"
-                and (i == 0 or (states[i - 1][1] or {}).get("mode") != "rollingBack")
-            ]  # fmt: skip
+        checked = 0
+        for owner, pods in self.timeline.pods.items():
             namespace = owner.split("/", 1)[0]
-            for began, ended in spans:
-                # (pod, went not Ready, Ready again) for each pod the engine took down: a set,
-                # since a retried activity may resize a pod again before it goes down (its
-                # first answer lost), and that pod is down once.
-                downs: set[tuple[str, float, float]] = set()
-                when: dict[str, list[str]] = defaultdict(list)  # pod -> its resizes, as said
-                for pod, changes in self.timeline.pods.get(owner, {}).items():
-                    for at in resized.get((namespace, pod), []):
-                        if not began <= at < ended:
-                            continue
-                        when[pod].append(f"+{at - began:.1f}s")
-                        ready_then = next((r for t, r in reversed(changes) if t <= at), None)
-                        down = next((t for t, r in changes if t >= at and r is False), None)
-                        if not ready_then or down is None or down >= ended:
-                            continue
-                        up = next((t for t, r in changes if t > down and r is not False), ended)
-                        downs.add((pod, down, up))
-                measured += bool(downs)
-                peak = max(([p for p, d, u in downs if d <= at < u] for _, at, _ in downs),
-                           key=len, default=[])  # fmt: skip
-                if len(peak) > MAX_UNAVAILABLE:
-                    resizes = "; ".join(
-                        f"{p} resized at {', '.join(when[p])}" for p in sorted(peak)
-                    )
-                    bad("moreUnavailable", f"{owner}: the rollback had {len(peak)} pods not Ready"
-                        f" at once, {MAX_UNAVAILABLE} allowed ({resizes})")  # fmt: skip
-        return measured
+            downs: dict[tuple[str, float], float] = {}  # (pod, went down) -> the write's time
+            for pod, changes in pods.items():
+                for at in sorted(resized.get((namespace, pod), [])):
+                    ready_then = next((r for t, r in reversed(changes) if t <= at), None)
+                    down = next((t for t, r in changes if t >= at and r is False), None)
+                    if ready_then and down is not None and down - at < RESTART_WITHIN:
+                        downs.setdefault((pod, down), at)
+            taken = {(pod, down): _back_at(pods[pod], down) for pod, down in downs}
+            for (pod, down), at in sorted(downs.items(), key=lambda item: item[0][1]):
+                checked += 1
+                engine = {p for (p, d), up in taken.items() if d <= down < up}
+                own = {p for p, changes in pods.items()
+                       if _down_since(changes, down) <= at - LISTED_BEFORE}  # fmt: skip
+                budget = self.timeline.budget_at(owner, at)
+                allowed = MAX_UNAVAILABLE if budget is None else min(MAX_UNAVAILABLE, budget)
+                if len(engine | own | {pod}) > allowed:
+                    said = "" if budget is None else f" (its budget's maxUnavailable {budget})"
+                    bad("moreUnavailable", f"{owner}: {pod} taken down at +{down - at:.1f}s after"
+                        f" its resize with {sorted((engine | own) - {pod})} not Ready:"
+                        f" {allowed} allowed{said}")  # fmt: skip
+        return checked
 
     def _id(self, w: Workload) -> str:
         return f"rollback/{self.cluster}/{w.ref}"
@@ -1271,12 +1351,15 @@ class Soak:
                             bad("nonLeaderSignals", f"{who} signalled {w.ref} while {holder!r} led")
 
 
-async def soak(count: int, deadline: float = 900.0, seed: int = 1) -> SoakResult:
+async def soak(
+    count: int, deadline: float = 900.0, seed: int = 1, in_place: bool = False
+) -> SoakResult:
+    """One cluster's soak; ``in_place``: its engine actuates in place (``moreUnavailable``)."""
     Receiver.received = []
     # A client that gave up on a slow answer (an injected timeout) hangs up: expected here.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="rollback-soak-") as tmp:
-        result = await Soak(count, Path(tmp), seed).run(deadline)
+        result = await Soak(count, Path(tmp), seed, in_place=in_place).run(deadline)
         if not result.passed:  # the processes' logs, and Temporal's histories, outlive the run
             result.logs = tempfile.mkdtemp(prefix="rollback-soak-logs-")
             for log_file in Path(tmp).glob("*.log"):
@@ -1315,6 +1398,18 @@ async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> 
         return results
 
 
+def _back_at(changes: list[tuple[float, bool | None]], down: float) -> float:
+    """When a pod down at ``down`` was Ready again, or went (inf: neither yet)."""
+    return next((t for t, r in changes if t > down and r is not False), math.inf)
+
+
+def _down_since(changes: list[tuple[float, bool | None]], when: float) -> float:
+    """Since when a pod has been not Ready at ``when`` (created so, or gone down); inf when it
+    is Ready or gone then."""
+    last = next(((t, r) for t, r in reversed(changes) if t <= when), None)
+    return last[0] if last is not None and last[1] is False else math.inf
+
+
 def report(result: SoakResult) -> list[str]:
     """The soak's lines for bench/RESULTS.md."""
     lines = [
@@ -1345,9 +1440,11 @@ def report(result: SoakResult) -> list[str]:
 
 
 def main() -> int:
-    """``python -m bench.soak N``: one soak, its report, exit 1 unless every invariant is 0."""
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-    result = asyncio.run(soak(count))
+    """``python -m bench.soak [N] [--in-place]``: one soak, its report, exit 1 unless every
+    invariant is 0."""
+    args = [a for a in sys.argv[1:] if a != "--in-place"]
+    count = int(args[0]) if args else 1000
+    result = asyncio.run(soak(count, in_place="--in-place" in sys.argv[1:]))
     print("\n".join(report(result)))
     return 0 if result.passed else 1
 

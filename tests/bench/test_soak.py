@@ -45,6 +45,7 @@ async def test_the_soak_reports_zero_on_every_invariant() -> None:
     for kind in ("worker SIGKILL", "leading intake SIGKILL", "Temporal restart", "503", "429"):
         assert result.faults[kind] > 0, lines
     assert result.faults["owner paused through its verdict"] > 0, lines  # actedWhilePaused: 0
+    assert result.faults["owner paused through its backoff's end"] > 0, lines
     assert result.outcomes["failedPermanent"] and result.outcomes["cancelled"], lines
     # The Lease cut happened, with work inside it, and leadership changed hands.
     assert result.faults["leader cut off its Lease (20s)"] == 1, lines
@@ -77,7 +78,8 @@ def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: obj
 def test_the_oracle_sees_any_acting_write_while_paused() -> None:
     """``actedWhilePaused`` counts every worker write that changes what runs while the pause
     holds, from the journal: a rollback annotation published or cleared, a pod resized; not a
-    state record, not a write before or after the pause, not another client's."""
+    state record, not a write before or after the pause or already past its gate as the pause
+    was set (``GATE_GRACE``), not another client's."""
     timeline = Timeline()
     now = time.time()
     calm, early, late = (
@@ -101,6 +103,8 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
                 now - 3, (ROLLBACK_REQUESTS_ANNOTATION,)),  # not the engine: fine
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
                 now + 1, (ROLLBACK_REQUESTS_ANNOTATION,)),  # after the pause: fine
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
+                now - 9.5, (ROLLBACK_REQUESTS_ANNOTATION,)),  # past its gate as it was set: fine
     ]  # fmt: skip
     fake = SimpleNamespace(timeline=timeline, workloads=[calm, early, late],
                            api=SimpleNamespace(journal=journal))  # fmt: skip
@@ -117,47 +121,60 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
 
 
 def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
-    """``moreUnavailable`` counts the pods a worker's resize took down while the owner was
-    rollingBack: not a pod already down when resized, not one the kubelet took down alone, and
-    a pod resized twice (a retry whose first answer was lost) down once."""
+    """``moreUnavailable`` counts, as each pod a worker's resize took down goes down, the owner's
+    pods not Ready then (the engine's, and those down of their own since the batch's LIST could
+    see them) against the tighter of maxUnavailable and the disruption budget: a rollback's or a
+    re-apply's alike. Not a pod already down when resized, not one that fell just after the
+    LIST, and a pod resized twice (a retry whose first answer was lost) down once."""
     timeline = Timeline()
     t = time.time() - 100
-    modes = [(0, "monitoring"), (10, "rollingBack"), (20, "backingOff")]
-    story: list[tuple[float, Obj | None]] = [(t + at, {"mode": mode}) for at, mode in modes]
     up, down = True, False
     timeline.pods = {
         "ns/Deployment/at-once": {  # both resized at t+11: down together
             "a-0": [(t, up), (t + 11.2, down), (t + 12, up)],
             "a-1": [(t, up), (t + 11.3, down), (t + 12, up)],
         },
-        "ns/Deployment/paced": {  # one, Ready again, then the next
-            "b-0": [(t, up), (t + 11.2, down), (t + 12, up)],
-            "b-1": [(t, up), (t + 13.2, down), (t + 14, up)],
+        "ns/Deployment/paced": {  # one, Ready again, then the next (a re-apply, at t+50)
+            "b-0": [(t, up), (t + 51.2, down), (t + 52, up)],
+            "b-1": [(t, up), (t + 53.2, down), (t + 54, up)],
         },
-        "ns/Deployment/crashing": {  # b-1 was down (OOM) when resized; c-2 fell on its own
+        "ns/Deployment/crashing": {  # c-1 down (OOM) since t+5 when c-0 was taken down
             "c-0": [(t, up), (t + 11.2, down), (t + 12, up)],
             "c-1": [(t, up), (t + 5, down), (t + 11.5, up)],
-            "c-2": [(t, up), (t + 11.4, down), (t + 12, up)],
+        },
+        "ns/Deployment/fell": {  # e-1 resized while down; e-2 fell on its own after the LIST
+            "e-0": [(t, up), (t + 11.2, down), (t + 12, up)],
+            "e-1": [(t, up), (t + 10.9, down), (t + 11.5, up)],
+            "e-2": [(t, up), (t + 11.1, down), (t + 12, up)],
         },
         "ns/Deployment/retried": {  # d-0 resized twice before it went down: then d-1
             "d-0": [(t, up), (t + 11.5, down), (t + 12, up)],
             "d-1": [(t, up), (t + 13.2, down), (t + 14, up)],
         },
+        "ns/Deployment/budget": {  # its budget allowed none until t+20, then one
+            "f-0": [(t, up), (t + 15.2, down), (t + 16, up)],
+            "f-1": [(t, up), (t + 21.2, down), (t + 22, up)],
+        },
     }
-    timeline.states = {owner: story for owner in timeline.pods}
-    resizes = [("a-0", 11), ("a-1", 11), ("b-0", 11), ("b-1", 13), ("c-0", 11), ("c-1", 11),
-               ("d-0", 11), ("d-0", 11.3), ("d-1", 13)]  # fmt: skip
+    timeline.budgets = {"ns/Deployment/budget": [(t + 1, 0), (t + 20, 1)]}
+    resizes = [("a-0", 11), ("a-1", 11), ("b-0", 51), ("b-1", 53), ("c-0", 11), ("c-1", 11),
+               ("e-0", 11), ("e-1", 11), ("d-0", 11), ("d-0", 11.3), ("d-1", 13), ("f-0", 15),
+               ("f-1", 21)]  # fmt: skip
 
     journal = [Request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", {}, "", 200,
                        f"{WORKER_AGENT}/1.0", t + at) for pod, at in resizes]  # fmt: skip
     fake = SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=journal))
     found: list[str] = []
-    measured = Soak._unavailable(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    checked = Soak._unavailable(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert found == [
-        "moreUnavailable: ns/Deployment/at-once: the rollback had 2 pods not Ready at once,"
-        " 1 allowed (a-0 resized at +1.0s; a-1 resized at +1.0s)"
+        "moreUnavailable: ns/Deployment/at-once: a-1 taken down at +0.3s after its resize with"
+        " ['a-0'] not Ready: 1 allowed",
+        "moreUnavailable: ns/Deployment/crashing: c-0 taken down at +0.2s after its resize with"
+        " ['c-1'] not Ready: 1 allowed",
+        "moreUnavailable: ns/Deployment/budget: f-0 taken down at +0.2s after its resize with"
+        " [] not Ready: 0 allowed (its budget's maxUnavailable 0)",
     ]
-    assert measured == 4
+    assert checked == 10  # all but c-1 and e-1, down when resized
 
 
 async def test_two_clusters_on_one_temporal_never_cross() -> None:
@@ -175,7 +192,11 @@ async def test_two_clusters_on_one_temporal_never_cross() -> None:
     assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
     assert "moreUnavailable" not in results[0].invariants, lines
     assert results[1].invariants["moreUnavailable"] == 0, lines
-    assert results[1].faults["in-place rollback restarting pods"] > 0, lines  # it had work
+    taken = "pods taken down by the engine's in-place resizes (checked)"
+    assert results[1].faults[taken] > 0, lines
+    # It had work: a budget that held a rollback, a pause mid-rollback.
+    assert results[1].faults["disruption budget allowing nothing through a rollback"] > 0, lines
+    assert results[1].faults["owner paused mid-rollback, in place"] > 0, lines
 
 
 async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:
