@@ -28,7 +28,8 @@ import yaml
 from cli.crds import CRDS
 from cli.main import build_parser
 from workflows.contract import Mode
-from workflows.machine import TRANSITIONS
+from workflows.durations import format_duration
+from workflows.machine import HEALTH_RECHECK, HOLDS, PAUSE_RECHECK, TRANSITIONS, HoldEnds
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -39,9 +40,9 @@ Schema = dict[str, Any]
 ACTIVE = ("monitoring", "rollingBack", "backingOff")
 
 
-def diagram() -> list[str]:
+def diagram(holds: bool = True) -> list[str]:
     """``TRANSITIONS`` as a Mermaid state diagram; a transition every active mode makes is drawn
-    once, from "active"."""
+    once, from "active"; with ``holds``, each of ``HOLDS`` as a loop on its mode."""
     edges: dict[tuple[str, str], list[str]] = {}
     whole = {
         (on, str(after))
@@ -53,10 +54,13 @@ def diagram() -> list[str]:
         labels = edges.setdefault((start, str(after)), [])
         if on not in labels:
             labels.append(on)
+    for step, mode, _, _ in HOLDS if holds else ():  # a hold keeps its mode: drawn as a loop
+        if mode in {m.value for m in Mode}:
+            edges.setdefault((mode, mode), []).append(f"{step} held by a pause")
     lines = ["```mermaid", "stateDiagram-v2"]
     if whole:
         lines.append(f'    state "active: {", ".join(ACTIVE)}" as active')
-    lines += [f"    {a} --> {b}: {'; '.join(on)}" for (a, b), on in edges.items()]
+    lines += [f"    {a} --> {b}: {' / '.join(on)}" for (a, b), on in edges.items()]
     return [*lines, "```"]
 
 
@@ -78,6 +82,36 @@ def state_machine() -> str:
         "|---|---|---|",
     ]
     lines += [f"| {f'`{a}`' if a else 'start'} | {on} | `{b}` |" for a, on, b in TRANSITIONS]
+    ends = {
+        HoldEnds.RESUME: "`resume` (the pause went)",
+        HoldEnds.CONTROL: "any control (`cancel`, `reopen`, a new recommendation), taken as ever",
+        HoldEnds.CANCEL: "`cancel`: the step is given up, nothing written",
+    }
+    lines += [
+        "",
+        "## Holds",
+        "",
+        "A step that finds a pause in force writes nothing and is held: the machine decides the",
+        "hold (`workflows.machine.HOLDS`, each row taken by its tests) and the workflow carries",
+        "it out. A hold is not a transition: the mode stays, and the step is tried again at the",
+        f"pause's time ({format_duration(PAUSE_RECHECK)} at the latest, for a `resume` the",
+        "intake could not send), or sooner, on what ends it:",
+        "",
+        "| step | held in | ended early by | then |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {step} | {f'`{mode}`' if mode != 'any' else 'any mode'} |"
+        f" {'; '.join(ends[e] for e in HoldEnds if e in how)} | {then} |"
+        for step, mode, how, then in HOLDS
+    ]
+    lines += [
+        "",
+        "The verdict is also held when Prometheus cannot answer its health checks and the",
+        "policy says `onPrometheusError: hold`: it asks again every"
+        f" {format_duration(HEALTH_RECHECK)} (or window,",
+        "when shorter), up to `maxHold` after the window's end (`workflows.machine.health_hold`).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -89,7 +123,7 @@ def readme(text: str) -> str:
     start, end = README_BLOCK
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
-    return head + start + "\n".join(diagram()) + "\n" + end + tail
+    return head + start + "\n".join(diagram(holds=False)) + "\n" + end + tail
 
 
 # --- JSON Schema tables ------------------------------------------------------------------------

@@ -417,7 +417,7 @@ class Intake:
 
     async def _send_resumes(self, owners: list[OwnerRef]) -> None:
         """``resume`` to each owner's run; one that fails is left to the run's own look again
-        (``PAUSE_RECHECK``)."""
+        (``workflows.machine.PAUSE_RECHECK``)."""
         for owner in owners:
             if not self.acting():
                 return

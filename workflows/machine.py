@@ -34,7 +34,8 @@ count for it. Transient restarts during the window do not fail it; only health a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from pydantic import Field
@@ -52,6 +53,7 @@ from workflows.backoff import backoff_wait
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation
+from workflows.pause import Pause
 from workflows.policy import HealthChecks
 from workflows.state import (
     HISTORY_LIMIT,
@@ -265,6 +267,29 @@ class Observed:
     pod_created_at: datetime | None = None
 
 
+class Step(StrEnum):
+    """The steps a pause may hold: the verdict (decided on what runs), and each write that
+    changes what runs (``activities.kubernetes``'s gate)."""
+
+    VERDICT = "verdict"
+    ROLLBACK = "rollback"
+    BACKOFF_END = "backoff end"  # its record clears the rollback: the applier re-applies the cut
+    REAPPLY = "re-apply"
+    RECORD = "record"  # a state record that clears a published rollback (read again as it writes)
+
+
+@dataclass(frozen=True)
+class PauseSeen:
+    """A step found a pause in force and wrote nothing."""
+
+    now: datetime
+    step: Step
+    pause: Pause
+    resumes: int = 0  # resume signals counted as the step read the pause: one more ends the hold
+    # Versioning: False in a run from before a cancel could end a held rollback or re-apply.
+    cancel_ends: bool = True
+
+
 Observation = (
     AttemptStarted
     | Sampled
@@ -276,6 +301,7 @@ Observation = (
     | Reopen
     | Observed
     | Aborted
+    | PauseSeen
 )
 
 
@@ -315,7 +341,52 @@ class StartOver:
     recommendation: Recommendation
 
 
-Effect = Record | RollBack | Reapply | StartOver
+class HoldEnds(StrEnum):
+    """What ends a hold before the time it looks again at (``Hold.until``)."""
+
+    RESUME = "resume"  # the intake saw the pause go (one since the step read it)
+    CONTROL = "control"  # any signal: a cancel, a reopen, a new recommendation, taken as ever
+    CANCEL = "cancel"  # a cancel: the held step is given up, nothing written, then it is taken
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Wait, durably, while ``pause`` holds ``step``: until ``until`` (the pause's time, or
+    ``PAUSE_RECHECK``), or what ``ends`` it; then the step is tried again (unless a cancel ended
+    it: given up). Changes no state."""
+
+    step: Step
+    label: str  # as shown: ``verdict``, ``backedOff record``
+    pause: Pause
+    until: datetime
+    ends: frozenset[HoldEnds]
+    after_resumes: int  # a resume counted past this many ends it
+
+    def gives_up(self, cancel_pending: bool) -> bool:
+        """Whether the held step is given up: a cancel ended the hold and may end it."""
+        return cancel_pending and HoldEnds.CANCEL in self.ends
+
+
+Effect = Record | RollBack | Reapply | StartOver | Hold
+
+# A held step looks again at least this often: the intake signals ``resume`` when a pause
+# annotation goes, but a term that ended before it could is caught up with here.
+PAUSE_RECHECK = timedelta(minutes=10)
+_ANY = frozenset({HoldEnds.RESUME, HoldEnds.CONTROL})
+_GIVE_UP = frozenset({HoldEnds.RESUME, HoldEnds.CANCEL})
+# Every hold ``decide`` makes on a ``PauseSeen``, as (step, the mode it holds, what ends it
+# besides its time, what follows): the docs draw them (``cli.docs``) and
+# tests/unit/test_machine.py takes each row. A control signal ending a hold is decided as when
+# nothing holds (a cancel ends the attempt ``cancelled``, a reopen opens a fresh window); one
+# that cannot end it waits for the step (a record is the step's own end).
+HOLDS: tuple[tuple[Step, str, frozenset[HoldEnds], str], ...] = (
+    (Step.VERDICT, Mode.MONITORING.value, _ANY, "the verdict on a fresh sample"),
+    (Step.ROLLBACK, Mode.ROLLING_BACK.value, _GIVE_UP, "the rollback from what the pods show"),
+    (Step.BACKOFF_END, Mode.BACKING_OFF.value, _ANY, "the backoff's end, the policy read again"),
+    (Step.REAPPLY, Mode.BACKED_OFF.value, _GIVE_UP, "the re-apply from what the pods show"),
+    (Step.RECORD, "any", frozenset({HoldEnds.RESUME}), "the same record"),
+)
+_HOLD_ENDS = {step: ends for step, _, ends, _ in HOLDS}
 
 
 @dataclass(frozen=True)
@@ -374,6 +445,21 @@ def decide(state: RollbackState, obs: Observation) -> Decision:
             return _backoff_over(state, obs)
         case Aborted():
             return _aborted(state, obs)
+        case PauseSeen():
+            return _held(state, obs)
+
+
+def _held(state: RollbackState, obs: PauseSeen) -> Decision:
+    """A step found a pause: hold it (``HOLDS``) until the pause's time (at least a second on,
+    so that a clock a little behind the annotator's does not spin), ``PAUSE_RECHECK`` at the
+    latest. The state does not change: holding is not a transition."""
+    wait = PAUSE_RECHECK
+    if obs.pause.until is not None:
+        wait = min(wait, max(obs.pause.until - obs.now, timedelta(seconds=1)))
+    ends = _HOLD_ENDS[obs.step] - (set() if obs.cancel_ends else {HoldEnds.CANCEL})
+    label = f"{state.mode} record" if obs.step is Step.RECORD else obs.step.value
+    hold = Hold(obs.step, label, obs.pause, obs.now + wait, ends, obs.resumes)
+    return Decision(state, [hold], note=f"{label} held: {obs.pause.describe()}")
 
 
 def _transition(
@@ -657,6 +743,46 @@ def health_unavailable(
             unavailable=why, fallback=f"held {held} (maxHold): decided on adoption alone"
         )
     return None
+
+
+# A verdict held for Prometheus asks again this often (or as often as its window is long, when
+# shorter), up to its maxHold (docs/concepts/health-checks.md).
+HEALTH_RECHECK = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class HealthHold:
+    """The verdict waits for Prometheus (``onPrometheusError: hold``): ask again after
+    ``recheck``; ``message`` is the Warning Event's."""
+
+    recheck: timedelta
+    message: str
+
+
+def health_hold(state: RollbackState, why: str, now: datetime, bounded: bool = True) -> HealthHold:
+    """How long a verdict that ``health_unavailable`` holds waits before it asks again, and
+    what it says. ``bounded`` (versioning): False in a run from before maxHold, which asked
+    again every ``HEALTH_RECHECK`` for ever."""
+    policy = state.policy
+    assert policy is not None and policy.health_checks is not None
+    assert state.window_ends_at is not None
+    checks = policy.health_checks
+    recheck = HEALTH_RECHECK
+    message = (
+        f"Health checks of recommendation {state.fingerprint} not judged: {why};"
+        f" the verdict waits (onPrometheusError: hold) and asks again in"
+    )
+    if not bounded:
+        return HealthHold(recheck, f"{message} {format_duration(recheck)}")
+    until = state.window_ends_at + checks.max_hold
+    left = max(until - now, timedelta(seconds=1))
+    recheck = min(HEALTH_RECHECK, policy.monitoring_period, left)
+    return HealthHold(
+        recheck,
+        f"{message} {format_duration(recheck)}, until {until.isoformat(timespec='seconds')} at"
+        f" most (maxHold {format_duration(checks.max_hold)}); then it is decided on adoption"
+        " alone",
+    )
 
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:

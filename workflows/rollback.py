@@ -15,11 +15,13 @@ one supersedes the run), ``cancel`` (stop, leave resources as they are), ``reope
 window for the same fingerprint, unless the policy disables it), ``resume`` (a pause
 annotation went: a held step looks again). Queries: ``status``, ``held``.
 
-Pauses (``workflows.pause``): the verdict's sample, the rollback and the re-apply find the pause
-in force, if any, and write nothing; the run then holds, durably, until the pause's time, the
-intake's ``resume``, or ``PAUSE_RECHECK`` (a resume the intake could not send), and looks again:
-a verdict decides on what it sees then. A hold sets the ``RollbackHeld`` search attribute (what
-``rollbackctl get`` and the UI show), unset with the next state shown.
+Pauses (``workflows.pause``): the verdict's sample, the rollback, the backoff's end, the re-apply
+and a record that clears a rollback find the pause in force, if any, and write nothing; the
+machine decides the hold (``machine.HOLDS``: until the pause's time, the intake's ``resume``, or
+``PAUSE_RECHECK`` for a resume the intake could not send; and which signals end it early) and
+this shell carries it out, then the step looks again: a verdict decides on what it sees then. A
+hold sets the ``RollbackHeld`` search attribute (what ``rollbackctl get`` and the UI show),
+unset with the next state shown.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
         SampleCohortInput,
     )
     from workflows.contract import EventReason, FailureReason, Mode, SearchAttribute, check_cluster
-    from workflows.durations import Duration, format_duration
+    from workflows.durations import Duration
     from workflows.fingerprint import Recommendation
     from workflows.machine import (
         Aborted,
@@ -83,8 +85,11 @@ with workflow.unsafe.imports_passed_through():
         BackoffOver,
         Cancel,
         Decision,
+        Hold,
+        HoldEnds,
         Observation,
         Observed,
+        PauseSeen,
         Reapplied,
         Reapply,
         Record,
@@ -95,9 +100,11 @@ with workflow.unsafe.imports_passed_through():
         Sampled,
         SampleFailed,
         StartOver,
+        Step,
         baseline_at,
         decide,
         health_due,
+        health_hold,
         health_unavailable,
         initial_state,
         news_after_start,
@@ -125,12 +132,9 @@ MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new w
 MAX_HISTORY_EVENTS = 10_000
 # The modes a window's verdict leads to (timed by the rollback_time_to_verdict histogram).
 VERDICTS = frozenset({Mode.MONITORING_SUCCEEDED, Mode.ROLLING_BACK, Mode.FAILED_PERMANENT})
-# A held step looks again at least this often: the intake signals ``resume`` when a pause
-# annotation goes, but a term that ended before it could is caught up with here.
-PAUSE_RECHECK = timedelta(minutes=10)
 # Health checks (docs/concepts/health-checks.md): Prometheus is asked five times over about half
-# a minute; then the policy's onPrometheusError says what the verdict does. A held verdict asks
-# again after HEALTH_RECHECK (or its window's length, when shorter), up to its maxHold.
+# a minute; then the policy's onPrometheusError says what the verdict does (the machine's
+# ``health_unavailable``, and ``health_hold`` for how long a held verdict waits).
 HEALTH_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2),
     backoff_coefficient=2.0,
@@ -138,7 +142,6 @@ HEALTH_RETRY = RetryPolicy(
     maximum_attempts=5,
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
-HEALTH_RECHECK = timedelta(minutes=1)
 
 # Kubernetes calls: retried with backoff until they succeed (a write must eventually land; the
 # window's verdict needs its final sample), except for errors that retrying cannot fix.
@@ -295,7 +298,7 @@ class RollbackWorkflow:
         self._pending: list[Observation] = []
         self._input: RollbackInput | None = None
         self._samples_this_run = 0
-        self._held: Pause | None = None  # the pause a step waits on now
+        self._held_by: Pause | None = None  # the pause a step waits on now
         # The search attributes the run shows (set with its start, inherited across
         # continue-as-new, or upserted since), by name: an upsert carries only what differs.
         self._shown: dict[str, Any] = {}
@@ -327,7 +330,7 @@ class RollbackWorkflow:
     @workflow.query
     def held(self) -> Pause | None:
         """The pause a step of this run waits on now (None: none)."""
-        return self._held
+        return self._held_by
 
     # --- run ---------------------------------------------------------------------------------
 
@@ -464,8 +467,8 @@ class RollbackWorkflow:
             return
         resumes = self._resumes
         sampled = await self._sample(final=workflow.now() >= state.window_ends_at)
-        if isinstance(sampled, Sampled) and sampled.sample.paused is not None:
-            await self._hold(sampled.sample.paused, "verdict", True, resumes)
+        if isinstance(sampled, Sampled) and (pause := sampled.sample.paused) is not None:
+            await self._held(PauseSeen(workflow.now(), Step.VERDICT, pause, resumes))
         elif isinstance(sampled, Sampled) and health_due(state, sampled.sample, sampled.now):
             health = await self._check_health(state)
             if health is not None:  # else held: the verdict is taken again, sampled afresh
@@ -478,39 +481,39 @@ class RollbackWorkflow:
     def _cancel_pending(self) -> bool:
         return any(isinstance(o, Cancel) for o in self._pending)
 
-    async def _hold(
-        self,
-        pause: Pause,
-        step: str,
-        wake_on_signals: bool,
-        resumes: int,
-        wake_on_cancel: bool = False,
-    ) -> None:
-        """Wait, durably, while ``pause`` holds ``step``: until its time, a ``resume``, or
-        ``PAUSE_RECHECK``; with ``wake_on_signals``, also for any signal (a cancel).
-        ``resumes`` is the count of resume signals when the step read the pause: one that came
-        while that read's answer was on its way (the pause lifted right after the read) wakes
-        the hold at once, as one after it does."""
-        self._held = pause
+    async def _held(self, seen: PauseSeen) -> bool:
+        """A step found a pause: carry out the hold the machine decides (``machine.HOLDS``).
+        True when a cancel ended it and the step is given up (it writes nothing)."""
+        given_up = False
+        for effect in decide(self.state, seen).effects:
+            if isinstance(effect, Hold):
+                given_up = await self._hold(effect)
+        return given_up
+
+    async def _hold(self, hold: Hold) -> bool:
+        """Wait, durably, until ``hold.until`` or what ends it (``hold.ends``): a ``resume``
+        counted since the step read the pause (one that came while that read's answer was on
+        its way wakes it at once, as one after it does), any control signal, or a cancel.
+        True when the held step is given up (``Hold.gives_up``)."""
+        self._held_by = hold.pause
+        resumes = hold.after_resumes
         if not workflow.patched(RESUME_SINCE_READ):
             resumes = self._resumes  # before the patch: resumes counted from the hold on
-        wait = PAUSE_RECHECK
-        if pause.until is not None:
-            wait = min(wait, max(pause.until - workflow.now(), timedelta(seconds=1)))
-        workflow.set_current_details(f"**Held**: the {step} waits, {pause.describe()}")
+        workflow.set_current_details(f"**Held**: the {hold.label} waits, {hold.pause.describe()}")
         # Once per hold, not once per look again.
-        self._show([SA_HELD.value_set(f"{step}: {pause.describe()}"[:HELD_SHOWN_CHARS])])
+        self._show([SA_HELD.value_set(f"{hold.label}: {hold.pause.describe()}"[:HELD_SHOWN_CHARS])])
         with suppress(TimeoutError):
             await workflow.wait_condition(
                 lambda: (
                     self._resumes > resumes
-                    or (wake_on_signals and bool(self._pending))
-                    or (wake_on_cancel and self._cancel_pending())
+                    or (HoldEnds.CONTROL in hold.ends and bool(self._pending))
+                    or (HoldEnds.CANCEL in hold.ends and self._cancel_pending())
                 ),
-                timeout=wait,
+                timeout=hold.until - workflow.now(),
                 timeout_summary="pause ends, or look again",
             )
-        self._held = None
+        self._held_by = None
+        return hold.gives_up(self._cancel_pending())
 
     async def _check_health(self, state: RollbackState) -> HealthResult | None:
         """The policy's health checks at the window's end; when Prometheus cannot answer within
@@ -551,31 +554,16 @@ class RollbackWorkflow:
         elif checks.on_prometheus_error != "hold":
             return HealthResult(unavailable=why)
         self._health_holds += 1
-        until = state.window_ends_at + checks.max_hold
-        recheck = HEALTH_RECHECK
-        if bounded:  # as often as a window is long, when shorter; never past the bound
-            assert state.policy is not None
-            left = max(until - workflow.now(), timedelta(seconds=1))
-            recheck = min(HEALTH_RECHECK, state.policy.monitoring_period, left)
-        message = (
-            f"Health checks of recommendation {state.fingerprint} not judged: {why};"
-            f" the verdict waits (onPrometheusError: hold) and asks again in"
-            f" {format_duration(recheck)}"
-        )
-        if bounded:
-            message += (
-                f", until {until.isoformat(timespec='seconds')} at most (maxHold"
-                f" {format_duration(checks.max_hold)}); then it is decided on adoption alone"
-            )
+        hold = health_hold(state, why, workflow.now(), bounded)
         prefix = f"{workflow.info().run_id}.{state.transitions}.health"
         await self._record(
-            Record(EventReason.HEALTH_UNAVAILABLE, message, warning=True),
+            Record(EventReason.HEALTH_UNAVAILABLE, hold.message, warning=True),
             # One Event for the hold, its count the looks so far (as the recorder aggregates).
             event_id=prefix if bounded else f"{prefix}-{self._health_holds}",
             event_count=self._health_holds if bounded else 1,
         )
         workflow.set_current_details(f"**Held**: the verdict waits for Prometheus: {why}")
-        await self._wait(workflow.now() + recheck, "ask Prometheus again")
+        await self._wait(workflow.now() + hold.recheck, "ask Prometheus again")
         return None
 
     async def _sample(self, final: bool) -> Sampled | SampleFailed:
@@ -620,8 +608,8 @@ class RollbackWorkflow:
             ResolvePolicyResult,
             summary="re-resolve the policy at the turn boundary",
         )
-        if resolution.paused is not None:  # its end would clear the rollback: not while paused
-            await self._hold(resolution.paused, "backoff end", True, resumes)
+        if (pause := resolution.paused) is not None:  # its end clears the rollback: not now
+            await self._held(PauseSeen(workflow.now(), Step.BACKOFF_END, pause, resumes))
             return  # the loop takes a cancel or a new recommendation, or looks again
         await self._step(state, BackoffOver(workflow.now(), resolution))
 
@@ -719,10 +707,10 @@ class RollbackWorkflow:
             result = await self._activity(name, request, ActuationResult, summary=summary)
             if result.paused is None:
                 return result
-            step = "rollback" if name == ROLL_BACK else "re-apply"
+            step = Step.ROLLBACK if name == ROLL_BACK else Step.REAPPLY
             gated = workflow.patched(CANCEL_WHILE_HELD)
-            await self._hold(result.paused, step, False, resumes, wake_on_cancel=gated)
-            if gated and self._cancel_pending():
+            seen = PauseSeen(workflow.now(), step, result.paused, resumes, cancel_ends=gated)
+            if await self._held(seen):
                 return None
 
     def _show(self, updates: list[SearchAttributeUpdate[Any]]) -> None:
@@ -844,7 +832,7 @@ class RollbackWorkflow:
                 return
             # It would clear a published rollback under a pause (set since the step read it):
             # nothing was written; the same record once the pause lifts.
-            await self._hold(recorded.paused, f"{state.mode} record", False, resumes)
+            await self._held(PauseSeen(workflow.now(), Step.RECORD, recorded.paused, resumes))
 
     async def _activity(
         self,

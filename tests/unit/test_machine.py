@@ -18,13 +18,18 @@ from workflows.activity_api import (
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget, WorkloadKind
 from workflows.fingerprint import Recommendation
 from workflows.machine import (
+    HOLDS,
+    PAUSE_RECHECK,
     TRANSITIONS,
     Aborted,
     AttemptStarted,
     BackoffOver,
     Cancel,
     Decision,
+    Hold,
+    HoldEnds,
     Observed,
+    PauseSeen,
     Reapply,
     Record,
     Reopen,
@@ -33,11 +38,13 @@ from workflows.machine import (
     RolledBack,
     Sampled,
     StartOver,
+    Step,
     decide,
     dominant_reason,
     initial_state,
     required_adopters,
 )
+from workflows.pause import Pause, PauseScope
 from workflows.policy import Backoff
 from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
 from workflows.wake import Trigger
@@ -558,6 +565,51 @@ def test_every_active_mode_ends_on_cancel_supersede_abort_and_owner_gone(mode: M
     }[mode]
     cleared = decide(active(), gone).state
     assert (cleared.mode, cleared.failure_reason) == (Mode.CLEARED, FailureReason.OWNER_GONE)
+
+
+HELD_IN = {Step.VERDICT: Mode.MONITORING, Step.ROLLBACK: Mode.ROLLING_BACK,
+           Step.BACKOFF_END: Mode.BACKING_OFF, Step.REAPPLY: Mode.BACKED_OFF,
+           Step.RECORD: Mode.BACKED_OFF}  # fmt: skip
+
+
+@pytest.mark.parametrize("row", HOLDS, ids=[row[0].value for row in HOLDS])
+def test_a_pause_holds_each_step_as_the_table_says(
+    row: tuple[Step, str, frozenset[HoldEnds], str],
+) -> None:
+    """A step that found a pause is held by the machine, never a transition: until the pause's
+    time (at least a second on, at most PAUSE_RECHECK), ended early by what ``HOLDS`` says; a
+    cancel gives up only a rollback or a re-apply, and not in a run from before it could."""
+    step, mode, ends, _ = row
+    state = monitoring()
+    if HELD_IN[step] is not Mode.MONITORING:
+        state = end_window(state, sample(0, oomKilled=5)).state
+    if HELD_IN[step] in (Mode.BACKING_OFF, Mode.BACKED_OFF):
+        state = rolled_back(turn_state=state).state
+    if HELD_IN[step] is Mode.BACKED_OFF:
+        over = state.backoff_ends_at
+        assert over is not None
+        state = decide(state, BackoffOver(over, ResolvePolicyResult(policy=policy()))).state
+    assert mode in (state.mode.value, "any")
+    now = T0 + timedelta(hours=1)
+    soon = Pause(
+        scope=PauseScope.OWNER, name="shop/Deployment/api", until=now + timedelta(minutes=3)
+    )
+    for pause, wait in (
+        (soon, timedelta(minutes=3)),
+        (soon.model_copy(update={"until": now - timedelta(seconds=5)}), timedelta(seconds=1)),
+        (soon.model_copy(update={"until": None}), PAUSE_RECHECK),
+    ):
+        decision = decide(state, PauseSeen(now, step, pause, resumes=4))
+        assert decision.state == state  # holding changes nothing, and is no transition
+        [hold] = decision.effects
+        assert isinstance(hold, Hold)
+        assert (hold.step, hold.until, hold.ends, hold.after_resumes) == (step, now + wait, ends, 4)
+    assert hold.label == ("backedOff record" if step is Step.RECORD else step.value)
+    assert HoldEnds.RESUME in hold.ends
+    assert hold.gives_up(True) is (step in (Step.ROLLBACK, Step.REAPPLY))
+    assert not hold.gives_up(False)
+    legacy = decide(state, PauseSeen(now, step, soon, cancel_ends=False)).effects[0]
+    assert isinstance(legacy, Hold) and not legacy.gives_up(True)
 
 
 def test_every_drawn_transition_is_taken() -> None:
