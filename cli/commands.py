@@ -416,16 +416,20 @@ def cmd_versions(args: argparse.Namespace) -> int:
         try:
             if args.action in ("set-current", "ramp"):
                 version = WorkerDeploymentVersion(name, args.build_id)
+                within = args.wait
                 if args.action == "set-current":
-                    done = await versioning.set_current(client, version)
+                    done = await versioning.set_current(client, version, within)
                     said = f"{name}: {args.build_id} is current; new attempts start on it"
                 else:
-                    done = await versioning.ramp(client, version, args.percent)
+                    done = await versioning.ramp(client, version, args.percent, within)
                     said = f"{name}: {args.percent:g}% of new attempts start on {args.build_id}"
                 if not done:
                     print(
-                        f"{said} once the change reaches every task queue: it has not within"
-                        f" {versioning.PROPAGATION:g}s (`rollbackctl versions` shows it)",
+                        f"{said} once the change reaches every task queue: the server accepted"
+                        f" it, and it has not reached them within {within:g}s; until it"
+                        " does, a new attempt may start on the previous routing (`rollbackctl"
+                        " versions` shows it; the command may be run again, with a longer"
+                        " --wait)",
                         file=sys.stderr,
                     )
                     return 1

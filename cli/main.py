@@ -21,6 +21,7 @@ from typing import Any
 from worker.flags import (
     DEFAULT_DEPLOYMENT_NAME,
     PROTECTED_HELP,
+    ROUTING_WAIT,
     ConfigError,
     add_intake_flags,
     add_kube_flags,
@@ -174,6 +175,15 @@ def _add_versions(sub: Any) -> None:
     ramping.add_argument(
         "percent", type=float, metavar="PERCENT", help="share of new attempts on it; 0 stops"
     )
+    for routing in (current, ramping):
+        routing.add_argument(
+            "--wait",
+            type=float,
+            default=ROUTING_WAIT,
+            metavar="SECONDS",
+            help="how long to wait for the change to reach every task queue of the version"
+            f" (default {ROUTING_WAIT:g}); past it, exit 1 saying so (the change stands)",
+        )
     versions.set_defaults(handler=_command("cmd_versions"), action="list")
     check = sub.add_parser(
         "upgrade-check",

@@ -17,6 +17,10 @@ from workflows.contract import (
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_READ_TIMEOUT = 10.0  # seconds to wait for an API server answer
 DEFAULT_DEPLOYMENT_NAME = "rightsizing-rollback"
+# Seconds ``rollbackctl versions set-current`` and ``ramp`` wait by default for a routing change
+# to reach the version's task queues (``--wait``): the server applies it asynchronously, task
+# queue by task queue and partition by partition, which takes longer on a busy server.
+ROUTING_WAIT = 120.0
 MAX_CACHED_WORKFLOWS = 1_000
 
 

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from temporalio.api.deployment.v1 import WorkerDeploymentVersion as DeploymentVersion
 from temporalio.api.enums.v1 import (
     RoutingConfigUpdateState,
     VersionDrainageStatus,
     WorkerDeploymentVersionStatus,
 )
+from temporalio.api.taskqueue.v1 import TaskQueue, TaskQueueVersioningInfo
 from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
     DescribeWorkerDeploymentRequest,
     DescribeWorkerDeploymentResponse,
+    DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
     SetWorkerDeploymentRampingVersionRequest,
 )
@@ -28,12 +33,13 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 
+from worker.flags import ROUTING_WAIT
 from workflows.rollback import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
 IDENTITY = "rightsizing-rollback"
-PROPAGATION = 30.0  # seconds a routing change may take to reach every task queue
-PROPAGATION_POLL = 0.2
+PROPAGATION_POLL = 0.5
+Routes = Callable[[TaskQueueVersioningInfo], bool]  # whether a task queue routes as asked
 
 
 @dataclass(frozen=True)
@@ -83,8 +89,10 @@ async def versions(client: Client, deployment: str) -> list[VersionRow]:
     return sorted(rows, key=lambda r: r.build_id)
 
 
-async def set_current(client: Client, version: WorkerDeploymentVersion) -> bool:
-    """Make ``version`` current; True once every task queue routes new attempts to it."""
+async def set_current(
+    client: Client, version: WorkerDeploymentVersion, within: float = ROUTING_WAIT
+) -> bool:
+    """Make ``version`` current; True once new attempts start on it (``_propagated``)."""
     await client.workflow_service.set_worker_deployment_current_version(
         SetWorkerDeploymentCurrentVersionRequest(
             namespace=client.namespace,
@@ -93,28 +101,19 @@ async def set_current(client: Client, version: WorkerDeploymentVersion) -> bool:
             identity=IDENTITY,
         )
     )
-    return await _propagated(client, version.deployment_name)
+
+    def routes(info: TaskQueueVersioningInfo) -> bool:
+        return info.current_deployment_version.build_id == version.build_id
+
+    return await _propagated(client, version, routes, within)
 
 
-async def _propagated(client: Client, deployment: str, within: float = PROPAGATION) -> bool:
-    """Wait until the deployment's routing reached every task queue partition: until then a new
-    attempt may still start on the previous version (the server applies a change
-    asynchronously). False if it has not within ``within`` seconds. A server that does not
-    report it (UNSPECIFIED) is taken at its word."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        state = (await describe(client, deployment)).worker_deployment_info
-        if (
-            state.routing_config_update_state
-            != RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
-        ):
-            return True
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(PROPAGATION_POLL)  # no watch for it: the API has only Describe
-
-
-async def ramp(client: Client, version: WorkerDeploymentVersion, percentage: float) -> bool:
+async def ramp(
+    client: Client,
+    version: WorkerDeploymentVersion,
+    percentage: float,
+    within: float = ROUTING_WAIT,
+) -> bool:
     """Send ``percentage`` of new attempts to ``version``; 0 stops ramping. True once every
     task queue routes so."""
     await client.workflow_service.set_worker_deployment_ramping_version(
@@ -126,7 +125,41 @@ async def ramp(client: Client, version: WorkerDeploymentVersion, percentage: flo
             identity=IDENTITY,
         )
     )
-    return await _propagated(client, version.deployment_name)
+
+    def routes(info: TaskQueueVersioningInfo) -> bool:
+        if percentage <= 0:
+            return not info.ramping_deployment_version.build_id
+        ramping = info.ramping_deployment_version.build_id == version.build_id
+        return ramping and abs(info.ramping_version_percentage - percentage) < 1e-6
+
+    return await _propagated(client, version, routes, within)
+
+
+async def _propagated(
+    client: Client, version: WorkerDeploymentVersion, routes: Routes, within: float
+) -> bool:
+    """Wait until the routing change reached the version's task queues: until then a new
+    attempt may still start on the previous routing. Done when the deployment reports its
+    update complete (a server that does not report it, UNSPECIFIED, is taken at its word), or
+    when every task queue of the version (its workflow and activity queues) routes as asked:
+    the deployment's own report can stay IN_PROGRESS for ever once a propagation step failed
+    on a loaded server (temporalio/temporal#11842), while its task queues, which are what start
+    new attempts, already route so. False if neither within ``within`` seconds. Polled: the API
+    has only Describe calls for it."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        state = (await describe(client, version.deployment_name)).worker_deployment_info
+        if (
+            state.routing_config_update_state
+            != RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
+        ):
+            return True
+        routing = await task_queue_routing(client, version)
+        if routing and all(routes(info) for _, info in routing):
+            return True
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(PROPAGATION_POLL)
 
 
 async def adopt_if_first(
@@ -154,3 +187,29 @@ async def adopt_if_first(
                 log.warning("%s: could not make it current: %s", version.build_id, exc.message)
                 return False
             await asyncio.sleep(0.5)
+
+
+async def task_queue_routing(
+    client: Client, version: WorkerDeploymentVersion
+) -> list[tuple[str, TaskQueueVersioningInfo]]:
+    """Each task queue the version's workers poll (workflow and activity), and how it routes
+    new tasks now, read at its root partition (which hands its routing down to the others)."""
+    described = await client.workflow_service.describe_worker_deployment_version(
+        DescribeWorkerDeploymentVersionRequest(
+            namespace=client.namespace,
+            deployment_version=DeploymentVersion(
+                deployment_name=version.deployment_name, build_id=version.build_id
+            ),
+        )
+    )
+    routing = []
+    for queue in described.worker_deployment_version_info.task_queue_infos:
+        found = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=queue.name),
+                task_queue_type=queue.type,
+            )
+        )
+        routing.append((queue.name, found.versioning_info))
+    return routing

@@ -43,12 +43,20 @@ DEPLOYMENT = f"rollback-{uuid.uuid4().hex[:6]}"
 
 @pytest.fixture(scope="module")
 async def server() -> AsyncIterator[WorkflowEnvironment]:
-    """A dev server of its own, checking drainage every second instead of every few minutes."""
+    """A dev server of its own, checking drainage every second instead of every few minutes,
+    with one partition per task queue: a task queue's routing read at its root partition (what
+    ``set-current`` checks when the deployment's own report lags) is then every partition's,
+    so an attempt started right after it cannot be dispatched by a partition still routing to
+    the previous version."""
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=[
             *search_attribute_args(),
+            "--dynamic-config-value",
+            "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value",
+            "matching.numTaskqueueWritePartitions=1",
             "--dynamic-config-value",
             'matching.wv.VersionDrainageStatusVisibilityGracePeriod="2s"',
             "--dynamic-config-value",
@@ -150,6 +158,9 @@ async def test_attempts_finish_on_the_version_they_started_on(
             # ... but by the operator, here through rollbackctl.
             await eventually(lambda: _registered(client, "v2"))
             assert await cli(client, address, "set-current", "v2") == 0
+            routing = await versioning.task_queue_routing(client, v2)
+            assert {name for name, _ in routing} == {queue}, routing  # workflows and activities
+            assert all(info.current_deployment_version.build_id == "v2" for _, info in routing)
             new_ref, new_owner_ = new_owner(cluster, settings(window=1.0))
             new_owner_.apply(FITS)
             fresh = await observe(client, CLUSTER, queue, new_ref, FITS)
