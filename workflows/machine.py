@@ -214,7 +214,8 @@ class Sampled:
 
 @dataclass(frozen=True)
 class SampleFailed:
-    """A mid-window sample failed after its retries: only informative, so try again later."""
+    """A window's opening sample (taken only when its baseline is not known yet) failed after
+    its retries: only informative, the final sample decides."""
 
     now: datetime
     error: str = ""
@@ -511,6 +512,15 @@ def _aborted(state: RollbackState, obs: Aborted) -> Decision:
     return _abort(state, obs.now, obs.reason, obs.message, message)
 
 
+def _policy_gone(cleared: RollbackState) -> Decision:
+    """No policy matches any more: the state (``cleared``) and any published rollback go."""
+    message = "No rollback policy matches this workload any more; rollback state cleared"
+    record = Record(
+        EventReason.STATE_CLEARED, message, clear_rollback_recommendation=True, remove_state=True
+    )
+    return Decision(cleared, [record])
+
+
 def _owner_gone(state: RollbackState) -> Decision:
     """The owner was deleted: the attempt ends, there is nothing left to write to."""
     note = "owner no longer exists"
@@ -549,12 +559,6 @@ def _window(
     }
 
 
-def _next_sample_at(state: RollbackState) -> datetime:
-    """After a sample in the window: the final one."""
-    assert state.window_ends_at is not None
-    return state.window_ends_at
-
-
 def _monitoring_message(state: RollbackState, policy: PolicySettings, how: str) -> str:
     return (
         f"{how} recommendation {state.fingerprint} (turn {state.turn}) for"
@@ -580,19 +584,7 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     if loaded.policy is None:
         if stored is None:
             return _noop_end(state, Mode.CLEARED, "no policy matches: retained, not monitored")
-        cleared = _transition(state, obs.now, Mode.CLEARED, history=stored.history)
-        message = "No rollback policy matches this workload any more; rollback state cleared"
-        return Decision(
-            cleared,
-            [
-                Record(
-                    EventReason.STATE_CLEARED,
-                    message,
-                    clear_rollback_recommendation=True,
-                    remove_state=True,
-                )
-            ],
-        )
+        return _policy_gone(_transition(state, obs.now, Mode.CLEARED, history=stored.history))
     policy = loaded.policy
     carried: dict[str, object] = {"policy": policy}
     if stored is not None:
@@ -686,7 +678,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
             "last_sample": sample,
             "last_health": obs.health if obs.health is not None else state.last_health,
             "samples_taken": state.samples_taken + 1,
-            "next_sample_at": _next_sample_at(state),
+            "next_sample_at": window_ends_at,  # after the opening sample, the final one
         }
     )
     if obs.now < window_ends_at:
@@ -786,13 +778,12 @@ def health_hold(state: RollbackState, why: str, now: datetime, bounded: bool = T
 
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
-    """Skip a failed mid-window sample: the final one decides (and sets the baseline if this one
-    was to)."""
-    policy = state.policy
-    if state.mode is not Mode.MONITORING or policy is None:
+    """Skip a failed opening sample: the final one decides (and sets the baseline this one was
+    to)."""
+    if state.mode is not Mode.MONITORING or state.policy is None or state.window_ends_at is None:
         return Decision(state, note="sample failure outside a window ignored")
-    later = state.model_copy(update={"next_sample_at": _next_sample_at(state)})
-    return Decision(later, note=f"mid-window sample failed, skipped: {obs.error}")
+    later = state.model_copy(update={"next_sample_at": state.window_ends_at})
+    return Decision(later, note=f"opening sample failed, skipped: {obs.error}")
 
 
 def _baseline_of(state: RollbackState, sample: CohortSample) -> int:
@@ -973,19 +964,7 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
         return _owner_gone(state)
     policy = resolution.policy
     if policy is None:
-        cleared = _transition(state, obs.now, Mode.CLEARED, backoff_ends_at=None)
-        message = "No rollback policy matches this workload any more; rollback state cleared"
-        return Decision(
-            cleared,
-            [
-                Record(
-                    EventReason.STATE_CLEARED,
-                    message,
-                    clear_rollback_recommendation=True,
-                    remove_state=True,
-                )
-            ],
-        )
+        return _policy_gone(_transition(state, obs.now, Mode.CLEARED, backoff_ends_at=None))
     common: dict[str, Any] = {"policy": policy, "backoff_ends_at": None}
     if state.turn >= policy.backoff.max_attempts:
         message = (

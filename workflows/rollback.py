@@ -116,15 +116,16 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 WORKFLOW_NAME = "RollbackWorkflow"
-# ``workflow.patched`` IDs, each the change it guards (docs/concepts/workflow.md, "Determinism").
-# A resume that arrives while a held step's read is on its way counts (1.0 lost it: the hold
-# waited for ``PAUSE_RECHECK``).
+# ``workflow.patched`` IDs, each the change it guards (docs/concepts/workflow.md, "Determinism"):
+# a run whose history lacks the marker replays the unpatched path, which the comment says.
+# A resume that arrives while a held step's read is on its way counts (unpatched: only resumes
+# after the hold began count, so that one waits for ``PAUSE_RECHECK``).
 RESUME_SINCE_READ = "resume-since-read"
 # A verdict held for Prometheus is held at most maxHold, none without a Prometheus to ask, and
-# tells of it in one Event whose count rises (1.0 held for ever, a new Event a minute).
+# tells of it in one Event whose count rises (unpatched: held for ever, a new Event a minute).
 BOUNDED_HEALTH_HOLD = "bounded-health-hold"
-# A rollback or re-apply held by a pause is given up for a cancel that arrives meanwhile (1.0
-# took the cancel once the pause lifted, after the step).
+# A rollback or re-apply held by a pause is given up for a cancel that arrives meanwhile
+# (unpatched: the cancel waits for the pause to lift and the step to run).
 CANCEL_WHILE_HELD = "cancel-while-held"
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
@@ -151,8 +152,9 @@ K8S_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
 )
-# A sample in the middle of the window is only informative: a few tries, then skip it.
-MID_WINDOW_RETRY = RetryPolicy(
+# A window's opening sample (its baseline not known yet) is only informative: a few tries, then
+# skip it (the final sample sets the baseline).
+OPENING_SAMPLE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_attempts=3,
     non_retryable_error_types=NON_RETRYABLE_ERRORS,
@@ -498,7 +500,7 @@ class RollbackWorkflow:
         self._held_by = hold.pause
         resumes = hold.after_resumes
         if not workflow.patched(RESUME_SINCE_READ):
-            resumes = self._resumes  # before the patch: resumes counted from the hold on
+            resumes = self._resumes  # unpatched: resumes count from the hold on
         workflow.set_current_details(f"**Held**: the {hold.label} waits, {hold.pause.describe()}")
         # Once per hold, not once per look again.
         self._show([SA_HELD.value_set(f"{hold.label}: {hold.pause.describe()}"[:HELD_SHOWN_CHARS])])
@@ -584,7 +586,7 @@ class RollbackWorkflow:
                 request,
                 CohortSample,
                 summary=f"{what} of {state.fingerprint}",
-                retry=K8S_RETRY if final else MID_WINDOW_RETRY,
+                retry=K8S_RETRY if final else OPENING_SAMPLE_RETRY,
             )
         except ActivityError as err:
             permanent = isinstance(err.cause, ApplicationError) and err.cause.non_retryable
