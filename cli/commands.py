@@ -390,8 +390,8 @@ def _live_cohort(
 def cmd_cancel(args: argparse.Namespace) -> int:
     async def action(client: Client, _: TemporalConfig) -> int:
         cluster, owner = await _owner(args, client, args.owner)
-        await ops.cancel(client, cluster, owner, args.reason)
-        print(f"cancel signalled to {rollback_id(cluster, owner)}")
+        state = await ops.cancel(client, cluster, owner, args.reason)
+        print(f"{rollback_id(cluster, owner)}: cancel taken in {state.mode}, turn {state.turn}")
         return 0
 
     return _ops(args, action)

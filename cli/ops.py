@@ -17,13 +17,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.converter import decode_search_attributes
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -45,6 +50,7 @@ from workflows.rollback import WORKFLOW_NAME
 from workflows.state import HISTORY_LIMIT, ResourceSnapshot
 
 READ_BACK_SECONDS = 10.0
+ANSWER = timedelta(seconds=30)  # how long a control waits for a worker to answer its Update
 
 
 class OpsError(Exception):
@@ -238,25 +244,18 @@ async def describe(
     return (status.name.title() if status else "Unknown"), state, pause
 
 
-async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> None:
-    try:
-        await control.cancel(client, cluster, owner, reason)
-    except control.ControlRefusedError as exc:
-        raise OpsError(str(exc)) from None
-    except RPCError as exc:
-        raise OpsError(f"{rollback_id(cluster, owner)}: {exc.message}") from exc
+async def cancel(client: Client, cluster: str, owner: OwnerRef, reason: str) -> RollbackState:
+    """Cancel the running attempt: the state it was taken in, or an error saying why not."""
+    sent = control.cancel(client, cluster, owner, reason, rpc_timeout=ANSWER)
+    return await _control(cluster, owner, "cancel", sent)
 
 
 async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef) -> RollbackState:
     """Reopen monitoring and read the state back: the new window, or an error saying why
     nothing happened."""
     workflow_id = rollback_id(cluster, owner)
-    try:
-        state = await control.reopen(client, cluster, task_queue, owner)
-    except (control.ControlRefusedError, control.StartUndecidedError) as exc:
-        raise OpsError(str(exc)) from None
-    except RPCError as exc:
-        raise OpsError(f"{workflow_id}: {exc.message}") from exc
+    sent = control.reopen(client, cluster, task_queue, owner, rpc_timeout=ANSWER)
+    state = await _control(cluster, owner, "reopen", sent)
     deadline = asyncio.get_running_loop().time() + READ_BACK_SECONDS
     while asyncio.get_running_loop().time() < deadline:
         _, now, _ = await describe(client, cluster, owner)
@@ -268,6 +267,26 @@ async def reopen(client: Client, cluster: str, task_queue: str, owner: OwnerRef)
         f"reopen sent to {workflow_id}, but no new window opened within"
         f" {READ_BACK_SECONDS:.0f}s: is a worker polling the task queue {task_queue}?"
     )
+
+
+async def _control(
+    cluster: str, owner: OwnerRef, what: str, sent: Awaitable[RollbackState]
+) -> RollbackState:
+    """A control's answer from the workflow, its refusal and a worker that did not answer in
+    ``ANSWER`` as ``OpsError``."""
+    workflow_id = rollback_id(cluster, owner)
+    try:
+        return await sent
+    except control.ControlRefusedError as exc:
+        raise OpsError(str(exc)) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise OpsError(
+            f"{workflow_id}: no worker answered the {what} within"
+            f" {ANSWER.total_seconds():.0f}s (is one polling the cluster's task queue?); it may"
+            " still be taken once one does: `rollbackctl describe` shows"
+        ) from None
+    except RPCError as exc:
+        raise OpsError(f"{workflow_id}: {exc.message}") from exc
 
 
 async def unnamed_running(client: Client) -> list[Row]:

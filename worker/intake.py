@@ -619,9 +619,12 @@ class Intake:
         future.add_done_callback(self.pending.discard)
 
     async def _control(self, owner: OwnerRef, value: str, obj: Obj) -> None:
-        """Carry out a control annotation once: signal (retried while Temporal is unreachable),
-        say on the owner when it changed nothing, then remove the annotation."""
+        """Carry out a control annotation once: an Update the workflow answers (retried while
+        Temporal or the workers are unreachable), say on the owner when it changed nothing (the
+        workflow's reason), then remove the annotation."""
         failures, refusal, cleared, newer = 0, None, False, None
+        # One request however often it is retried: the workflow answers a repeated ID once.
+        request = f"{value}@{obj['metadata'].get('resourceVersion', '')}"
         with self._lock:  # carried out already, only its removal failed: not carried out twice
             done = self._carried_out.get(owner) == value
         try:
@@ -637,6 +640,7 @@ class Intake:
                             CONTROL_REASON,
                             self._rpc_timeout(),
                             self.acting,
+                            request,
                         )
                     elif value == Control.REOPEN:
                         await control.reopen(
@@ -646,6 +650,7 @@ class Intake:
                             owner,
                             self._rpc_timeout(),
                             self.acting,
+                            request,
                         )
                     else:
                         known = ", ".join(c.value for c in Control)

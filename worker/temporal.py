@@ -2,10 +2,13 @@
 (adoptions, the control annotation) and ``rollbackctl`` (connections come from
 ``worker.config.TemporalConfig``).
 
-``observe``/``reopen`` use signal-with-start: signalling an owner whose workflow has finished
-starts its next run (the next turn, a reopen, a new recommendation) under the same ID.
-``cancel``/``reopen`` first read the workflow's state and raise ``ControlRefusedError`` when the
-signal would change nothing, so callers can say so instead of reporting a success.
+``observe`` uses signal-with-start: signalling an owner whose workflow has finished starts its
+next run (the next turn, a reopen, a new recommendation) under the same ID. ``cancel`` and
+``reopen`` are Updates to a running attempt (``RollbackWorkflow.request_cancel``/``_reopen``):
+the workflow is the one judge, and a refusal comes back as ``ControlRefusedError`` with its
+reason, so callers can say so instead of reporting a success. The ``cancel`` and ``reopen``
+signals stay the product's contract (anyone may send them with ``temporal workflow signal``),
+judged by the same function in the workflow, without an answer.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -27,6 +31,7 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.activity_api import OwnerRef, parse_rollback_id, rollback_id
@@ -35,6 +40,7 @@ from workflows.fingerprint import Recommendation
 from workflows.machine import RollbackState
 from workflows.pause import Pause
 from workflows.rollback import (
+    CONTROL_REFUSED,
     SA_CLUSTER,
     SA_FINGERPRINT,
     SA_MODE,
@@ -145,11 +151,6 @@ class FencedError(Exception):
     """The caller may no longer act (``fence``): the control's signal was not sent."""
 
 
-class StartUndecidedError(Exception):
-    """The owner's newest run is running but has not yet decided its start (its ``status``
-    query answers None): the control is neither refused nor sent; the caller tries again."""
-
-
 async def newest_run(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[WorkflowExecutionStatus | None, RollbackState | None]:
@@ -185,6 +186,41 @@ async def state_of(
     return status is WorkflowExecutionStatus.RUNNING, state
 
 
+# What the SDK answers an Update the run's code has no handler for: a run pinned to a build
+# from before the control Updates (Worker Versioning keeps it there until it ends).
+NO_HANDLER = "expected but not found"
+
+
+async def _update(
+    handle: WorkflowHandle[RollbackWorkflow, RollbackResult],
+    update: Any,
+    arg: CancelSignal | ReopenSignal,
+    rpc_timeout: timedelta | None,
+    update_id: str | None,
+) -> RollbackState:
+    """A control Update to the running run: its answer, or ``ControlRefusedError`` with the
+    workflow's reason. ``RPCError`` NOT_FOUND: no run is running to take it. A run whose build
+    predates the Updates gets the control's signal instead (judged there by the same rule,
+    unanswered): the state it was in is then read with the ``status`` query."""
+    try:
+        state: RollbackState = await handle.execute_update(
+            update, arg, id=update_id, rpc_timeout=rpc_timeout
+        )
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == CONTROL_REFUSED:
+            raise ControlRefusedError(cause.message) from None
+        if not (isinstance(cause, ApplicationError) and NO_HANDLER in cause.message):
+            raise
+        signal = "cancel" if isinstance(arg, CancelSignal) else "reopen"
+        before = await handle.query(RollbackWorkflow.status, rpc_timeout=rpc_timeout)
+        await handle.signal(signal, arg, rpc_timeout=rpc_timeout)
+        if before is None:
+            raise ControlRefusedError(f"{signal} sent to a run deciding its start") from None
+        return before
+    return state
+
+
 async def cancel(
     client: Client,
     cluster: str,
@@ -192,10 +228,26 @@ async def cancel(
     reason: str,
     rpc_timeout: timedelta | None = None,
     fence: Callable[[], bool] = lambda: True,
-) -> None:
-    """Signal ``cancel`` to the running attempt (no query: it needs no worker to be up);
-    ``fence`` is checked again between the read and the signal."""
+    update_id: str | None = None,
+) -> RollbackState:
+    """``cancel`` as an Update to the owner's running attempt: the workflow judges it and
+    answers with the state it was taken in, or ``ControlRefusedError`` with its reason (an
+    ``update_id`` makes a retry the same request: answered once). With no run running, refused
+    here with what the newest run says. ``fence`` is checked right before the Update."""
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
+    if not fence():
+        raise FencedError(f"cancel of {owner} not sent")
+    try:
+        return await _update(
+            handle,
+            RollbackWorkflow.request_cancel,
+            CancelSignal(reason=reason),
+            rpc_timeout,
+            update_id,
+        )
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
     try:
         info = await handle.describe(rpc_timeout=rpc_timeout)
     except RPCError as exc:
@@ -204,16 +256,8 @@ async def cancel(
                 f"no rollback attempt recorded for {owner} in cluster {cluster}"
             ) from None
         raise
-    if info.status is not WorkflowExecutionStatus.RUNNING:
-        status = info.status.name.lower() if info.status else "unknown"
-        raise ControlRefusedError(
-            f"no attempt is running for {owner} ({status}): nothing to cancel"
-        )
-    if not fence():
-        raise FencedError(f"cancel of {owner} not sent")
-    await handle.signal(
-        RollbackWorkflow.cancel, CancelSignal(reason=reason), rpc_timeout=rpc_timeout
-    )
+    status = info.status.name.lower() if info.status else "unknown"
+    raise ControlRefusedError(f"no attempt is running for {owner} ({status}): nothing to cancel")
 
 
 async def resume(
@@ -255,16 +299,27 @@ async def reopen(
     owner: OwnerRef,
     rpc_timeout: timedelta | None = None,
     fence: Callable[[], bool] = lambda: True,
+    update_id: str | None = None,
 ) -> RollbackState:
-    """Reopen monitoring of the owner's current recommendation (from its last run) when the
-    workflow would act on it; returns the state before the signal. ``rpc_timeout`` bounds the
-    signal (the state is read first, with the SDK's own timeout)."""
-    running, state = await state_of(client, cluster, owner)
-    if state is None and running:  # say, a sighting's run reading the owner: not "no state"
-        raise StartUndecidedError(f"{owner}: its newest run is deciding its start; try again")
+    """Reopen monitoring of the owner's current recommendation; returns the state it was taken
+    in. A running attempt gets it as an Update: the workflow judges it (once it has decided its
+    start) and answers. An ended one is judged by the wake rule, as its next run will judge it,
+    and a reopen it takes starts that run (signal-with-start). ``ControlRefusedError`` says why
+    nothing would change."""
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
+    if not fence():
+        raise FencedError(f"reopen of {owner} not sent")
+    try:
+        return await _update(
+            handle, RollbackWorkflow.request_reopen, ReopenSignal(), rpc_timeout, update_id
+        )
+    except RPCError as exc:
+        if exc.status is not RPCStatusCode.NOT_FOUND:
+            raise
+    _, state = await state_of(client, cluster, owner)
     if state is None:
         raise ControlRefusedError(f"{owner} has no recorded state to reopen")
-    refusal = state.reopen_refusal(running=running)
+    refusal = state.reopen_refusal(running=False)
     if refusal is not None:
         raise ControlRefusedError(f"{owner} cannot be reopened ({state.mode}): {refusal}")
     if not fence():

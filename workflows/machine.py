@@ -644,9 +644,22 @@ def _observed(state: RollbackState, obs: Observed) -> Decision:
     )
 
 
+def control_refusal(state: RollbackState, control: Cancel | Reopen) -> str | None:
+    """The one judge of a control sent to a running run, by signal or by Update (the Update's
+    caller gets this text): why it would change nothing, None when it is taken."""
+    if isinstance(control, Cancel):
+        if not state.mode.terminal:
+            return None
+        return f"no attempt is running for {state.owner} ({state.mode}): nothing to cancel"
+    refusal = state.reopen_refusal(running=True)
+    if refusal is None:
+        return None
+    return f"{state.owner} cannot be reopened ({state.mode}): {refusal}"
+
+
 def _cancel(state: RollbackState, obs: Cancel) -> Decision:
-    if state.mode.terminal:
-        return Decision(state, note="nothing to cancel")
+    if (refusal := control_refusal(state, obs)) is not None:
+        return Decision(state, note=refusal)
     message = f"Monitoring of recommendation {state.fingerprint} cancelled in mode {state.mode}"
     if obs.reason:
         message += f": {obs.reason}"
@@ -655,7 +668,7 @@ def _cancel(state: RollbackState, obs: Cancel) -> Decision:
 
 
 def _reopen(state: RollbackState, obs: Reopen) -> Decision:
-    refusal, policy = state.reopen_refusal(running=True), state.policy
+    refusal, policy = control_refusal(state, obs), state.policy
     if refusal is not None or policy is None:
         return Decision(state, note=refusal or "no policy")
     reopened = _transition(state, obs.now, Mode.MONITORING, **_window(state, obs.now, policy))

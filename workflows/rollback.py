@@ -27,6 +27,7 @@ unset with the next state shown.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -102,6 +103,7 @@ with workflow.unsafe.imports_passed_through():
         StartOver,
         Step,
         baseline_at,
+        control_refusal,
         decide,
         health_due,
         health_hold,
@@ -127,6 +129,7 @@ BOUNDED_HEALTH_HOLD = "bounded-health-hold"
 # A rollback or re-apply held by a pause is given up for a cancel that arrives meanwhile
 # (unpatched: the cancel waits for the pause to lift and the step to run).
 CANCEL_WHILE_HELD = "cancel-while-held"
+CONTROL_REFUSED = "ControlRefused"  # the error type of a control Update refused
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
@@ -324,6 +327,39 @@ class RollbackWorkflow:
     @workflow.signal
     def resume(self, signal: ResumeSignal) -> None:
         self._resumes += 1
+
+    # The controls as Updates: judged by the same function as their signals
+    # (``machine.control_refusal``), and the caller gets the answer: the state the control was
+    # taken in, or refused with the reason (a refusal known before the run has decided its
+    # start is given once it has; one known now is rejected before it enters the history).
+
+    @workflow.update
+    async def request_cancel(self, request: CancelSignal) -> RollbackState:
+        return await self._take(lambda: Cancel(workflow.now(), request.reason))
+
+    @request_cancel.validator
+    def _judge_cancel(self, request: CancelSignal) -> None:
+        self._judge(Cancel(workflow.now(), request.reason))
+
+    @workflow.update
+    async def request_reopen(self, request: ReopenSignal) -> RollbackState:
+        return await self._take(lambda: Reopen(workflow.now()))
+
+    @request_reopen.validator
+    def _judge_reopen(self, request: ReopenSignal) -> None:
+        self._judge(Reopen(workflow.now()))
+
+    def _judge(self, control: Cancel | Reopen) -> None:
+        if self._state is not None and (refusal := control_refusal(self._state, control)):
+            raise ApplicationError(refusal, type=CONTROL_REFUSED, non_retryable=True)
+
+    async def _take(self, control: Callable[[], Cancel | Reopen]) -> RollbackState:
+        """Judge and take ``control`` once the run has decided its start (observed then)."""
+        await workflow.wait_condition(lambda: self._state is not None)
+        taken = control()
+        self._judge(taken)
+        self._pending.append(taken)
+        return self.state
 
     @workflow.query
     def status(self) -> RollbackState | None:

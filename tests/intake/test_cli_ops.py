@@ -217,7 +217,7 @@ async def test_the_same_workload_in_two_clusters(
         code, out = await cli(capsys, temporal_env, "q", "describe", f"us/{ref}")
         assert code == 0 and "Cluster:      us" in out and rollback_id("us", ref) in out
         code, out = await cli(capsys, temporal_env, "q", "cancel", str(ref), "--cluster", "eu")
-        assert code == 0 and f"cancel signalled to {rollback_id('eu', ref)}" in out
+        assert code == 0 and f"{rollback_id('eu', ref)}: cancel taken in monitoring" in out
         assert (await handles["eu"].result()).mode is Mode.CANCELLED
         assert (await handles["us"].describe()).status.name == "RUNNING"  # untouched
         await handles["us"].signal(RollbackWorkflow.cancel, {"reason": "done"})

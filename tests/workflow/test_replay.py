@@ -48,7 +48,7 @@ STORIES = {
     "notify.routing-failed", "resume-during-held-read", "health-cpu-throttled",
     "lost-task-after-record", "lost-verdict-decided-again", "health-held-then-decided",
     "health-hold-bounded", "cancel-while-rollback-held", "paused-backoff-end-lifted",
-    "paused-backoff-end-cancelled",
+    "paused-backoff-end-cancelled", "control-updates",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).

@@ -32,6 +32,7 @@ from temporalio.workflow import ActivityHandle, ChildWorkflowHandle
 from activities.clusters import ClusterGuard
 from cli import ops
 from tests import CLUSTER
+from tests.workflow.before_updates import RollbackWorkflowBeforeUpdates
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import (
     HASHED_KEY,
@@ -380,6 +381,74 @@ async def test_cancel_and_reopen_signals(
     await check_replay(client, rollback_id(CLUSTER, ref), "cancel-reopen")
 
 
+async def test_cancel_and_reopen_as_updates_are_judged_by_the_workflow_and_answered(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """``rollbackctl`` and the intake control through Updates: the workflow judges each with
+    the function that judges the signals, and the caller gets its answer. A reopen the policy
+    disables is refused with the reason, and changes nothing; a taken reopen opens a fresh
+    window; a cancel is taken; then, nothing running, a cancel is refused."""
+    ref, owner = new_owner(cluster, settings(window=30))
+    owner.apply(OOM)
+    handle = await observe(client, CLUSTER, task_queue, ref, OOM)
+    first = await wait_for(handle, lambda s: s.mode is Mode.MONITORING and s.baseline is not None)
+    taken = await control.reopen(client, CLUSTER, task_queue, ref, update_id="reopen-1")
+    assert (taken.mode, taken.window_ends_at) == (Mode.MONITORING, first.window_ends_at)
+    reopened = await wait_for(handle, lambda s: s.transitions > first.transitions)
+    assert reopened.window_ends_at is not None and first.window_ends_at is not None
+    assert reopened.window_ends_at > first.window_ends_at
+    # The same request again (a retried Update ID) is answered once: no second window.
+    again = await control.reopen(client, CLUSTER, task_queue, ref, update_id="reopen-1")
+    assert again == taken
+    cancelled_in = await control.cancel(client, CLUSTER, ref, "maintenance")
+    assert cancelled_in.mode is Mode.MONITORING
+    assert (await handle.result()).mode is Mode.CANCELLED
+    with pytest.raises(control.ControlRefusedError, match="nothing to cancel"):
+        await control.cancel(client, CLUSTER, ref, "again")
+    assert owner.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_CANCELLED,
+    ]
+    await check_replay(client, rollback_id(CLUSTER, ref), "control-updates")
+
+    disabled_ref, disabled = new_owner(cluster, settings(window=30, reopen=False))
+    disabled.apply(FITS)
+    held = await observe(client, CLUSTER, task_queue, disabled_ref, FITS)
+    await wait_for(held, lambda s: s.baseline is not None)
+    with pytest.raises(control.ControlRefusedError) as refused:
+        await control.reopen(client, CLUSTER, task_queue, disabled_ref)
+    assert str(refused.value) == (
+        f"{disabled_ref} cannot be reopened (monitoring): reopen disabled by the policy"
+        " (enableMonitoringReopen: false)"
+    )
+    await control.cancel(client, CLUSTER, disabled_ref, "done")
+    await held.result()
+    assert disabled.event_reasons() == [
+        EventReason.MONITORING_STARTED,
+        EventReason.MONITORING_CANCELLED,
+    ]
+
+
+async def test_a_run_built_before_the_updates_gets_the_control_as_its_signal(
+    client: Client, cluster: FakeCluster
+) -> None:
+    """An attempt pinned to a build from before the control Updates (Worker Versioning keeps it
+    there until it ends) answers an Update with "no handler": the control goes as its signal,
+    which that build judges by itself, and the caller gets the state it was sent in."""
+    queue = f"before-updates-{uuid.uuid4().hex[:6]}"
+    ref, owner = new_owner(cluster, settings(window=30))
+    owner.apply(FITS)
+    workflows = [RollbackWorkflowBeforeUpdates]
+    async with build_worker(client, queue, cluster, ClusterGuard(CLUSTER), workflows=workflows):
+        handle = await observe(client, CLUSTER, queue, ref, FITS)
+        await wait_for(handle, lambda s: s.fingerprint == FITS.fingerprint)
+        sent_in = await control.cancel(client, CLUSTER, ref, "maintenance")
+        assert sent_in.mode is Mode.MONITORING
+        result = await handle.result()
+    assert (result.mode, result.message) == (Mode.CANCELLED, "maintenance")
+
+
 async def test_reopen_ignored_when_disabled(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:
@@ -601,7 +670,9 @@ async def test_a_transition_recorded_by_a_lost_task_is_still_notified(
     ref, owner = new_owner(cluster, settings())
     owner.apply(FITS)
     handle = await observe(client, CLUSTER, task_queue, ref, FITS)  # no worker yet: both
-    await control.cancel(client, CLUSTER, ref, "maintenance")  # signals reach its first task
+    # The cancel signal (the product's contract, answered by no one): with no worker up yet,
+    # it reaches the run's first task with its start.
+    await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="maintenance"))
     async with _LosesATask.worker(client, task_queue, cluster, lambda what: "notify/" in what):
         result = await handle.result()
         assert len(_LosesATask.lost) == 1 and "/cancelled/turn-1/" in _LosesATask.lost[0]
@@ -687,23 +758,35 @@ async def test_a_reopen_while_the_newest_run_decides_its_start_is_not_refused(
     client: Client, cluster: FakeCluster, task_queue: str
 ) -> None:
     """A sighting's run is still reading the owner when a reopen comes (1,000-workload soak,
-    run 6: the reopen was refused as "no recorded state" and lost): the control is told to
-    try again, and then it goes."""
+    run 6: the reopen was refused as "no recorded state" and lost): the Update waits for the
+    run to decide its start, then the workflow judges it and takes it."""
     ref, owner = new_owner(cluster, settings())
     owner.apply(FITS)
     await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
     owner.gates[LOAD_OWNER] = answer = asyncio.Event()
     sighting = await observe(client, CLUSTER, task_queue, ref, FITS)  # wakes nothing, once read
-    with pytest.raises(control.StartUndecidedError):
-        await control.reopen(client, CLUSTER, task_queue, ref)
+    reopening = asyncio.create_task(control.reopen(client, CLUSTER, task_queue, ref))
+    await _update_accepted(client, rollback_id(CLUSTER, ref))  # accepted, then waits
+    assert not reopening.done()  # for the start's decision: not refused
     answer.set()
+    before = await reopening
+    assert before.mode is Mode.MONITORING_SUCCEEDED  # the sighting's start: it woke nothing
+    # The reopen goes on in the next run (the run-end rule takes it): one fresh window.
     assert (await sighting.result()).mode is Mode.MONITORING_SUCCEEDED
-    before = await control.reopen(client, CLUSTER, task_queue, ref)
-    assert before.mode is Mode.MONITORING_SUCCEEDED
-    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 1
-    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
-    assert (await handle.result()).mode is Mode.MONITORING_SUCCEEDED
-    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2  # reopened
+    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2  # reopened once
+
+
+async def _update_accepted(client: Client, workflow_id: str) -> None:
+    """Until the run has accepted an Update (its validator passed: the history says so). A
+    local activity in flight holds the run's task open: the Update is taken at the task's
+    next heartbeat (within the 10 s task timeout)."""
+    handle = client.get_workflow_handle(workflow_id)
+    for _ in range(600):
+        async for event in handle.fetch_history_events():
+            if event.HasField("workflow_execution_update_accepted_event_attributes"):
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the reopen Update was never accepted")
 
 
 async def test_describe_counts_the_transitions_its_state_no_longer_keeps_and_lists_them_all(
