@@ -26,10 +26,10 @@ The oracle, checked once the story has settled, counts what must be 0:
   ``rollingBack``;
 - ``notNotified`` / ``notifiedTwice``: a notable transition (rollingBack, failedPermanent,
   cancelled, aborted) that no receiver got, or got under two different idempotency keys;
-- ``nonLeaderWrites`` / ``nonLeaderSignals``: a write to the API server or a signal to a
-  workflow from an intake while the Lease named another holder (the emulator records each
-  request's client, from its User-Agent, and the Lease holder over time; each signal's identity
-  is in the workflow's history);
+- ``nonLeaderWrites`` / ``nonLeaderSignals``: a write to the API server or a signal (a start,
+  a control Update) to a workflow from an intake while the Lease named another holder (the
+  emulator records each request's client, from its User-Agent, and the Lease holder over time;
+  each signal's identity is in the workflow's history);
 - ``actedWhilePaused``: a write of a worker that changes what runs (a rollback annotation
   published or cleared on the owner, one of its pods resized: from the emulator's journal)
   while its pause (``rightsizing.kubex.ai/pause-until``) was in force, from ``GATE_GRACE``
@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import yaml
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from activities.kubetime import kube_time, parse_kube_time
@@ -141,6 +142,9 @@ GATE_GRACE = 1.0
 # have seen it: down at least this long before the engine's write (``moreUnavailable``).
 LISTED_BEFORE = 1.0
 RESTART_WITHIN = 5.0  # a resize that restarts a container takes its pod down within this
+# An intake's control call (an Update) lasts at most its term's time left, its renew deadline:
+# a worker accepts it at most this long after it was sent (``nonLeaderSignals``).
+UPDATE_LAG = 10.0
 
 
 @dataclass(frozen=True)
@@ -488,6 +492,12 @@ class Timeline:
     def budget_at(self, owner: str, when: float) -> int | None:
         """The maxUnavailable of the budget over ``owner``'s pods at ``when`` (None: none)."""
         return next((b for t, b in reversed(self.budgets.get(owner, [])) if t <= when), None)
+
+    def held_by(self, who: str, since: float, until: float) -> bool:
+        """Whether ``who`` held the Lease at some time in [since, until]."""
+        if self.holder_at(since) == who:
+            return True
+        return any(name == who for at, name in self.holders if since <= at <= until)
 
     def holder_at(self, when: float) -> str:
         holder = ""
@@ -1333,22 +1343,36 @@ class Soak:
                 bad("nonLeaderWrites", f"{who} {r.method} {r.path} while {holder!r} led")
 
     async def _signals(self, client: Client, bad: Any) -> None:
+        """``nonLeaderSignals``: a signal, a start or a control Update from an intake while the
+        Lease named another holder. A signal or a start is in the history when the server got
+        it; an Update when a worker accepted it, up to ``UPDATE_LAG`` after the intake sent it
+        (its call lasts at most its term's time left): one counts when its intake held the
+        Lease at no time in that span."""
         intakes = {"intake-a", "intake-b"}
         for w in self.workloads:
             async for run in client.list_workflows(f'WorkflowId = "{self._id(w)}"'):
                 handle = client.get_workflow_handle(self._id(w), run_id=run.run_id)
                 async for event in handle.fetch_history_events():
-                    for field_name in ("workflow_execution_signaled_event_attributes",
-                                       "workflow_execution_started_event_attributes"):  # fmt: skip
-                        if not event.HasField(field_name):
-                            continue
-                        who = getattr(event, field_name).identity
-                        if who not in intakes:
-                            continue
-                        at = event.event_time.ToDatetime().timestamp()
+                    who, lag = _sender(event)
+                    if who not in intakes:
+                        continue
+                    at = event.event_time.ToDatetime().timestamp()
+                    if not self.timeline.held_by(who, at - lag, at):
                         holder = self.timeline.holder_at(at)
-                        if holder != who:
-                            bad("nonLeaderSignals", f"{who} signalled {w.ref} while {holder!r} led")
+                        bad("nonLeaderSignals", f"{who} signalled {w.ref} while {holder!r} led")
+
+
+def _sender(event: HistoryEvent) -> tuple[str, float]:
+    """Who sent a signal, a start or an Update recorded by ``event`` ("" for any other event),
+    and how long before the event the sending may have been."""
+    if event.HasField("workflow_execution_signaled_event_attributes"):
+        return event.workflow_execution_signaled_event_attributes.identity, 0.0
+    if event.HasField("workflow_execution_started_event_attributes"):
+        return event.workflow_execution_started_event_attributes.identity, 0.0
+    if event.HasField("workflow_execution_update_accepted_event_attributes"):
+        accepted = event.workflow_execution_update_accepted_event_attributes
+        return accepted.accepted_request.meta.identity, UPDATE_LAG
+    return "", 0.0
 
 
 async def soak(

@@ -333,8 +333,17 @@ async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> N
         event.workflow_execution_signaled_event_attributes.identity = by
         return event
 
+    def updated(by: str, at: float) -> HistoryEvent:  # a control Update a worker accepted
+        event = HistoryEvent(event_id=6)
+        event.event_time.FromSeconds(int(at))
+        accepted = event.workflow_execution_update_accepted_event_attributes
+        accepted.accepted_request.meta.identity = by
+        return event
+
     events = [signalled("intake-a", now - 8), signalled("intake-a", now - 2),
-              signalled("rollbackctl", now - 1)]  # fmt: skip
+              signalled("rollbackctl", now - 1),
+              updated("intake-a", now - 2),  # sent while it led (UPDATE_LAG): fine
+              updated("intake-a", now + 20)]  # fmt: skip
 
     class Handle:
         async def fetch_history_events(self):  # type: ignore[no-untyped-def]
@@ -352,7 +361,9 @@ async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> N
     fake = SimpleNamespace(workloads=[w], timeline=timeline, _id=lambda w: w.ref)
     found: list[str] = []
     await Soak._signals(fake, Runs(), lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
-    assert found == ["nonLeaderSignals: intake-a signalled ns/Deployment/a while 'intake-b' led"]
+    assert found == 2 * [
+        "nonLeaderSignals: intake-a signalled ns/Deployment/a while 'intake-b' led"
+    ]
 
 
 def test_the_published_soak_at_1000_workloads_is_of_every_invariant() -> None:
