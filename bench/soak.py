@@ -142,9 +142,6 @@ GATE_GRACE = 1.0
 # have seen it: down at least this long before the engine's write (``moreUnavailable``).
 LISTED_BEFORE = 1.0
 RESTART_WITHIN = 5.0  # a resize that restarts a container takes its pod down within this
-# An intake's control call (an Update) lasts at most its term's time left, its renew deadline:
-# a worker accepts it at most this long after it was sent (``nonLeaderSignals``).
-UPDATE_LAG = 10.0
 
 
 @dataclass(frozen=True)
@@ -239,6 +236,7 @@ class Workload:
     policy_kind: str  # which policy kind applies: RollbackPolicy or ClusterRollbackPolicy
     actions: list[str] = field(default_factory=list)  # scripted actions taken
     paused: tuple[float, float] | None = None  # wall times a pause was set and ends
+    controls: list[float] = field(default_factory=list)  # when each control was annotated
 
     @property
     def ref(self) -> str:
@@ -705,6 +703,7 @@ class Soak:
         store.patch(store.rtype(w.kind), w.namespace, w.name,
                     {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}}, MERGE)  # fmt: skip
         w.actions.append(value)
+        w.controls.append(time.time())
 
     def _pause_due(self, w: Workload, mode: str | None) -> bool:
         """Whether the moment ``w``'s fate pauses it in has come (its first turn's)."""
@@ -1345,34 +1344,36 @@ class Soak:
     async def _signals(self, client: Client, bad: Any) -> None:
         """``nonLeaderSignals``: a signal, a start or a control Update from an intake while the
         Lease named another holder. A signal or a start is in the history when the server got
-        it; an Update when a worker accepted it, up to ``UPDATE_LAG`` after the intake sent it
-        (its call lasts at most its term's time left): one counts when its intake held the
-        Lease at no time in that span."""
+        it. An Update is there when a worker accepted it, which may be long after it was sent
+        (the server keeps it while no worker can take it: a worker killed, Temporal restarted):
+        one counts when its intake held the Lease at no time from its control's annotation to
+        its acceptance."""
         intakes = {"intake-a", "intake-b"}
         for w in self.workloads:
             async for run in client.list_workflows(f'WorkflowId = "{self._id(w)}"'):
                 handle = client.get_workflow_handle(self._id(w), run_id=run.run_id)
                 async for event in handle.fetch_history_events():
-                    who, lag = _sender(event)
+                    who, update = _sender(event)
                     if who not in intakes:
                         continue
                     at = event.event_time.ToDatetime().timestamp()
-                    if not self.timeline.held_by(who, at - lag, at):
+                    since = max((t for t in w.controls if t <= at), default=at) if update else at
+                    if not self.timeline.held_by(who, since, at):
                         holder = self.timeline.holder_at(at)
                         bad("nonLeaderSignals", f"{who} signalled {w.ref} while {holder!r} led")
 
 
-def _sender(event: HistoryEvent) -> tuple[str, float]:
-    """Who sent a signal, a start or an Update recorded by ``event`` ("" for any other event),
-    and how long before the event the sending may have been."""
+def _sender(event: HistoryEvent) -> tuple[str, bool]:
+    """Who sent the signal, the start or the control Update ``event`` records ("" for any other
+    event), and whether it is an Update."""
     if event.HasField("workflow_execution_signaled_event_attributes"):
-        return event.workflow_execution_signaled_event_attributes.identity, 0.0
+        return event.workflow_execution_signaled_event_attributes.identity, False
     if event.HasField("workflow_execution_started_event_attributes"):
-        return event.workflow_execution_started_event_attributes.identity, 0.0
+        return event.workflow_execution_started_event_attributes.identity, False
     if event.HasField("workflow_execution_update_accepted_event_attributes"):
         accepted = event.workflow_execution_update_accepted_event_attributes
-        return accepted.accepted_request.meta.identity, UPDATE_LAG
-    return "", 0.0
+        return accepted.accepted_request.meta.identity, True
+    return "", False
 
 
 async def soak(

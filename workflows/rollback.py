@@ -130,6 +130,7 @@ BOUNDED_HEALTH_HOLD = "bounded-health-hold"
 # (unpatched: the cancel waits for the pause to lift and the step to run).
 CANCEL_WHILE_HELD = "cancel-while-held"
 CONTROL_REFUSED = "ControlRefused"  # the error type of a control Update refused
+UPDATE_RECORDED = timedelta(milliseconds=1)  # a control Update acts after this timer (``_take``)
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
 # A window's history grows only with signals now; past this many events (or when the server
 # suggests it) the same attempt continues in a fresh run.
@@ -354,8 +355,14 @@ class RollbackWorkflow:
             raise ApplicationError(refusal, type=CONTROL_REFUSED, non_retryable=True)
 
     async def _take(self, control: Callable[[], Cancel | Reopen]) -> RollbackState:
-        """Judge and take ``control`` once the run has decided its start (observed then)."""
+        """Judge ``control`` once the run has decided its start, and take it once its acceptance
+        is in the history (a timer's round trip; judged again then, on the state it finds). A
+        control decided in the task that accepts it acts there (its record is a local
+        activity), and a lost task (its worker killed) would lose the Update while the record
+        it wrote stays on the owner; a signal, in the history as it arrives, is decided again."""
         await workflow.wait_condition(lambda: self._state is not None)
+        self._judge(control())
+        await workflow.sleep(UPDATE_RECORDED, summary="control accepted: take it")
         taken = control()
         self._judge(taken)
         self._pending.append(taken)

@@ -343,7 +343,7 @@ async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> N
 
     events = [signalled("intake-a", now - 8), signalled("intake-a", now - 2),
               signalled("rollbackctl", now - 1),
-              updated("intake-a", now - 2),  # sent while it led (UPDATE_LAG): fine
+              updated("intake-a", now - 2),  # annotated while it led: fine
               updated("intake-a", now + 20)]  # fmt: skip
 
     class Handle:
@@ -359,6 +359,7 @@ async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> N
             return Handle()
 
     w = Workload(0, FATES[0], "ns", "a", "Deployment", "RollbackPolicy")
+    w.controls = [now - 7, now + 15]  # the second annotated once intake-b led
     fake = SimpleNamespace(workloads=[w], timeline=timeline, _id=lambda w: w.ref)
     found: list[str] = []
     await Soak._signals(fake, Runs(), lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]

@@ -685,6 +685,41 @@ async def test_a_transition_recorded_by_a_lost_task_is_still_notified(
     await check_replay(client, rollback_id(CLUSTER, ref), "lost-task-after-record")
 
 
+async def test_a_control_update_acts_only_once_its_acceptance_is_in_the_history(
+    temporal_env: WorkflowEnvironment, cluster: FakeCluster, task_queue: str
+) -> None:
+    """A cancel Update is decided and ``cancelled`` recorded on the owner (a local activity)
+    only in a task after the one whose completion puts the Update's acceptance in the history:
+    a task lost with the acceptance in it (its worker killed, Temporal restarted, as in the
+    1,000-workload soak) then leaves no record on the owner that the run forgot (the owner said
+    cancelled, the run went on monitoring, nothing was notified). Here the deciding task is
+    lost too: run again, it takes the cancel again, and the caller gets its answer."""
+    client = temporal_env.client
+    ref, owner = new_owner(cluster, settings(window=30))
+    owner.apply(FITS)
+    lose = lambda what: "/cancelled/" in what  # noqa: E731 - the notify child of cancelled
+    async with _LosesATask.worker(client, task_queue, cluster, lose):
+        handle = await observe(client, CLUSTER, task_queue, ref, FITS)
+        await wait_for(handle, lambda s: s.baseline is not None)
+        taken_in = await control.cancel(client, CLUSTER, ref, "maintenance")
+        result = await handle.result()
+        assert len(_LosesATask.lost) == 1  # the deciding task was lost once
+        for _ in range(200):  # the notification's child runs on its own
+            if cluster.notified:
+                break
+            await asyncio.sleep(0.05)
+    assert (taken_in.mode, result.mode) == (Mode.MONITORING, Mode.CANCELLED)
+    assert [(n.transition, n.turn) for n in cluster.notified] == [(Mode.CANCELLED, 1)]
+    events = [e async for e in handle.fetch_history_events()]
+    update = "workflow_execution_update_accepted_event_attributes"
+    accepted = next(e.event_id for e in events if e.HasField(update))
+    recorded = [e.event_id for e in events if e.HasField("marker_recorded_event_attributes")]
+    completed = [e.event_id for e in events
+                 if e.HasField("workflow_task_completed_event_attributes")]  # fmt: skip
+    cancelled_record = recorded[-1]  # the run's last record: cancelled
+    assert any(accepted < c < cancelled_record for c in completed), (accepted, completed)
+
+
 async def test_a_verdict_decided_again_after_its_task_was_lost_has_its_own_event(
     temporal_env: WorkflowEnvironment, cluster: FakeCluster, task_queue: str
 ) -> None:
