@@ -13,7 +13,9 @@ turn after ``backedOff``, a reopen after ``monitoringSucceeded``, or a new recom
 Signals: ``observe`` (pods carry a recommendation: the same fingerprint joins the window, a new
 one supersedes the run), ``cancel`` (stop, leave resources as they are), ``reopen`` (fresh
 window for the same fingerprint, unless the policy disables it), ``resume`` (a pause
-annotation went: a held step looks again). Queries: ``status``, ``held``.
+annotation went: a held step looks again). Updates: ``request_cancel``, ``request_reopen`` (the
+controls, judged by the same function as their signals, answered). Queries: ``status``,
+``held``.
 
 Pauses (``workflows.pause``): the verdict's sample, the rollback, the backoff's end, the re-apply
 and a record that clears a rollback find the pause in force, if any, and write nothing; the
