@@ -277,7 +277,7 @@ async def _control(
     workflow_id = rollback_id(cluster, owner)
     try:
         return await sent
-    except control.ControlRefusedError as exc:
+    except (control.ControlRefusedError, TimeoutError) as exc:
         raise OpsError(str(exc)) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise OpsError(

@@ -13,6 +13,7 @@ judged by the same function in the workflow, without an answer.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -213,11 +214,13 @@ async def _update(
         if not (isinstance(cause, ApplicationError) and NO_HANDLER in cause.message):
             raise
         signal = "cancel" if isinstance(arg, CancelSignal) else "reopen"
-        before = await handle.query(RollbackWorkflow.status, rpc_timeout=rpc_timeout)
-        await handle.signal(signal, arg, rpc_timeout=rpc_timeout)
-        if before is None:
-            raise ControlRefusedError(f"{signal} sent to a run deciding its start") from None
-        return before
+        for _ in range(40):  # a run deciding its start has no state yet: a moment
+            before = await handle.query(RollbackWorkflow.status, rpc_timeout=rpc_timeout)
+            if before is not None:
+                await handle.signal(signal, arg, rpc_timeout=rpc_timeout)
+                return before
+            await asyncio.sleep(0.25)
+        raise TimeoutError(f"{signal} not sent: the run is still deciding its start") from None
     return state
 
 
