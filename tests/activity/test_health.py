@@ -265,22 +265,28 @@ def test_relative_bounds_judge_against_the_baseline_before_the_cut(scraped: Scra
 
 
 class SlowPrometheus(ThreadingHTTPServer):
-    """A stand-in for Prometheus (our boundary) that answers each query after ``delay``
-    seconds, counting how many it holds at once."""
+    """A stand-in for Prometheus (our boundary) that holds each query until ``together`` are
+    in flight at once, or ``delay`` seconds passed, counting how many it holds at once: asked
+    all at once, they are answered together however slowly the machine starts the client's
+    threads; asked one by one, each waits out ``delay``."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay, self.inflight, self.most = delay, 0, 0
-        self.lock = threading.Lock()
+    def __init__(self, delay: float, together: int | None = None) -> None:
+        self.delay, self.together, self.inflight, self.most = delay, together, 0, 0
+        self.arrived = threading.Condition()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with server.lock:
+                with server.arrived:
                     server.inflight += 1
                     server.most = max(server.most, server.inflight)
-                time.sleep(server.delay)
-                with server.lock:
+                    server.arrived.notify_all()
+                    server.arrived.wait_for(
+                        lambda: server.together is not None and server.most >= server.together,
+                        timeout=server.delay,
+                    )
+                with server.arrived:
                     server.inflight -= 1
                 body = {"status": "success", "data": {"resultType": "vector", "result": [
                     {"metric": {"container": "app"}, "value": [0, "0.01"]}]}}  # fmt: skip
@@ -311,7 +317,7 @@ def test_the_queries_are_asked_at_once_and_a_slow_one_fails_within_its_timeout(
                       "maxIncreasePercent": 50, "promql": 'max(up{namespace="$namespace"})'}
                      for i in range(4)]}
     )  # fmt: skip
-    slow = SlowPrometheus(delay=0.5)
+    slow = SlowPrometheus(delay=5.0, together=12)
     try:
         checks = ask(asking(scraped, slow.url), "cut", every)
         assert len(checks) == 6 and all(c.passed for c in checks)
