@@ -312,17 +312,61 @@ BUILT_IN = (
 )  # fmt: skip
 
 
+Ask = tuple[str, bool, str, datetime]  # (check, at the window's end?, query, time)
+Planned = tuple[BuiltIn, CpuThrottlingCheck | MemoryHeadroomCheck, frozenset[str]]
+
+
 def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -> HealthResult:
     """Every check of ``request.checks`` at the window's end, over ``cohort``'s pods; raises
     ``PrometheusError``."""
+    asks, built_in, results = _plan(request, cohort)
+    answers = _ask_all(prometheus, asks)
+    for name, at_end, _, _ in asks:
+        if at_end and not answers[(name, True)]:
+            raise PrometheusError(f"{name}: no data for {request.owner} at the window's end")
+    for check, bounds, containers in built_in:
+        name = check.name
+        now = _per_container(answers[(name, True)])
+        if not now:
+            raise PrometheusError(f"{name}: only NaN for {request.owner} at the window's end")
+        before = _per_container(answers[(name, False)]) if (name, False) in answers else None
+        results[name] = _percent_check(
+            name,
+            check.reason,
+            check.what,
+            now,
+            before,
+            bounds.max_percent,
+            bounds.max_increase_points,
+            tuple(sorted(cohort.containers - containers)),
+        )
+    for query in request.checks.queries:
+        values = [v for _, v in answers[(query.name, True)] if not math.isnan(v)]
+        if not values:
+            raise PrometheusError(f"{query.name}: only NaN at the window's end")
+        base = None
+        if (query.name, False) in answers:
+            base = [v for _, v in answers[(query.name, False)] if not math.isnan(v)] or None
+        results[query.name] = _custom_check(query, values, base)
+    order = [b.name for b in BUILT_IN] + [q.name for q in request.checks.queries]
+    return HealthResult(
+        checks=[results[name] for name in order if name in results], queries=len(asks)
+    )
+
+
+def _plan(
+    request: HealthInput, cohort: Cohort
+) -> tuple[list[Ask], list[Planned], dict[str, CheckResult]]:
+    """Every query to ask (at the window's end, and at the baseline's for a bound relative to
+    it), the built-in checks that apply, and the results known without asking (a built-in
+    check no container can have data for passes as not applicable)."""
     checks: HealthChecks = request.checks
     ns, owner = request.owner.namespace, request.owner.name
     end = request.window_ends_at
     window = end - request.window_started_at
     baseline_end = request.baseline_at or request.window_started_at
-    # (check, at the window's end?, query, time): every query, asked at once below.
-    asks: list[tuple[str, bool, str, datetime]] = []
-    built_in: list[tuple[BuiltIn, CpuThrottlingCheck | MemoryHeadroomCheck, frozenset[str]]] = []
+    asks: list[Ask] = []
+    built_in: list[Planned] = []
     results: dict[str, CheckResult] = {}
     for check in BUILT_IN:
         bounds = check.bounds(checks)
@@ -342,43 +386,11 @@ def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -
         asks.append((query.name, True, expr, end))
         if query.max_increase_percent is not None:
             asks.append((query.name, False, expr, baseline_end))
-    answers = _ask_all(prometheus, asks)
-    for name, at_end, _, _ in asks:
-        if at_end and not answers[(name, True)]:
-            raise PrometheusError(f"{name}: no data for {request.owner} at the window's end")
-
-    for check, bounds, containers in built_in:
-        name = check.name
-        now = _per_container(answers[(name, True)])
-        if not now:
-            raise PrometheusError(f"{name}: only NaN for {request.owner} at the window's end")
-        before = _per_container(answers[(name, False)]) if (name, False) in answers else None
-        results[name] = _percent_check(
-            name,
-            check.reason,
-            check.what,
-            now,
-            before,
-            bounds.max_percent,
-            bounds.max_increase_points,
-            tuple(sorted(cohort.containers - containers)),
-        )
-    for query in checks.queries:
-        values = [v for _, v in answers[(query.name, True)] if not math.isnan(v)]
-        if not values:
-            raise PrometheusError(f"{query.name}: only NaN at the window's end")
-        base = None
-        if (query.name, False) in answers:
-            base = [v for _, v in answers[(query.name, False)] if not math.isnan(v)] or None
-        results[query.name] = _custom_check(query, values, base)
-    order = [b.name for b in BUILT_IN] + [q.name for q in checks.queries]
-    return HealthResult(
-        checks=[results[name] for name in order if name in results], queries=len(asks)
-    )
+    return asks, built_in, results
 
 
 def _ask_all(
-    prometheus: Prometheus, asks: list[tuple[str, bool, str, datetime]]
+    prometheus: Prometheus, asks: list[Ask]
 ) -> dict[tuple[str, bool], list[tuple[dict[str, str], float]]]:
     """Every query at once (each within the client's timeout): the first error raises, naming
     its check."""

@@ -413,6 +413,20 @@ class KubernetesActivities:
         _, paused = self._gate(input.owner, obj, f"{mode} (clears the rollback)", attempt)
         return None if paused is None else RecordTransitionResult(paused=paused)
 
+    def _paced(self, owner: OwnerRef, obj: Obj, step: str, attempt: str, budget: Budget) -> None:
+        """Tell once, on the owner, that ``budget`` holds a batch of ``step``."""
+        run = activity.info().workflow_run_id if activity.in_activity() else "-"
+        message = f"{step} of {attempt} waits: {budget.said}, before it takes a pod down"
+        log.info("%s: %s", owner, message)
+        self.writer.event(
+            owner,
+            obj["metadata"].get("uid"),
+            f"{run}.paced.{budget.name}",
+            EventReason.PACED,
+            message,
+            "Normal",
+        )
+
     def _actuate(
         self,
         owner: OwnerRef,
@@ -441,19 +455,6 @@ class KubernetesActivities:
             now = self.lookup.get(owner)
             return None if now is None else self._paused(owner, now, pods, step, attempt)
 
-        def held(budget: Budget) -> None:
-            run = activity.info().workflow_run_id if activity.in_activity() else "-"
-            message = f"{step} of {attempt} waits: {budget.said}, before it takes a pod down"
-            log.info("%s: %s", owner, message)
-            self.writer.event(
-                owner,
-                obj["metadata"].get("uid"),
-                f"{run}.paced.{budget.name}",
-                EventReason.PACED,
-                message,
-                "Normal",
-            )
-
         desired = desired_replicas(owner.kind, obj)
         budgets = Budgets(self.core.api_client, owner.namespace, _heartbeat)
         note = unavailable_note(owner.kind, obj, desired)
@@ -464,7 +465,7 @@ class KubernetesActivities:
             paused=paused,
             budget=budgets.tightest,
             budget_watch=budgets.wait,
-            on_held=held,
+            on_held=lambda budget: self._paced(owner, obj, step, attempt, budget),
             notes=(note,) if note else (),
         )
         done = resize_paced(

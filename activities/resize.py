@@ -156,26 +156,7 @@ def resize_paced(
             return done
         down = sum(1 for p in pods if not is_ready(p))
         budget, pdb = _allowed(pace, pods, plan, down)
-        waiting_on: dict[str, dict[str, int]] = {}  # pod -> restart counts before its resize
-        held_back = 0
-        for pod, containers, restarts in plan:
-            takes_down = bool(restarts) and is_ready(pod)
-            if takes_down and budget <= 0:
-                held_back += 1
-                continue
-            actual_req, _ = actual_resources(pod)
-            growth = _growth(actual_req, requests)
-            if growth and not free.fits(pod, growth):
-                done.filtered.append(pod["metadata"]["name"])
-                continue
-            if restarts:
-                waiting_on[pod["metadata"]["name"]] = _restart_counts(pod)
-            _patch(core, namespace, pod, containers)
-            free.take(pod, growth)
-            done.resized += 1
-            done.restarts |= restarts
-            if takes_down:
-                budget -= 1
+        waiting_on, held_back = _batch(core, namespace, plan, requests, free, budget, done)
         if held_back and not waiting_on and pdb is not None and pdb.allowed <= 0:
             _hold(pace, done, pdb)  # the budget, not the workload's own pace, holds every pod
             continue
@@ -195,6 +176,41 @@ def resize_paced(
                 return done
         if not held_back:
             return done
+
+
+def _batch(
+    core: CoreV1Api,
+    namespace: str,
+    plan: list[tuple[Obj, list[Obj], set[str]]],
+    requests: Resources,
+    free: NodeCapacity,
+    budget: int,
+    done: Resized,
+) -> tuple[dict[str, dict[str, int]], int]:
+    """Resize what this batch may: every pod whose resize takes none down, and up to
+    ``budget`` that do; a pod its node cannot take grown is filtered. The pods that restart,
+    with their restart counts before the resize, and how many were held back."""
+    waiting_on: dict[str, dict[str, int]] = {}
+    held_back = 0
+    for pod, containers, restarts in plan:
+        takes_down = bool(restarts) and is_ready(pod)
+        if takes_down and budget <= 0:
+            held_back += 1
+            continue
+        actual_req, _ = actual_resources(pod)
+        growth = _growth(actual_req, requests)
+        if growth and not free.fits(pod, growth):
+            done.filtered.append(pod["metadata"]["name"])
+            continue
+        if restarts:
+            waiting_on[pod["metadata"]["name"]] = _restart_counts(pod)
+        _patch(core, namespace, pod, containers)
+        free.take(pod, growth)
+        done.resized += 1
+        done.restarts |= restarts
+        if takes_down:
+            budget -= 1
+    return waiting_on, held_back
 
 
 def _allowed(

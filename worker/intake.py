@@ -622,51 +622,14 @@ class Intake:
         """Carry out a control annotation once: an Update the workflow answers (retried while
         Temporal or the workers are unreachable), say on the owner when it changed nothing (the
         workflow's reason), then remove the annotation."""
-        failures, refusal, cleared, newer = 0, None, False, None
-        # One request however often it is retried: the workflow answers a repeated ID once.
-        request = f"{value}@{obj['metadata'].get('resourceVersion', '')}"
+        refusal, cleared, newer = None, False, None
         with self._lock:  # carried out already, only its removal failed: not carried out twice
             done = self._carried_out.get(owner) == value
         try:
-            while not done:
-                if not self.acting():
-                    return  # the next leader carries it out: the annotation is still there
-                try:
-                    if value == Control.CANCEL:
-                        await control.cancel(
-                            self.temporal,
-                            self.cluster,
-                            owner,
-                            CONTROL_REASON,
-                            self._rpc_timeout(),
-                            self.acting,
-                            request,
-                        )
-                    elif value == Control.REOPEN:
-                        await control.reopen(
-                            self.temporal,
-                            self.cluster,
-                            self.task_queue,
-                            owner,
-                            self._rpc_timeout(),
-                            self.acting,
-                            request,
-                        )
-                    else:
-                        known = ", ".join(c.value for c in Control)
-                        refusal = f"unknown value {value!r} (expected one of: {known})"
-                    break
-                except control.ControlRefusedError as exc:
-                    refusal = str(exc)
-                    break
-                except control.FencedError:
-                    return  # deposed between the read and the signal: the next leader does it
-                except Exception as exc:  # Temporal unreachable or failing: the annotation stays
-                    failures += 1
-                    delay = min(SIGNAL_BACKOFF_CAP, SIGNAL_BACKOFF_BASE * 2 ** min(failures, 16))
-                    log.warning("%s: control %s failed (%s), retrying", owner, value, exc)
-                    await asyncio.sleep(delay)
             if not done:
+                answered, refusal = await self._send_control(owner, value, obj)
+                if not answered:
+                    return  # deposed: the next leader carries it out (the annotation stays)
                 self.stats["controls"] += 1
                 with self._lock:
                     self._carried_out[owner] = value
@@ -674,7 +637,7 @@ class Intake:
                     log.info("%s: control %s changed nothing: %s", owner, value, refusal)
                     await asyncio.to_thread(self._control_rejected, obj, value, refusal)
                 else:
-                    log.info("%s: control %s signalled", owner, value)
+                    log.info("%s: control %s taken", owner, value)
             if not self.acting():
                 return
             cleared, newer = await asyncio.to_thread(self._clear_control, owner, value)
@@ -687,6 +650,50 @@ class Intake:
         if newer is not None:  # set to another value meanwhile: carried out next
             newer_value = newer["metadata"]["annotations"][CONTROL_ANNOTATION]
             self._spawn(self._control(owner, newer_value, newer))
+
+    async def _send_control(self, owner: OwnerRef, value: str, obj: Obj) -> tuple[bool, str | None]:
+        """Send a control until the workflow answers (retried while Temporal or the workers are
+        unreachable): (answered, its refusal or None); not answered when this intake stopped
+        leading first."""
+        # One request however often it is retried: the workflow answers a repeated ID once.
+        request = f"{value}@{obj['metadata'].get('resourceVersion', '')}"
+        failures = 0
+        while self.acting():
+            try:
+                if value == Control.CANCEL:
+                    await control.cancel(
+                        self.temporal,
+                        self.cluster,
+                        owner,
+                        CONTROL_REASON,
+                        self._rpc_timeout(),
+                        self.acting,
+                        request,
+                    )
+                elif value == Control.REOPEN:
+                    await control.reopen(
+                        self.temporal,
+                        self.cluster,
+                        self.task_queue,
+                        owner,
+                        self._rpc_timeout(),
+                        self.acting,
+                        request,
+                    )
+                else:
+                    known = ", ".join(c.value for c in Control)
+                    return True, f"unknown value {value!r} (expected one of: {known})"
+                return True, None
+            except control.ControlRefusedError as exc:
+                return True, str(exc)
+            except control.FencedError:
+                return False, None  # deposed right before the send
+            except Exception as exc:  # Temporal unreachable or failing: the annotation stays
+                failures += 1
+                delay = min(SIGNAL_BACKOFF_CAP, SIGNAL_BACKOFF_BASE * 2 ** min(failures, 16))
+                log.warning("%s: control %s failed (%s), retrying", owner, value, exc)
+                await asyncio.sleep(delay)
+        return False, None
 
     def _control_rejected(self, obj: Obj, value: str, refusal: str) -> None:
         meta = obj["metadata"]

@@ -17,6 +17,7 @@ from typing import Any
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
 from temporalio.common import MetricMeter
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
 from activities.clusters import ClusterGuard
@@ -187,43 +188,10 @@ async def serve(
                 report_workloads(temporal, intake.cluster, telemetry.meter(runtime))
             )
         )
-        agent = f"{INTAKE_AGENT}/{intake.identity}"
-        signaller = temporal
-        if worker is not None:  # the worker's client retries; the intake gets one of its own
-            signaller = await intake.temporal.connect(runtime, identity, retries=False)
-        service = IntakeService(
-            signaller, intake.kube.client(runtime, agent), intake, meter=telemetry.meter(runtime)
-        ).start()
-        health.live("intake", service.live)
-        health.ready("intake", service.ready)
+        service = await _start_intake(intake, temporal, runtime, worker is not None, health)
     try:
         if worker is not None:
-            kube = worker.kube.client(runtime, WORKER_AGENT)
-            activities = activities_for(
-                kube,
-                worker.actuation,
-                worker.notifications,
-                worker.kube.protection,
-                worker.min_ready,
-                worker.prometheus_url,
-            )
-            queue = worker.temporal.task_queue
-            guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)
-            running = build_worker(
-                temporal, queue, activities, guard, worker.max_cached_workflows, worker.deployment
-            )
-            health.live("worker", lambda: None if running.is_running else "worker not running")
-            if chosen.kube.health_address:  # nobody asks otherwise: no periodic health RPC
-                temporal_ok = TemporalHealth(temporal)
-                background.append(asyncio.create_task(temporal_ok.watch()))
-                health.ready("temporal", temporal_ok.problem)
-            async with running:
-                log.info("worker of cluster %s polling task queue %s", worker.cluster, queue)
-                if worker.deployment is not None:
-                    background.append(
-                        asyncio.create_task(adopt_if_first(temporal, worker.deployment))
-                    )
-                await _serving(stop, service, ready)
+            await _work(worker, temporal, runtime, health, background, (stop, service, ready))
         else:
             await _serving(stop, service, ready)
     finally:
@@ -232,6 +200,62 @@ async def serve(
         if service is not None:
             await asyncio.to_thread(service.stop)
         health.stop()
+
+
+async def _start_intake(
+    intake: IntakeConfig,
+    temporal: Client,
+    runtime: Runtime | None,
+    beside_worker: bool,
+    health: Health,
+) -> IntakeService:
+    """The intake, started, its health reported; beside a worker (whose client retries) on a
+    Temporal client of its own that retries nothing."""
+    agent = f"{INTAKE_AGENT}/{intake.identity}"
+    signaller = temporal
+    if beside_worker:
+        signaller = await intake.temporal.connect(runtime, intake.identity, retries=False)
+    service = IntakeService(
+        signaller, intake.kube.client(runtime, agent), intake, meter=telemetry.meter(runtime)
+    ).start()
+    health.live("intake", service.live)
+    health.ready("intake", service.ready)
+    return service
+
+
+async def _work(
+    worker: WorkerConfig,
+    temporal: Client,
+    runtime: Runtime | None,
+    health: Health,
+    background: list[asyncio.Task[Any]],
+    serving: tuple[asyncio.Event, IntakeService | None, asyncio.Event | None],
+) -> None:
+    """Run the worker until ``serving``'s stop is set (``_serving``)."""
+    kube = worker.kube.client(runtime, WORKER_AGENT)
+    activities = activities_for(
+        kube,
+        worker.actuation,
+        worker.notifications,
+        worker.kube.protection,
+        worker.min_ready,
+        worker.prometheus_url,
+    )
+    queue = worker.temporal.task_queue
+    guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)
+    running = build_worker(
+        temporal, queue, activities, guard, worker.max_cached_workflows, worker.deployment
+    )
+    health.live("worker", lambda: None if running.is_running else "worker not running")
+    if worker.kube.health_address:  # nobody asks otherwise: no periodic health RPC
+        temporal_ok = TemporalHealth(temporal)
+        background.append(asyncio.create_task(temporal_ok.watch()))
+        health.ready("temporal", temporal_ok.problem)
+    async with running:
+        log.info("worker of cluster %s polling task queue %s", worker.cluster, queue)
+        if worker.deployment is not None:
+            background.append(asyncio.create_task(adopt_if_first(temporal, worker.deployment)))
+        await _serving(*serving)
 
 
 async def _serving(

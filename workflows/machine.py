@@ -848,6 +848,18 @@ def _evaluate(
         if sample.message
         else f"{tally} on recommendation {state.fingerprint}"
     )
+    return _failed_verdict(state, policy, now, reason, problem)
+
+
+def _failed_verdict(
+    state: RollbackState,
+    policy: PolicySettings,
+    now: datetime,
+    reason: FailureReason,
+    problem: str,
+) -> Decision:
+    """A window that failed for ``reason``: roll back to the policy's target, or fail
+    permanently when that target is ``lastSuccessful`` and none was ever recorded."""
     if policy.rollback_target is RollbackTarget.LAST_SUCCESSFUL and state.last_successful is None:
         message = (
             f"{problem}; rollbackTarget lastSuccessful but no successful state was ever recorded"
@@ -978,45 +990,33 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
     policy = resolution.policy
     if policy is None:
         return _policy_gone(_transition(state, obs.now, Mode.CLEARED, backoff_ends_at=None))
-    common: dict[str, Any] = {"policy": policy, "backoff_ends_at": None}
-    if state.turn >= policy.backoff.max_attempts:
-        message = (
-            f"Backoff exhausted after {state.turn} of {policy.backoff.max_attempts} turns on"
-            f" recommendation {state.fingerprint}: failed permanently"
-        )
-        failed = _transition(
-            state,
-            obs.now,
-            Mode.FAILED_PERMANENT,
-            failure_reason=state.failure_reason,
-            failure_message=_rolled_back_message(state, policy),
-            **common,
-        )
-        return Decision(
-            failed,
-            [
-                Record(
-                    EventReason.BACKOFF_EXHAUSTED,
-                    message,
-                    warning=True,
-                    clear_rollback_recommendation=True,
-                )
-            ],
-        )
-    message = (
-        f"Backoff turn {state.turn} of {policy.backoff.max_attempts} completed; recommendation"
-        f" {state.fingerprint} is re-applied and monitored again as turn {state.turn + 1}"
-    )
-    backed_off = _transition(
+    turns = policy.backoff.max_attempts
+    last = state.turn >= turns
+    # The policy read afresh; the rolled-back turn's reason stays; its rollback is cleared.
+    after = _transition(
         state,
         obs.now,
-        Mode.BACKED_OFF,
+        Mode.FAILED_PERMANENT if last else Mode.BACKED_OFF,
         failure_reason=state.failure_reason,
         failure_message=_rolled_back_message(state, policy),
-        **common,
+        policy=policy,
+        backoff_ends_at=None,
+    )
+    if last:
+        message = (
+            f"Backoff exhausted after {state.turn} of {turns} turns on recommendation"
+            f" {state.fingerprint}: failed permanently"
+        )
+        exhausted = Record(
+            EventReason.BACKOFF_EXHAUSTED, message, warning=True, clear_rollback_recommendation=True
+        )
+        return Decision(after, [exhausted])
+    message = (
+        f"Backoff turn {state.turn} of {turns} completed; recommendation {state.fingerprint} is"
+        f" re-applied and monitored again as turn {state.turn + 1}"
     )
     return Decision(
-        backed_off,
+        after,
         [
             Record(EventReason.BACKOFF_TURN_COMPLETED, message, clear_rollback_recommendation=True),
             Reapply(state.recommendation, observe_only=policy.observe_only),

@@ -147,6 +147,9 @@ def tally(index: PolicyIndex, workloads: Iterable[Workload]) -> dict[str, Tally]
     return found
 
 
+Said = tuple[ConditionStatus, str, str]  # a condition's status, reason and message
+
+
 def status_of(
     policy: AnyPolicy,
     counts: Tally | None,
@@ -163,47 +166,7 @@ def status_of(
         stored_at = _leading_time(summary)
         if stored_at is None or at.replace(microsecond=0) > stored_at:
             summary = text
-    mode = "observe-only: decides and reports, writes no rollback" if policy.observe_only else ""
-    ready: tuple[ConditionStatus, str, str]
-    matched: tuple[ConditionStatus, str, str]
-    if counts.selected and not counts.applies:
-        shadowed = (
-            f"every workload it selects ({counts.selected}) is taken by a policy of higher"
-            f" precedence, e.g. {counts.taken_by}"
-        )
-        ready = ("False", "Shadowed", shadowed)
-        matched = ("False", "Shadowed", shadowed)
-    else:
-        ready = ("True", "Valid", mode or "valid and in effect")
-        spared = _some(counts.protected, 5)
-        if counts.applies:
-            message = f"applies to {counts.applies} workload(s)"
-            if counts.protected:
-                message += f"; leaves alone those in protected namespaces ({spared})"
-            matched = ("True", "Matched", message)
-        elif counts.protected:
-            matched = (
-                "False",
-                "ProtectedNamespaces",
-                f"selects workloads only in protected namespaces ({spared}), where no policy"
-                " applies",
-            )
-        else:
-            kinds = ", ".join(policy.spec.scope.workload_types)
-            matched = ("False", "NoMatchingWorkloads", f"no workload in scope (kinds: {kinds})")
-    paused: tuple[ConditionStatus, str, str] = (
-        "False",
-        "NoneHeld",
-        "no tracked workload is paused",
-    )
-    if counts.held:
-        named = _some(counts.held, 3)
-        paused = (
-            "True",
-            "Held",
-            f"{len(counts.held)} tracked workload(s) held by a pause"
-            f" (rightsizing.kubex.ai/pause-until): {named}",
-        )
+    ready, matched = _ready_and_matched(policy, counts)
     return PolicyStatus(
         observed_generation=generation,
         active_tracked_workloads=counts.active,
@@ -212,9 +175,47 @@ def status_of(
         conditions=[
             _condition(previous, READY, ready, now, generation),
             _condition(previous, MATCHED, matched, now, generation),
-            _condition(previous, PAUSED, paused, now, generation),
+            _condition(previous, PAUSED, _paused(counts), now, generation),
             *_health(policy, prometheus, previous, now, generation),
         ],
+    )
+
+
+def _ready_and_matched(policy: AnyPolicy, counts: Tally) -> tuple[Said, Said]:
+    """The ``Ready`` and ``WorkloadsMatched`` conditions of a valid policy."""
+    if counts.selected and not counts.applies:
+        shadowed = (
+            f"every workload it selects ({counts.selected}) is taken by a policy of higher"
+            f" precedence, e.g. {counts.taken_by}"
+        )
+        return ("False", "Shadowed", shadowed), ("False", "Shadowed", shadowed)
+    mode = "observe-only: decides and reports, writes no rollback" if policy.observe_only else ""
+    ready: Said = ("True", "Valid", mode or "valid and in effect")
+    spared = _some(counts.protected, 5)
+    if counts.applies:
+        message = f"applies to {counts.applies} workload(s)"
+        if counts.protected:
+            message += f"; leaves alone those in protected namespaces ({spared})"
+        return ready, ("True", "Matched", message)
+    if counts.protected:
+        return ready, (
+            "False",
+            "ProtectedNamespaces",
+            f"selects workloads only in protected namespaces ({spared}), where no policy applies",
+        )
+    kinds = ", ".join(policy.spec.scope.workload_types)
+    return ready, ("False", "NoMatchingWorkloads", f"no workload in scope (kinds: {kinds})")
+
+
+def _paused(counts: Tally) -> Said:
+    """The ``WorkloadsPaused`` condition: the tracked workloads a pause holds."""
+    if not counts.held:
+        return ("False", "NoneHeld", "no tracked workload is paused")
+    return (
+        "True",
+        "Held",
+        f"{len(counts.held)} tracked workload(s) held by a pause"
+        f" (rightsizing.kubex.ai/pause-until): {_some(counts.held, 3)}",
     )
 
 
@@ -229,7 +230,7 @@ def _health(
     if checks is None:
         return []
     if prometheus:
-        said: tuple[ConditionStatus, str, str] = (
+        said: Said = (
             "True",
             "PrometheusConfigured",
             "asked at each verdict that passes adoption",
@@ -281,7 +282,7 @@ def _some(names: Iterable[str], most: int) -> str:
 def _condition(
     previous: PolicyStatus | None,
     kind: str,
-    what: tuple[ConditionStatus, str, str],
+    what: Said,
     now: datetime,
     generation: int | None,
 ) -> Condition:

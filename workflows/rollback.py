@@ -700,33 +700,8 @@ class RollbackWorkflow:
             match effect:
                 case Record():
                     await self._record(effect)
-                case RollBack(observe_only=True):
-                    follow = RolledBack(workflow.now(), OBSERVE_ONLY_RESULT)
-                case Reapply(observe_only=True):
-                    follow = Reapplied(workflow.now(), OBSERVE_ONLY_RESULT)
-                case RollBack():
-                    result = await self._actuate(
-                        ROLL_BACK,
-                        RollBackInput(
-                            cluster=self.cluster,
-                            owner=self.state.owner,
-                            target=effect.target,
-                            resources=effect.resources,
-                        ),
-                        f"roll back to {effect.target}",
-                    )
-                    follow = None if result is None else RolledBack(workflow.now(), result)
-                case Reapply():
-                    result = await self._actuate(
-                        REAPPLY_RECOMMENDATION,
-                        ReapplyInput(
-                            cluster=self.cluster,
-                            owner=self.state.owner,
-                            recommendation=effect.recommendation,
-                        ),
-                        f"re-apply {self.state.fingerprint} for the next turn",
-                    )
-                    follow = None if result is None else Reapplied(workflow.now(), result)
+                case RollBack() | Reapply():
+                    follow = await self._actuation(effect)
                 case StartOver():
                     assert self._input is not None
                     workflow.continue_as_new(
@@ -742,6 +717,27 @@ class RollbackWorkflow:
         if transitioned:
             await self._notify(decision)
         return follow
+
+    async def _actuation(self, effect: RollBack | Reapply) -> Observation | None:
+        """A rollback or re-apply carried out (an observe-only one reports what it would have
+        done): its result, the next observation; None when a cancel gave it up while held."""
+        if effect.observe_only:
+            if isinstance(effect, RollBack):
+                return RolledBack(workflow.now(), OBSERVE_ONLY_RESULT)
+            return Reapplied(workflow.now(), OBSERVE_ONLY_RESULT)
+        owner = self.state.owner
+        if isinstance(effect, RollBack):
+            request = RollBackInput(
+                cluster=self.cluster, owner=owner, target=effect.target, resources=effect.resources
+            )
+            result = await self._actuate(ROLL_BACK, request, f"roll back to {effect.target}")
+            return None if result is None else RolledBack(workflow.now(), result)
+        reapply = ReapplyInput(
+            cluster=self.cluster, owner=owner, recommendation=effect.recommendation
+        )
+        summary = f"re-apply {self.state.fingerprint} for the next turn"
+        result = await self._actuate(REAPPLY_RECOMMENDATION, reapply, summary)
+        return None if result is None else Reapplied(workflow.now(), result)
 
     async def _actuate(
         self, name: str, request: RollBackInput | ReapplyInput, summary: str
