@@ -14,10 +14,10 @@ from pathlib import Path
 from bench.memory import memory_mib
 from sim.apiserver import KubeEmulator, free_port
 from sim.devserver import DevServer
-from workflows.contract import Obj
+from workflows.contract import Obj, recommendation_key
 from workflows.fingerprint import Recommendation
 
-KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
+KEY = recommendation_key("static")
 REC = Recommendation(requests_key=KEY, requests={"app": {"memory": "512Mi"}})
 Lines = list[str]
 RESULT_WAITERS = 200

@@ -89,7 +89,7 @@ from bench.memory import memory_mib
 from sim.apiserver import Fault, KubeEmulator, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
-from sim.scenario import ENGINE_REASONS, _resources
+from sim.scenario import ENGINE_REASONS, running_resources
 from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
 from workflows.contract import (
     API_GROUP,
@@ -101,6 +101,7 @@ from workflows.contract import (
     ROLLBACK_STATE_ANNOTATION,
     EventReason,
     Obj,
+    recommendation_key,
 )
 from workflows.durations import parse_duration
 from workflows.notify import IDEMPOTENCY_HEADER, NOTIFY_WORKFLOW
@@ -108,8 +109,8 @@ from workflows.rollback import WORKFLOW_NAME
 
 MERGE = "application/merge-patch+json"
 ROLLBACK_KEYS = {ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION}
-REC_KEY = "static.rightsizing.kubex.ai/desired-resource-requests"
-LIMITS_KEY = "static.rightsizing.kubex.ai/desired-resource-limits"
+REC_KEY = recommendation_key("static")
+LIMITS_KEY = recommendation_key("static", limits=True)
 MANIFEST, HEALTHY, OOM, GROWN, HUGE = "512Mi", "384Mi", "256Mi", "1Gi", "200Ti"
 WORKING_SET = "300Mi"
 KUBE_TIMEOUT = 3.0
@@ -144,9 +145,10 @@ LISTED_BEFORE = 1.0
 RESTART_WITHIN = 5.0  # a resize that restarts a container takes its pod down within this
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Fate:
-    """A workload's script: its recommendation, what happens to it, and its known end."""
+    """A workload's script: its recommendation, what happens to it, and its known end (every
+    field named where a fate is written)."""
 
     name: str
     memory: str  # the recommendation's memory request (and limit, unless ``grow_only``)
@@ -175,55 +177,143 @@ class Fate:
 
 
 FATES = [
-    Fate("healthy", HEALTHY, "monitoringSucceeded", 1, None, HEALTHY),
-    Fate("oom", OOM, "failedPermanent", 2, "oomKilled"),
-    Fate("partial-above", GROWN, "monitoringSucceeded", 1, None, replicas=5, grow_only=True,
-         fits=4),
-    Fate("partial-below", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet", replicas=5,
-         grow_only=True, fits=3, in_place_reason="resizeDeferred"),
+    Fate(name="healthy", memory=HEALTHY, mode="monitoringSucceeded", turn=1, pods=HEALTHY),
+    Fate(name="oom", memory=OOM, mode="failedPermanent", turn=2, reason="oomKilled"),
+    Fate(
+        name="partial-above",
+        memory=GROWN,
+        mode="monitoringSucceeded",
+        turn=1,
+        replicas=5,
+        grow_only=True,
+        fits=4,
+    ),
+    Fate(
+        name="partial-below",
+        memory=GROWN,
+        mode="failedPermanent",
+        turn=2,
+        reason="adoptionThresholdNotMet",
+        replicas=5,
+        grow_only=True,
+        fits=3,
+        in_place_reason="resizeDeferred",
+    ),
     # Running pods cannot grow (filtered, never deleted) and the replacements stay Pending. One
     # turn only (a policy of its own): whether a turn 2 starts depends on whether a replacement
     # is still Pending when the recommendation comes back, a race no script can know the end of.
-    Fate("unschedulable", HUGE, "failedPermanent", 1, "unschedulable", grow_only=True,
-         own_policy=True, max_attempts=1),
-    Fate("owner-deleted", HEALTHY, None, pods=None),
-    Fate("policy-changed", OOM, "failedPermanent", 1, "oomKilled", own_policy=True),
+    Fate(
+        name="unschedulable",
+        memory=HUGE,
+        mode="failedPermanent",
+        turn=1,
+        reason="unschedulable",
+        grow_only=True,
+        own_policy=True,
+        max_attempts=1,
+    ),
+    Fate(name="owner-deleted", memory=HEALTHY, mode=None, pods=None),
+    Fate(
+        name="policy-changed",
+        memory=OOM,
+        mode="failedPermanent",
+        turn=1,
+        reason="oomKilled",
+        own_policy=True,
+    ),
     # Paused on its owner as its first window opens, until after the window: the verdict waits,
     # then rolls back as the oom fate does.
-    Fate("paused", OOM, "failedPermanent", 2, "oomKilled", paused_in="monitoring"),
+    Fate(
+        name="paused",
+        memory=OOM,
+        mode="failedPermanent",
+        turn=2,
+        reason="oomKilled",
+        paused_in="monitoring",
+    ),
     # Paused without an end (``infinite``) on its owner as its first window opens; the script
     # lifts the pause once the engine's RollbackPaused Event shows the verdict held. Whichever
     # intake leads then (they are killed and cut off on the way) must resume it.
-    Fate("paused-infinite", OOM, "failedPermanent", 2, "oomKilled", paused_in="monitoring"),
+    Fate(
+        name="paused-infinite",
+        memory=OOM,
+        mode="failedPermanent",
+        turn=2,
+        reason="oomKilled",
+        paused_in="monitoring",
+    ),
     # Paused as its first backoff begins, until after the backoff's end: the end's clearing of
     # the rollback (which re-applies the cut) waits for the pause, then turn 2 goes as oom's.
-    Fate("paused-backoff", OOM, "failedPermanent", 2, "oomKilled", paused_in="backingOff"),
+    Fate(
+        name="paused-backoff",
+        memory=OOM,
+        mode="failedPermanent",
+        turn=2,
+        reason="oomKilled",
+        paused_in="backingOff",
+    ),
     # In place, paused once its paced rollback has taken its first pod down: the next batch
     # waits for the pause, then the rollback goes on from where it stopped.
-    Fate("paused-mid-rollback", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet",
-         replicas=5, grow_only=True, fits=3, in_place_reason="resizeDeferred",
-         paused_in="rollingBack", in_place_only=True),
+    Fate(
+        name="paused-mid-rollback",
+        memory=GROWN,
+        mode="failedPermanent",
+        turn=2,
+        reason="adoptionThresholdNotMet",
+        replicas=5,
+        grow_only=True,
+        fits=3,
+        in_place_reason="resizeDeferred",
+        paused_in="rollingBack",
+        in_place_only=True,
+    ),
     # In place, a PodDisruptionBudget (maxUnavailable 0) over its pods from its first window
     # on: its rollback holds (RollbackPaced) until the script, seeing that Event, lets the
     # budget allow one (maxUnavailable 1); every later batch is bounded by it.
-    Fate("budget-held", GROWN, "failedPermanent", 2, "adoptionThresholdNotMet", replicas=5,
-         grow_only=True, fits=3, in_place_reason="resizeDeferred", in_place_only=True,
-         budget=True),
-    Fate("policy-deleted", OOM, None, pods=OOM, own_policy=True),
-    Fate("cancel", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True),
-    Fate("reopen", HEALTHY, "monitoring", 1, None, HEALTHY, long_window=True, terminal=False),
+    Fate(
+        name="budget-held",
+        memory=GROWN,
+        mode="failedPermanent",
+        turn=2,
+        reason="adoptionThresholdNotMet",
+        replicas=5,
+        grow_only=True,
+        fits=3,
+        in_place_reason="resizeDeferred",
+        in_place_only=True,
+        budget=True,
+    ),
+    Fate(name="policy-deleted", memory=OOM, mode=None, pods=OOM, own_policy=True),
+    Fate(name="cancel", memory=HEALTHY, mode="cancelled", turn=1, pods=HEALTHY, long_window=True),
+    Fate(
+        name="reopen",
+        memory=HEALTHY,
+        mode="monitoring",
+        turn=1,
+        pods=HEALTHY,
+        long_window=True,
+        terminal=False,
+    ),
     # Its scripted act falls while the leader is cut off its Lease, so the deposed leader has
     # work it must not do: applied only then (late), or its cancel annotated only then.
-    Fate("late", OOM, "failedPermanent", 2, "oomKilled", in_cut=True),
-    Fate("cancel-in-cut", HEALTHY, "cancelled", 1, None, HEALTHY, long_window=True, in_cut=True),
+    Fate(name="late", memory=OOM, mode="failedPermanent", turn=2, reason="oomKilled", in_cut=True),
+    Fate(
+        name="cancel-in-cut",
+        memory=HEALTHY,
+        mode="cancelled",
+        turn=1,
+        pods=HEALTHY,
+        long_window=True,
+        in_cut=True,
+    ),
     # Its namespace's pod LISTs by the workers fail (503) from its window's start until 10 s past
     # its end: the verdict's sample exhausts its local tries and goes on as a regular activity
     # (the fallback), and must still end right.
-    Fate("flaky-verdict", HEALTHY, "monitoringSucceeded", 1, None, HEALTHY),
+    Fate(name="flaky-verdict", memory=HEALTHY, mode="monitoringSucceeded", turn=1, pods=HEALTHY),
     # In a protected namespace that the cluster policy's selector names: it OOMs on its cut and
     # nothing rolls it back, since no policy applies there.
-    Fate("protected", OOM, None, pods=OOM, protected=True),
-]  # fmt: skip
+    Fate(name="protected", memory=OOM, mode=None, pods=OOM, protected=True),
+]
 
 
 @dataclass
@@ -871,7 +961,7 @@ class Soak:
         if fate.protected:  # its pods run the cut: the engine has seen what it must leave alone
             return bool(self._pods(w)) and all(
                 (r.get("requests") or {}).get("memory") == fate.memory
-                for p in self._pods(w) for r in _resources(p).values()
+                for p in self._pods(w) for r in running_resources(p).values()
             )  # fmt: skip
         if fate.mode is None:
             return "policy deleted" in w.actions and state is None
@@ -1089,7 +1179,7 @@ class Soak:
             if have not in (want, also):
                 return f"{have}, expected {want}"
         memory = sorted(str((r.get("requests") or {}).get("memory"))
-                        for p in self._pods(w) for r in _resources(p).values())  # fmt: skip
+                        for p in self._pods(w) for r in running_resources(p).values())  # fmt: skip
         if fate.name == "partial-above":
             want_memory = sorted([GROWN] * (fate.fits or 0) + [MANIFEST])
         elif fate.pods is None:

@@ -29,7 +29,7 @@ from workflows.activity_api import (
     RollBackInput,
     SampleCohortInput,
 )
-from workflows.contract import RollbackTarget
+from workflows.contract import RollbackTarget, recommendation_key
 from workflows.fingerprint import Recommendation
 from workflows.policy import Backoff
 from workflows.state import PolicyRef
@@ -51,7 +51,7 @@ class InstantCluster:
     under a policy whose window is ``window``."""
 
     recommendation = Recommendation(
-        requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
+        requests_key=recommendation_key("static"),
         requests={"app": {"memory": "512Mi"}},
     )
 

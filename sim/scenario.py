@@ -82,13 +82,12 @@ from workflows.contract import (
     CLUSTER_PATTERN,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
-    RECOMMENDATION_SUFFIX_LIMITS,
-    RECOMMENDATION_SUFFIX_REQUESTS,
     ROLLBACK_STATE_ANNOTATION,
     EventReason,
     Mode,
     Obj,
     WorkloadKind,
+    recommendation_key,
     task_queue_for,
 )
 from workflows.durations import format_duration, parse_duration_or_zero
@@ -414,7 +413,7 @@ def owned_pods(store: Any, lookup: OwnerLookup, ref: str) -> list[Obj]:
     return [p for p in store.items("Pod", namespace) if lookup.owner_of(p) == wanted]
 
 
-def _resources(pod: Obj) -> Obj:
+def running_resources(pod: Obj) -> Obj:
     """container -> the resources it runs with (as reported, else as specified)."""
     reported = {
         cs["name"]: cs.get("resources")
@@ -507,7 +506,7 @@ class Recorder:
             status = pod_state(pod)
             statuses = (pod.get("status") or {}).get("containerStatuses") or []
             restarts = sum(cs.get("restartCount", 0) for cs in statuses)
-            memory = memory_text(_resources(pod))
+            memory = memory_text(running_resources(pod))
             reason = next(
                 (
                     ((cs.get("lastState") or {}).get("terminated") or {}).get("reason")
@@ -808,16 +807,14 @@ class Member:
             kind, ns, name = self._owner(step.apply.workload)
             owner = store.get(store.rtype(kind), ns, name)
             current = owner["metadata"].get("annotations") or {}
-            key_prefix = f"{step.apply.source}.rightsizing.kubex.ai/" + (
-                f"h{step.apply.digest}-" if step.apply.digest else ""
-            )
+            source, digest = step.apply.source, step.apply.digest
             wanted: dict[str, str | None] = {k: None for k in current if is_recommendation_key(k)}
             if step.apply.requests:
-                wanted[key_prefix + RECOMMENDATION_SUFFIX_REQUESTS] = json.dumps(
-                    step.apply.requests
-                )
+                key = recommendation_key(source, digest=digest)
+                wanted[key] = json.dumps(step.apply.requests)
             if step.apply.limits:
-                wanted[key_prefix + RECOMMENDATION_SUFFIX_LIMITS] = json.dumps(step.apply.limits)
+                key = recommendation_key(source, limits=True, digest=digest)
+                wanted[key] = json.dumps(step.apply.limits)
             store.patch(store.rtype(kind), ns, name, {"metadata": {"annotations": wanted}}, MERGE)
             line(f"{t():7.2f}s  {prefix}{step.apply.workload}  step: recommendation applied")
         if step.delete_pod is not None:
@@ -906,7 +903,7 @@ class Member:
             transitions=[t for t in self.recorder.transitions if t["owner"] == key],
             not_ready=self.recorder.not_ready(key),
             now=self.recorder.t(),
-            pods={pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)},
+            pods={pod["metadata"]["name"]: running_resources(pod) for pod in self.owned_pods(ref)},
         )
 
     def owned_pods(self, ref: str) -> list[Obj]:
@@ -1051,7 +1048,7 @@ class World:
         return member.owned_pods(inner)
 
     def pods_of(self, ref: str) -> dict[str, Obj]:
-        return {pod["metadata"]["name"]: _resources(pod) for pod in self.owned_pods(ref)}
+        return {pod["metadata"]["name"]: running_resources(pod) for pod in self.owned_pods(ref)}
 
     def timeline(self, what: str) -> list[Obj]:
         """Every cluster's ``transitions``, ``events`` or ``pods``, in time order."""

@@ -26,11 +26,18 @@ GROUP_VERSION = f"{API_GROUP}/{API_VERSION}"
 RECOMMENDATION_SUFFIX_REQUESTS = "desired-resource-requests"
 RECOMMENDATION_SUFFIX_LIMITS = "desired-resource-limits"
 
+
+def recommendation_key(source: str, limits: bool = False, digest: str | None = None) -> str:
+    """A recommendation annotation's key: ``<source>.rightsizing.kubex.ai/`` then, for a key a
+    policy owns, ``h<digest>-``, then ``desired-resource-requests`` (or ``-limits``)."""
+    suffix = RECOMMENDATION_SUFFIX_LIMITS if limits else RECOMMENDATION_SUFFIX_REQUESTS
+    return f"{source}.{API_GROUP}/" + (f"h{digest}-" if digest else "") + suffix
+
+
 # The rollback recommendation this service publishes on the owner.
 ROLLBACK_SOURCE = "rollbackpolicy"
-ROLLBACK_PREFIX = f"{ROLLBACK_SOURCE}.{API_GROUP}"
-ROLLBACK_REQUESTS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_REQUESTS}"
-ROLLBACK_LIMITS_ANNOTATION = f"{ROLLBACK_PREFIX}/{RECOMMENDATION_SUFFIX_LIMITS}"
+ROLLBACK_REQUESTS_ANNOTATION = recommendation_key(ROLLBACK_SOURCE)
+ROLLBACK_LIMITS_ANNOTATION = recommendation_key(ROLLBACK_SOURCE, limits=True)
 
 # Rollback state JSON, on the owner only (never on pods).
 ROLLBACK_STATE_ANNOTATION = "rightsizing.kubex.ai/rollback-state"

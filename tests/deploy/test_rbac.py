@@ -38,6 +38,7 @@ from workflows.activity_api import (
     ResolvePolicyInput,
     RollBackInput,
     SampleCohortInput,
+    rollback_id,
 )
 from workflows.contract import (
     CONTROL_ANNOTATION,
@@ -193,6 +194,11 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
             )
             assert intake.stats["signals"] == 1, kind
             journal += api.journal
+    # No worker polls ``queue``: the runs the pods started above are ended, so that each control
+    # below is answered at once (refused: nothing runs; a taken one needs a worker to answer).
+    for kind in ALL_KINDS:
+        ref = OwnerRef(namespace=NS, kind=WorkloadKind(kind), name="web")
+        await temporal_env.client.get_workflow_handle(rollback_id(CLUSTER, ref)).terminate()
     with KubeEmulator() as api:  # informers, a malformed pod, leader election
         client = kube(api)
         intake = Intake(
