@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -176,9 +177,23 @@ class Fate:
     budget: bool = False  # a disruption budget that allows nothing while it rolls back
 
 
+# Fates that end as ``oom``'s (turn 2 rolled back, failed for good), or as ``partial-below``'s
+# (5 pods, 3 of which can grow: 60% adopted), whatever happens to them on the way.
+_as_oom = functools.partial(Fate, memory=OOM, mode="failedPermanent", turn=2, reason="oomKilled")
+_as_partial_below = functools.partial(
+    Fate,
+    memory=GROWN,
+    mode="failedPermanent",
+    turn=2,
+    reason="adoptionThresholdNotMet",
+    replicas=5,
+    grow_only=True,
+    fits=3,
+    in_place_reason="resizeDeferred",
+)
 FATES = [
     Fate(name="healthy", memory=HEALTHY, mode="monitoringSucceeded", turn=1, pods=HEALTHY),
-    Fate(name="oom", memory=OOM, mode="failedPermanent", turn=2, reason="oomKilled"),
+    _as_oom(name="oom"),
     Fate(
         name="partial-above",
         memory=GROWN,
@@ -188,17 +203,7 @@ FATES = [
         grow_only=True,
         fits=4,
     ),
-    Fate(
-        name="partial-below",
-        memory=GROWN,
-        mode="failedPermanent",
-        turn=2,
-        reason="adoptionThresholdNotMet",
-        replicas=5,
-        grow_only=True,
-        fits=3,
-        in_place_reason="resizeDeferred",
-    ),
+    _as_partial_below(name="partial-below"),
     # Running pods cannot grow (filtered, never deleted) and the replacements stay Pending. One
     # turn only (a policy of its own): whether a turn 2 starts depends on whether a replacement
     # is still Pending when the recommendation comes back, a race no script can know the end of.
@@ -223,63 +228,35 @@ FATES = [
     ),
     # Paused on its owner as its first window opens, until after the window: the verdict waits,
     # then rolls back as the oom fate does.
-    Fate(
+    _as_oom(
         name="paused",
-        memory=OOM,
-        mode="failedPermanent",
-        turn=2,
-        reason="oomKilled",
         paused_in="monitoring",
     ),
     # Paused without an end (``infinite``) on its owner as its first window opens; the script
     # lifts the pause once the engine's RollbackPaused Event shows the verdict held. Whichever
     # intake leads then (they are killed and cut off on the way) must resume it.
-    Fate(
+    _as_oom(
         name="paused-infinite",
-        memory=OOM,
-        mode="failedPermanent",
-        turn=2,
-        reason="oomKilled",
         paused_in="monitoring",
     ),
     # Paused as its first backoff begins, until after the backoff's end: the end's clearing of
     # the rollback (which re-applies the cut) waits for the pause, then turn 2 goes as oom's.
-    Fate(
+    _as_oom(
         name="paused-backoff",
-        memory=OOM,
-        mode="failedPermanent",
-        turn=2,
-        reason="oomKilled",
         paused_in="backingOff",
     ),
     # In place, paused once its paced rollback has taken its first pod down: the next batch
     # waits for the pause, then the rollback goes on from where it stopped.
-    Fate(
+    _as_partial_below(
         name="paused-mid-rollback",
-        memory=GROWN,
-        mode="failedPermanent",
-        turn=2,
-        reason="adoptionThresholdNotMet",
-        replicas=5,
-        grow_only=True,
-        fits=3,
-        in_place_reason="resizeDeferred",
         paused_in="rollingBack",
         in_place_only=True,
     ),
     # In place, a PodDisruptionBudget (maxUnavailable 0) over its pods from its first window
     # on: its rollback holds (RollbackPaced) until the script, seeing that Event, lets the
     # budget allow one (maxUnavailable 1); every later batch is bounded by it.
-    Fate(
+    _as_partial_below(
         name="budget-held",
-        memory=GROWN,
-        mode="failedPermanent",
-        turn=2,
-        reason="adoptionThresholdNotMet",
-        replicas=5,
-        grow_only=True,
-        fits=3,
-        in_place_reason="resizeDeferred",
         in_place_only=True,
         budget=True,
     ),
@@ -296,7 +273,7 @@ FATES = [
     ),
     # Its scripted act falls while the leader is cut off its Lease, so the deposed leader has
     # work it must not do: applied only then (late), or its cancel annotated only then.
-    Fate(name="late", memory=OOM, mode="failedPermanent", turn=2, reason="oomKilled", in_cut=True),
+    _as_oom(name="late", in_cut=True),
     Fate(
         name="cancel-in-cut",
         memory=HEALTHY,
