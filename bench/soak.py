@@ -87,7 +87,7 @@ from temporalio.client import Client
 from activities.kubetime import kube_time, parse_kube_time
 from bench import CLUSTER
 from bench.memory import memory_mib
-from sim.apiserver import Fault, KubeEmulator, free_port
+from sim.apiserver import Fault, KubeEmulator, Request, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer, die_with_parent
 from sim.scenario import ENGINE_REASONS, running_resources
@@ -1292,18 +1292,23 @@ class Soak:
             for pod in pods
         }
         acted: dict[str, list[tuple[float, str]]] = defaultdict(list)
-        for r in list(self.api.journal):
-            if not (r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300):
-                continue
-            parts = r.path.strip("/").split("/")
-            if len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize":
-                owner = pod_owner.get((parts[3], parts[5]))
+        for r in self._worker_patches():
+            parts = r.path.strip("/").split("/")  # apis/apps/v1/namespaces/NS/KINDS/NAME
+            if (pod := _resized_pod(r)) is not None:
+                owner = pod_owner.get(pod)
                 if owner is not None:
-                    acted[owner].append((r.at, f"pod {parts[5]} resized"))
+                    acted[owner].append((r.at, f"pod {pod[1]} resized"))
             elif len(parts) == 7 and parts[5] in kinds and ROLLBACK_KEYS & set(r.annotations):
                 owner = f"{parts[4]}/{kinds[parts[5]]}/{parts[6]}"
                 acted[owner].append((r.at, "rollback annotation written (published or cleared)"))
         return acted
+
+    def _worker_patches(self) -> list[Request]:
+        """The workers' PATCHes the API server took, in the emulator's journal's order."""
+        return [
+            r for r in list(self.api.journal)
+            if r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300
+        ]  # fmt: skip
 
     def _protected(self, bad: Any) -> None:
         """Engine writes into the protected namespace, but to our own policies (whose status
@@ -1325,11 +1330,9 @@ class Soak:
         batch's LIST saw it). A pod resized twice before it went down (a retry whose first
         answer was lost) is down once. Returns how many take-downs were checked."""
         resized: dict[tuple[str, str], list[float]] = defaultdict(list)
-        for r in list(self.api.journal):
-            parts = r.path.strip("/").split("/")  # api/v1/namespaces/NS/pods/NAME/resize
-            if (r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300
-                    and len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize"):  # fmt: skip
-                resized[(parts[3], parts[5])].append(r.at)
+        for r in self._worker_patches():
+            if (where := _resized_pod(r)) is not None:
+                resized[where].append(r.at)
         checked = 0
         for owner, pods in self.timeline.pods.items():
             namespace = owner.split("/", 1)[0]
@@ -1488,6 +1491,14 @@ async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> 
             for r in results:
                 r.logs = logs
         return results
+
+
+def _resized_pod(request: Request) -> tuple[str, str] | None:
+    """(namespace, pod) of a ``pods/resize`` request, None for any other path."""
+    parts = request.path.strip("/").split("/")  # api/v1/namespaces/NS/pods/NAME/resize
+    if len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize":
+        return parts[3], parts[5]
+    return None
 
 
 def _back_at(changes: list[tuple[float, bool | None]], down: float) -> float:

@@ -76,6 +76,12 @@ def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: obj
     assert len(found) == 1 and found[0].startswith("nonLeaderWrites: intake-a PATCH")
 
 
+def _journal_readers(fake: SimpleNamespace) -> SimpleNamespace:
+    """A stand-in soak's readers of its journal: the soak's own."""
+    fake._worker_patches = lambda: Soak._worker_patches(fake)  # type: ignore[arg-type]
+    return fake
+
+
 def test_the_oracle_sees_any_acting_write_while_paused() -> None:
     """``actedWhilePaused`` counts every worker write that changes what runs while the pause
     holds, from the journal: a rollback annotation published or cleared, a pod resized; not a
@@ -110,6 +116,7 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
     fake = SimpleNamespace(timeline=timeline, workloads=[calm, early, late],
                            api=SimpleNamespace(journal=journal))  # fmt: skip
     fake._acting_writes = lambda: Soak._acting_writes(fake)  # type: ignore[arg-type]
+    _journal_readers(fake)
     found: list[str] = []
     Soak._paused(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert found == [
@@ -164,7 +171,9 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
 
     journal = [Request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", {}, "", 200,
                        f"{WORKER_AGENT}/1.0", t + at) for pod, at in resizes]  # fmt: skip
-    fake = SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=journal))
+    fake = _journal_readers(
+        SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=journal))
+    )
     found: list[str] = []
     checked = Soak._unavailable(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
     assert found == [
