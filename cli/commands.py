@@ -437,6 +437,12 @@ def cmd_versions(args: argparse.Namespace) -> int:
                 return 0
             rows = await versioning.versions(client, name)
         except RPCError as exc:
+            if versioning.not_ready(exc):  # still so at the end of --wait
+                raise OpsError(
+                    f"{name}: {exc.message} (still so after {args.wait:g}s: are the version's"
+                    " workers running, with every task queue's pollers? the command may be run"
+                    " again, with a longer --wait)"
+                ) from exc
             raise OpsError(f"{name}: {exc.message}") from exc
         print(versioning_table(rows) if rows else f"{name}: no versions yet")
         return 0

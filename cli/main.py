@@ -181,8 +181,9 @@ def _add_versions(sub: Any) -> None:
             type=float,
             default=ROUTING_WAIT,
             metavar="SECONDS",
-            help="how long to wait for the change to reach every task queue of the version"
-            f" (default {ROUTING_WAIT:g}); past it, exit 1 saying so (the change stands)",
+            help="how long to wait for the version's workers to poll every task queue the"
+            " current version serves, then for the change to reach each of them (default"
+            f" {ROUTING_WAIT:g}); past it, exit 1 saying which (a change taken stands)",
         )
     versions.set_defaults(handler=_command("cmd_versions"), action="list")
     check = sub.add_parser(

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from temporalio.api.deployment.v1 import WorkerDeploymentVersion as DeploymentVersion
+from temporalio.api.deployment.v1 import WorkerDeploymentVersionInfo
 from temporalio.api.enums.v1 import (
     RoutingConfigUpdateState,
     VersionDrainageStatus,
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 IDENTITY = "rightsizing-rollback"
 PROPAGATION_POLL = 0.5
 Routes = Callable[[TaskQueueVersioningInfo], bool]  # whether a task queue routes as asked
+VersionTaskQueue = WorkerDeploymentVersionInfo.VersionTaskQueueInfo
+NOT_POLLING = "missing active task queues"  # the server's refusal, see not_ready
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ def _status(value: WorkerDeploymentVersionStatus.ValueType) -> str:
 
 async def describe(client: Client, deployment: str) -> DescribeWorkerDeploymentResponse:
     return await client.workflow_service.describe_worker_deployment(
-        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment)
+        DescribeWorkerDeploymentRequest(namespace=client.namespace, deployment_name=deployment),
+        retry=True,
     )
 
 
@@ -92,20 +96,22 @@ async def versions(client: Client, deployment: str) -> list[VersionRow]:
 async def set_current(
     client: Client, version: WorkerDeploymentVersion, within: float = ROUTING_WAIT
 ) -> bool:
-    """Make ``version`` current; True once new attempts start on it (``_propagated``)."""
-    await client.workflow_service.set_worker_deployment_current_version(
-        SetWorkerDeploymentCurrentVersionRequest(
-            namespace=client.namespace,
-            deployment_name=version.deployment_name,
-            build_id=version.build_id,
-            identity=IDENTITY,
-        )
+    """Make ``version`` current; True once new attempts start on it (``_route``)."""
+    request = SetWorkerDeploymentCurrentVersionRequest(
+        namespace=client.namespace,
+        deployment_name=version.deployment_name,
+        build_id=version.build_id,
+        identity=IDENTITY,
     )
 
     def routes(info: TaskQueueVersioningInfo) -> bool:
         return info.current_deployment_version.build_id == version.build_id
 
-    return await _propagated(client, version, routes, within)
+    service = client.workflow_service
+    return await _route(
+        client, version, lambda: service.set_worker_deployment_current_version(request, retry=True),
+        routes, within,
+    )  # fmt: skip
 
 
 async def ramp(
@@ -116,14 +122,12 @@ async def ramp(
 ) -> bool:
     """Send ``percentage`` of new attempts to ``version``; 0 stops ramping. True once every
     task queue routes so."""
-    await client.workflow_service.set_worker_deployment_ramping_version(
-        SetWorkerDeploymentRampingVersionRequest(
-            namespace=client.namespace,
-            deployment_name=version.deployment_name,
-            build_id=version.build_id if percentage > 0 else "",
-            percentage=percentage,
-            identity=IDENTITY,
-        )
+    request = SetWorkerDeploymentRampingVersionRequest(
+        namespace=client.namespace,
+        deployment_name=version.deployment_name,
+        build_id=version.build_id if percentage > 0 else "",
+        percentage=percentage,
+        identity=IDENTITY,
     )
 
     def routes(info: TaskQueueVersioningInfo) -> bool:
@@ -132,11 +136,53 @@ async def ramp(
         ramping = info.ramping_deployment_version.build_id == version.build_id
         return ramping and abs(info.ramping_version_percentage - percentage) < 1e-6
 
-    return await _propagated(client, version, routes, within)
+    service = client.workflow_service
+    return await _route(
+        client, version, lambda: service.set_worker_deployment_ramping_version(request, retry=True),
+        routes, within,
+    )  # fmt: skip
+
+
+def not_ready(exc: RPCError) -> bool:
+    """The server refused a routing change because the version's workers have not all polled
+    yet: the deployment or the build is unknown to it (no poll reached it), or the version does
+    not poll every task queue the current version serves (``missing active task queues``: an
+    activity poller registers apart from, and may come seconds after, the workflow poller).
+    Temporal's own tests retry these; so does ``_route``, within its wait."""
+    if exc.status == RPCStatusCode.NOT_FOUND:
+        return True
+    return exc.status == RPCStatusCode.FAILED_PRECONDITION and NOT_POLLING in exc.message
+
+
+async def _route(
+    client: Client,
+    version: WorkerDeploymentVersion,
+    request: Callable[[], Awaitable[object]],
+    routes: Routes,
+    within: float,
+) -> bool:
+    """Ask for a routing change, retrying while the version is ``not_ready`` (a rollout's new
+    pods may still be starting as the operator promotes it), then wait for it to propagate.
+    Past ``within`` seconds: the refusal is raised, or False when the change was taken but has
+    not reached every task queue."""
+    loop = asyncio.get_running_loop()
+    deadline, said = loop.time() + within, ""
+    while True:
+        try:
+            await request()
+            break
+        except RPCError as exc:
+            if not not_ready(exc) or loop.time() > deadline:
+                raise
+            if exc.message != said:  # once per reason, not per retry
+                said = exc.message
+                log.info("%s: not ready to route to yet (%s); waiting", version.build_id, said)
+            await asyncio.sleep(PROPAGATION_POLL)
+    return await _propagated(client, version, routes, deadline)
 
 
 async def _propagated(
-    client: Client, version: WorkerDeploymentVersion, routes: Routes, within: float
+    client: Client, version: WorkerDeploymentVersion, routes: Routes, deadline: float
 ) -> bool:
     """Wait until the routing change reached the version's task queues: until then a new
     attempt may still start on the previous routing. Done when the deployment reports its
@@ -144,9 +190,9 @@ async def _propagated(
     when every task queue of the version (its workflow and activity queues) routes as asked:
     the deployment's own report can stay IN_PROGRESS for ever once a propagation step failed
     on a loaded server (temporalio/temporal#11842), while its task queues, which are what start
-    new attempts, already route so. False if neither within ``within`` seconds. Polled: the API
-    has only Describe calls for it."""
-    deadline = asyncio.get_running_loop().time() + within
+    new attempts, already route so. False if neither by ``deadline`` (the loop's clock).
+    Polled: the API has only Describe calls for it."""
+    queues: list[VersionTaskQueue] | None = None  # the version's, read once it is needed
     while True:
         state = (await describe(client, version.deployment_name)).worker_deployment_info
         if (
@@ -154,8 +200,9 @@ async def _propagated(
             != RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_IN_PROGRESS
         ):
             return True
-        routing = await task_queue_routing(client, version)
-        if routing and all(routes(info) for _, info in routing):
+        queues = queues or await _task_queues(client, version)
+        routing = [info for _, info in await _routing_of(client, queues)]
+        if routing and all(routes(info) for info in routing):
             return True
         if asyncio.get_running_loop().time() > deadline:
             return False
@@ -193,23 +240,37 @@ async def task_queue_routing(
     client: Client, version: WorkerDeploymentVersion
 ) -> list[tuple[str, TaskQueueVersioningInfo]]:
     """Each task queue the version's workers poll (workflow and activity), and how it routes
-    new tasks now, read at its root partition (which hands its routing down to the others)."""
+    new tasks now."""
+    return await _routing_of(client, await _task_queues(client, version))
+
+
+async def _task_queues(client: Client, version: WorkerDeploymentVersion) -> list[VersionTaskQueue]:
     described = await client.workflow_service.describe_worker_deployment_version(
         DescribeWorkerDeploymentVersionRequest(
             namespace=client.namespace,
             deployment_version=DeploymentVersion(
                 deployment_name=version.deployment_name, build_id=version.build_id
             ),
-        )
+        ),
+        retry=True,
     )
+    return list(described.worker_deployment_version_info.task_queue_infos)
+
+
+async def _routing_of(
+    client: Client, queues: list[VersionTaskQueue]
+) -> list[tuple[str, TaskQueueVersioningInfo]]:
+    """How each of ``queues`` routes new tasks now, read at its root partition (which hands
+    its routing down to the others)."""
     routing = []
-    for queue in described.worker_deployment_version_info.task_queue_infos:
+    for queue in queues:
         found = await client.workflow_service.describe_task_queue(
             DescribeTaskQueueRequest(
                 namespace=client.namespace,
                 task_queue=TaskQueue(name=queue.name),
                 task_queue_type=queue.type,
-            )
+            ),
+            retry=True,
         )
         routing.append((queue.name, found.versioning_info))
     return routing

@@ -10,6 +10,7 @@ failed workflow task (no non-determinism); v1 then drains and can be scaled to z
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import AsyncIterator
 
@@ -145,6 +146,16 @@ async def test_attempts_finish_on_the_version_they_started_on(
             return state is not None and state.mode is Mode.BACKING_OFF
 
         await eventually(backing_off)
+        # The operator promotes v2 as its workers roll out: the server refuses while no v2
+        # worker has polled every task queue v1 serves, and the command waits for them.
+        promoting = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cli.main", "versions", "--address", address,
+            "--deployment-name", DEPLOYMENT, "set-current", "v2",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert promoting.stderr is not None
+        said = await asyncio.wait_for(promoting.stderr.readline(), 60)
+        assert b"v2: not ready to route to yet (build ID 'v2' not found" in said, said
         async with build_worker(
             client,
             queue,
@@ -153,11 +164,11 @@ async def test_attempts_finish_on_the_version_they_started_on(
             deployment=v2,
             workflows=[RollbackWorkflowV2],
         ):
-            # v2 polls; a later version is not made current by itself...
+            # v2 polls; a later version is not made current by itself, but by the operator.
             assert not await versioning.adopt_if_first(client, v2)
-            # ... but by the operator, here through rollbackctl.
-            await eventually(lambda: _registered(client, "v2"))
-            assert await cli(client, address, "set-current", "v2") == 0
+            out, err = await asyncio.wait_for(promoting.communicate(), 150)
+            assert promoting.returncode == 0, err
+            assert out.decode().startswith(f"{DEPLOYMENT}: v2 is current"), out
             routing = await versioning.task_queue_routing(client, v2)
             assert {name for name, _ in routing} == {queue}, routing  # workflows and activities
             assert all(info.current_deployment_version.build_id == "v2" for _, info in routing)
@@ -206,11 +217,6 @@ async def test_attempts_finish_on_the_version_they_started_on(
             assert "v1" in listed and "drained" in listed and "current" in listed
 
 
-async def _registered(client: Client, build: str) -> bool:
-    rows = await versioning.versions(client, DEPLOYMENT)
-    return any(r.build_id == build for r in rows)
-
-
 async def test_a_versioned_worker_process_serves_from_its_first_start(
     server: WorkflowEnvironment,
 ) -> None:
@@ -237,3 +243,20 @@ async def test_a_versioned_worker_process_serves_from_its_first_start(
         finally:
             stop.set()
             await asyncio.wait_for(serving, 60)
+
+
+async def test_a_build_that_never_polls_is_refused_at_the_end_of_the_wait(
+    server: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``set-current`` waits for the version's workers only ``--wait`` seconds, then exits 1
+    with the server's reason and what to check."""
+    address = server.client.service_client.config.target_host
+    capsys.readouterr()
+    code = await asyncio.to_thread(
+        rollbackctl,
+        ["versions", "--address", address, "--deployment-name", f"never-{uuid.uuid4().hex[:6]}",
+         "set-current", "v9", "--wait", "1"],
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "no Worker Deployment found" in err and "still so after 1s" in err, err
