@@ -18,7 +18,6 @@ import logging
 from typing import Any
 
 from kubernetes.client import CoreV1Api
-from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
@@ -27,7 +26,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities.writes import already_exists, event_body
+from activities.writes import emit_once, event_body
 from workflows.activity_api import PermanentError
 from workflows.contract import EventReason
 
@@ -83,10 +82,9 @@ class ClusterGuard(Interceptor):
             involved, identity, EventReason.FOREIGN_RUN_REFUSED, message, "Warning", COMPONENT
         )
         try:
-            self.core.create_namespaced_event(namespace, body)  # type: ignore[arg-type]
-        except Exception as exc:  # the refusal stands; only its Event is lost (or told already)
-            if not (isinstance(exc, ApiException) and already_exists(exc)):
-                log.warning("the refusal's Event on pod %s/%s failed: %s", namespace, name, exc)
+            emit_once(self.core, involved, body)
+        except Exception as exc:  # the refusal stands; only its Event is lost
+            log.warning("the refusal's Event on pod %s/%s failed: %s", namespace, name, exc)
 
 
 class _Guarded(ActivityInboundInterceptor):

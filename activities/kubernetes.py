@@ -227,7 +227,7 @@ class KubernetesActivities:
                 exists=True,
                 state=state,
                 state_error=error,
-                policy=self.lookup.policy(input.owner, obj),
+                policy=self.lookup.policy(input.owner, obj, input.policy),
                 desired=desired_replicas(input.owner.kind, obj),
             )
 

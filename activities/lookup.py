@@ -5,7 +5,9 @@ cohort's pods. Every read of the activities and of the intake goes through ``Own
 - ``owner_of``: up from a pod through its ReplicaSet or Job. A ReplicaSet's or Job's controller
   never changes, so each is read once and cached (bounded); bare pods have no owner.
 - ``policy``: the owner's policy from two LISTs (namespaced, cluster), resolved by
-  ``workflows.selection``; invalid policies are skipped with a log line.
+  ``workflows.selection``; invalid policies are skipped with a log line. At an attempt's start
+  the policy its starter resolved is carried instead (no LIST), unless the namespace is
+  protected.
 - ``cohort_query`` / ``pods``: how to LIST the cohort in one call, and that LIST.
 
 Reads are retried inside the call by the API client (``worker.kube``); nothing here retries.
@@ -129,8 +131,14 @@ class OwnerLookup:
             self._parents[key] = controller_of(parent)
         return True, self._parents[key]
 
-    def policy(self, owner: OwnerRef, obj: Obj) -> PolicySettings | None:
-        """Resolve the owner's policy from the cluster's policies (two LISTs)."""
+    def policy(
+        self, owner: OwnerRef, obj: Obj, carried: PolicySettings | None = None
+    ) -> PolicySettings | None:
+        """The owner's policy: ``carried`` (resolved by the attempt's starter, the intake, from
+        its watch) unless the namespace is protected, else resolved from the cluster's
+        policies (two LISTs)."""
+        if carried is not None and self.protection.reason(owner.namespace) is None:
+            return carried
         namespaced: Any = self.custom.list_namespaced_custom_object(
             API_GROUP, API_VERSION, owner.namespace, "rollbackpolicies"
         )

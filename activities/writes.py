@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
@@ -35,6 +36,7 @@ from workflows.contract import API_GROUP, Obj
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 WRITE_ATTEMPTS = 5
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 COMPONENT = "rightsizing-rollback"
@@ -89,6 +91,65 @@ def event_body(
     if instance is not None:
         body |= {"reportingComponent": f"{API_GROUP}/rollback", "reportingInstance": instance}
     return body | {"firstTimestamp": now, "lastTimestamp": now, "count": 1}
+
+
+def emit_once(core: CoreV1Api, involved: Obj, body: Obj) -> bool:
+    """Create the Event ``body`` (``event_body``) in ``involved``'s namespace; False when it
+    exists already (its cause was told before)."""
+    try:
+        core.create_namespaced_event(involved["namespace"], body)  # type: ignore[arg-type]
+        return True
+    except ApiException as exc:
+        if already_exists(exc):
+            return False
+        raise
+
+
+def reference(obj: Obj) -> Obj:
+    """An object reference to ``obj`` for an Event; a cluster-scoped object's Events go to
+    the ``default`` namespace."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion", "v1"),
+        "kind": obj.get("kind", "Pod"),
+        "name": meta["name"],
+        "namespace": meta.get("namespace") or "default",
+        "uid": meta.get("uid"),
+    }
+
+
+def remove_annotation(
+    custom: CustomObjectsApi, owner: OwnerRef, key: str, value: str, acting: Callable[[], bool]
+) -> tuple[bool, Obj | None]:
+    """Remove the owner's annotation ``key`` if it still holds ``value`` (a JSON patch that
+    tests it first), retrying transient errors while ``acting``: (whether it is done with:
+    removed, or the owner gone; the owner when the annotation holds another value now)."""
+    where = OWNER_KINDS[owner.kind]
+    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    args = (where.group, where.version, owner.namespace, where.plural, owner.name)
+    patch = [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
+    for attempt in range(WRITE_ATTEMPTS):
+        if not acting():
+            return False, None
+        try:
+            custom.patch_namespaced_custom_object(*args, patch, _content_type=JSON_PATCH)
+            return True, None
+        except Exception as exc:
+            status = exc.status if isinstance(exc, ApiException) else None
+            if status == 404:
+                return True, None
+            if status == 422:  # the test failed: the value changed meanwhile
+                break
+            if status != 409 and not transient(exc):
+                log.warning("%s: removing %s failed: %s", owner, key, exc)
+                return False, None
+        time.sleep(0.2 * 2**attempt)  # transient: the same removal again
+    else:
+        log.warning("%s: removing %s kept failing; a later event retries", owner, key)
+        return False, None
+    current: Obj = custom.get_namespaced_custom_object(*args)  # type: ignore[assignment]
+    held = (current["metadata"].get("annotations") or {}).get(key)
+    return True, (current if held is not None else None)
 
 
 class OwnerWriter:

@@ -33,17 +33,17 @@ from worker.config import TemporalConfig
 from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
-from workflows.activity_api import CHECK_HEALTH, OwnerRef, rollback_id
-from workflows.contract import Actuation, Mode, WorkloadKind
+from workflows.activity_api import CHECK_HEALTH, OwnerRef, PolicySettings, rollback_id
+from workflows.contract import Actuation, Mode, Obj, WorkloadKind
 from workflows.notify import NotifyWorkflow
-from workflows.policy import HealthChecks
+from workflows.policy import HealthChecks, RollbackPolicy
 from workflows.rollback import RollbackWorkflow
-from workflows.state import PolicyRef
 
 
-def policy_ref(owner: OwnerRef) -> PolicyRef:
-    """The policy each attempt here runs under, as the intake names it when it starts one."""
-    return PolicyRef(kind="RollbackPolicy", namespace=owner.namespace, name="p")
+def resolved(doc: Obj) -> PolicySettings:
+    """The policy an attempt here runs under, as the intake resolves and carries it when it
+    starts one."""
+    return PolicySettings.of(RollbackPolicy.model_validate(doc))
 
 
 async def attempt_cost(windows: list[str], lines: Lines) -> None:
@@ -52,17 +52,19 @@ async def attempt_cost(windows: list[str], lines: Lines) -> None:
     with KubeEmulator() as api, scratch_server() as server:
         client = await TemporalConfig.at(server.address).connect()
         queue = f"bench-cost-{uuid.uuid4().hex[:6]}"
-        refs = []
+        refs, policies = [], []
         for i, window in enumerate(windows):
             ns = f"cost{i}"
-            api.store.create(policy_doc("p", window, ns))
+            doc = policy_doc("p", window, ns)
+            api.store.create(doc)
             make_workload(api, ns, "web", 3, READY)
             refs.append(OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web"))
+            policies.append(resolved(doc))
         acts = activities_for(api_client(url=api.url), Actuation.ANNOTATIONS)
         async with build_worker(client, queue, acts, ClusterGuard(CLUSTER)):
             handles = [
-                await observe(client, CLUSTER, queue, ref, REC, turn=1, policy=policy_ref(ref))
-                for ref in refs
+                await observe(client, CLUSTER, queue, ref, REC, turn=1, policy=policy)
+                for ref, policy in zip(refs, policies, strict=True)
             ]
             results = await asyncio.gather(*(h.result() for h in handles))
         assert all(r.mode is Mode.MONITORING_SUCCEEDED for r in results), results
@@ -118,11 +120,12 @@ async def attempt_paths(lines: Lines) -> None:
             ):
                 for fate, status, turns in (("success", READY, 1), ("oom", OOM, 2)):
                     ns = f"{fate}-{i}"
-                    api.store.create(policy_doc("p", "1s", ns, max_attempts=turns))
+                    doc = policy_doc("p", "1s", ns, max_attempts=turns)
+                    api.store.create(doc)
                     make_workload(api, ns, "web", 3, status)
                     ref = OwnerRef(namespace=ns, kind=WorkloadKind.DEPLOYMENT, name="web")
                     shapes = []
-                    policy = policy_ref(ref)
+                    policy = resolved(doc)
                     for turn in range(1, turns + 1):
                         # As the intake starts it: with the turn and policy it opens.
                         handle = await observe(

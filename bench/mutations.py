@@ -40,19 +40,18 @@ def _one(name: str, path: str, old: str, new: str, *caught_by: str) -> Mutation:
 MUTATIONS = [
     _one(
         "the intake's per-write fence check removed (Intake.acting)",
-        "worker/intake.py",
-        "        return not self._stopping.is_set() and self._fence() > 0\n",
-        "        return not self._stopping.is_set()\n",
+        "worker/intake/watching.py",
+        "        return not self.informers.ended.is_set() and self._fence() > 0\n",
+        "        return not self.informers.ended.is_set()\n",
         "nonLeaderWrites",
         "nonLeaderSignals",
     ),
     _one(
         "the intake never starts the attempts of one fate (healthy)",
-        "worker/intake.py",
-        "        owner, fingerprint = seen.owner, seen.recommendation.fingerprint\n",
-        "        owner, fingerprint = seen.owner, seen.recommendation.fingerprint\n"
-        '        if owner.name.startswith("healthy-"):\n'
-        "            return\n",
+        "worker/intake/watching.py",
+        "            self.delivery.offer(seen, state, policy)\n",
+        '            if not owner.name.startswith("healthy-"):\n'
+        "                self.delivery.offer(seen, state, policy)\n",
         "lostOrStuck",
     ),
     _one(

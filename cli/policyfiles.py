@@ -7,7 +7,6 @@ and every field error come back as ``Problem`` lines ``FILE: Kind/name: field.pa
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from workflows.policy import POLICY_KINDS, AnyPolicy
+from workflows.policy import POLICY_KINDS, AnyPolicy, field_path, field_reason
 
 
 @dataclass(frozen=True)
@@ -28,31 +27,6 @@ class Problem:
     def __str__(self) -> str:
         parts = [self.file, self.subject, self.path, self.reason]
         return ": ".join(p for p in parts if p)
-
-
-def format_loc(loc: tuple[int | str, ...]) -> str:
-    """``('spec', 'scope', 'workloadTypes', 0)`` -> ``spec.scope.workloadTypes[0]``; a bad map
-    key (pydantic's ``(..., key, '[key]')``) -> ``matchLabels["my key"] (key)``."""
-    out = ""
-    for i, part in enumerate(loc):
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part == "[key]":
-            out += " (key)"
-        elif i + 1 < len(loc) and loc[i + 1] == "[key]":
-            out += f"[{json.dumps(part)}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _reason(error: Any) -> str:
-    kind, msg = error["type"], str(error["msg"])
-    if kind == "extra_forbidden":
-        return "unknown field"
-    if kind == "missing":
-        return "required field is missing"
-    return msg.removeprefix("Value error, ")
 
 
 MAX_FILE_BYTES = 4 * 1024 * 1024  # far above any policy file; the API server's limit is 1.5 MiB
@@ -102,7 +76,7 @@ def parse_policy(doc: Any, file: str, index: int) -> tuple[AnyPolicy | None, lis
         return model.model_validate(doc), []
     except ValidationError as exc:
         return None, [
-            Problem(file, subject, format_loc(e["loc"]), _reason(e)) for e in exc.errors()
+            Problem(file, subject, field_path(e["loc"]), field_reason(e)) for e in exc.errors()
         ]
     except RecursionError:
         return None, [Problem(file, subject, "", "nested too deeply")]

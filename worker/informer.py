@@ -112,6 +112,17 @@ class Informer:
         since = self.failing_since
         return 0.0 if since is None else time.monotonic() - since
 
+    def problem(self, stuck_after: float) -> str | None:
+        """Why it is not healthy: its thread died, or it has been failing without a break for
+        ``stuck_after`` seconds (0: failing at all, or not synced yet); None if it is."""
+        if not self.alive():
+            return f"{self.name} informer stopped"
+        if not self.synced.is_set() and stuck_after == 0:
+            return f"{self.name} informer not synced"
+        if self.failing_since is not None and self.failing_for() >= stuck_after:
+            return f"{self.name} informer failing for {self.failing_for():.0f}s"
+        return None
+
     def stop(self) -> None:
         self._stop.set()
         response = self._response
@@ -275,3 +286,38 @@ class Informer:
             response, self._response = self._response, None
             if response is not None:
                 response.release_conn()
+
+
+class Informers:
+    """The informers of one term (a leader's): each started unless the term ended meanwhile (a
+    start racing a lost Lease must not bring up what ``stop`` already took down), stopped
+    together, and their health in a few words."""
+
+    def __init__(self) -> None:
+        self.ended = threading.Event()
+        self.running: list[Informer] = []
+        self._lock = threading.Lock()
+
+    @property
+    def fresh(self) -> bool:
+        """Never started nor ended: it can serve a term."""
+        return not self.ended.is_set() and not self.running
+
+    def launch(self, informer: Informer) -> bool:
+        """Start ``informer``; False, starting nothing, once the term ended."""
+        with self._lock:
+            if self.ended.is_set():
+                return False
+            self.running.append(informer.start())
+            return True
+
+    def end(self) -> None:
+        with self._lock:
+            self.ended.set()
+            running, self.running = self.running, []
+        for informer in running:
+            informer.stop()
+
+    def problems(self, stuck_after: float) -> list[str]:
+        """Why they are not healthy (``Informer.problem``)."""
+        return [p for i in self.running if (p := i.problem(stuck_after)) is not None]

@@ -101,7 +101,7 @@ class IntakeService:
         if not self.elector.alive():
             return "leader election stopped"
         if self.elector.leading.is_set():
-            return "; ".join(self.intake.problems(STUCK_AFTER)) or None
+            return "; ".join(self.intake.informers.problems(STUCK_AFTER)) or None
         return None
 
     def ready(self) -> str | None:
@@ -109,11 +109,11 @@ class IntakeService:
             return None  # a standby is ready to take over
         if not self.intake.started.is_set():
             return "starting: syncing policies and pods"
-        return "; ".join(self.intake.problems(0)) or None
+        return "; ".join(self.intake.informers.problems(0)) or None
 
     def _started(self) -> None:
         self._leading.set(1)
-        if not self.intake.fresh:  # this term's own: nothing of the last one carries on
+        if not self.intake.informers.fresh:  # this term's own: nothing of the last one carries on
             self.intake = self._term()
         intake = self.intake
         # Start in its own thread: syncing policies must not delay the Lease renewals.

@@ -35,7 +35,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.activity_api import OwnerRef, parse_rollback_id, rollback_id
+from workflows.activity_api import OwnerRef, PolicySettings, parse_rollback_id, rollback_id
 from workflows.contract import Mode, SearchAttribute
 from workflows.fingerprint import Recommendation
 from workflows.machine import RollbackState
@@ -58,7 +58,6 @@ from workflows.rollback import (
     RollbackResult,
     RollbackWorkflow,
 )
-from workflows.state import PolicyRef
 from workflows.wake import Trigger
 
 
@@ -74,20 +73,17 @@ async def observe(
     trigger: Trigger = Trigger.OBSERVE,
     rpc_timeout: timedelta | None = None,
     turn: int | None = None,
-    policy: PolicyRef | None = None,
+    policy: PolicySettings | None = None,
 ) -> WorkflowHandle[RollbackWorkflow, RollbackResult]:
     """Signal-with-start ``observe`` (or ``reopen``) on the owner's workflow in ``cluster``. A
-    run it starts carries its search attributes from its start: the cluster, the owner, the
-    recommendation, and (from the caller that knows them: the intake) the ``turn`` and
-    ``policy`` of the attempt it opens, in ``monitoring``; the run upserts only what its first
-    state shows otherwise (a start is free, an upsert is a billable action)."""
+    run it starts carries from its start its search attributes (the cluster, the owner, the
+    recommendation and, from the caller that knows them, the intake: the ``turn`` and
+    ``policy`` of the attempt it opens, in ``monitoring``; a start is free, an upsert is a
+    billable action) and the ``policy``, which its first read takes as resolved."""
     start = RollbackInput(
-        cluster=cluster,
-        owner=owner,
-        recommendation=recommendation,
-        trigger=trigger,
-        observed_pod_created_at=pod_created_at,
-    )
+        cluster=cluster, owner=owner, recommendation=recommendation, trigger=trigger,
+        observed_pod_created_at=pod_created_at, policy=policy,
+    )  # fmt: skip
     signal_arg: ReopenSignal | ObserveSignal
     if trigger is Trigger.REOPEN:
         signal, signal_arg = "reopen", ReopenSignal()
@@ -106,7 +102,7 @@ async def observe(
         shown += [
             SearchAttributePair(SA_MODE, Mode.MONITORING.value),
             SearchAttributePair(SA_TURN, turn),
-            SearchAttributePair(SA_POLICY, str(policy)),
+            SearchAttributePair(SA_POLICY, str(policy.ref)),
         ]
     return await client.start_workflow(
         RollbackWorkflow.run,

@@ -85,7 +85,10 @@ class PolicySettings(PolicyBehaviour):
 
 
 class LoadOwnerInput(OwnerInput):
-    """Read the owner's state and resolve its policy when an attempt starts."""
+    """Read the owner's state and resolve its policy when an attempt starts, unless the
+    attempt's starter resolved it (``policy``): it is taken as is."""
+
+    policy: PolicySettings | None = None
 
 
 class LoadOwnerResult(CamelModel):

@@ -11,6 +11,7 @@ resourceVersion, managedFields, ...) are ignored rather than rejected.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
@@ -24,6 +25,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    ValidationError,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -588,3 +590,37 @@ POLICY_KINDS: dict[str, type[RollbackPolicy] | type[ClusterRollbackPolicy]] = {
     "RollbackPolicy": RollbackPolicy,
     "ClusterRollbackPolicy": ClusterRollbackPolicy,
 }
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """``('spec', 'scope', 'workloadTypes', 0)`` -> ``spec.scope.workloadTypes[0]``; a bad map
+    key (pydantic's ``(..., key, '[key]')``) -> ``matchLabels["my key"] (key)``."""
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "[key]":
+            out += " (key)"
+        elif i + 1 < len(loc) and loc[i + 1] == "[key]":
+            out += f"[{json.dumps(part)}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def field_reason(error: Any) -> str:
+    """A field error's reason in a few words."""
+    kind, msg = error["type"], str(error["msg"])
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required field is missing"
+    return msg.removeprefix("Value error, ")
+
+
+def field_errors(exc: ValidationError, limit: int = 3) -> str:
+    """A policy's validation errors in one line, ``field.path: reason`` each (the first
+    ``limit``; how many more), for an Event or a status condition."""
+    errors = exc.errors()
+    said = "; ".join(f"{field_path(e['loc'])}: {field_reason(e)}" for e in errors[:limit])
+    return said + (f" (and {len(errors) - limit} more)" if len(errors) > limit else "")

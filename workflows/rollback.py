@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         LoadOwnerResult,
         OwnerRef,
         PermanentError,
+        PolicySettings,
         ReapplyInput,
         RecordTransitionInput,
         RecordTransitionResult,
@@ -215,6 +216,9 @@ class RollbackInput(CamelModel):
     max_history_events: int = Field(default=MAX_HISTORY_EVENTS, ge=1)
     retry_budget: Duration = RETRY_BUDGET
     resume: RollbackState | None = None  # set by continue-as-new in a long window
+    # The policy the starter resolved (the intake, from its watch of the policies), carried to
+    # the attempt's first read instead of resolved again there; None: that read resolves it.
+    policy: PolicySettings | None = None
 
     @field_validator("cluster")
     @classmethod
@@ -410,7 +414,7 @@ class RollbackWorkflow:
             # The status query answers None until the start has been decided.
             loaded = await self._activity(
                 LOAD_OWNER,
-                LoadOwnerInput(cluster=input.cluster, owner=input.owner),
+                LoadOwnerInput(cluster=input.cluster, owner=input.owner, policy=input.policy),
                 LoadOwnerResult,
                 summary=f"read {input.owner} state and policy",
             )

@@ -21,6 +21,7 @@ from worker.kube import api_client
 from workflows.activity_api import (
     LoadOwnerInput,
     OwnerRef,
+    PolicySettings,
     ReapplyInput,
     RecordTransitionInput,
     ResolvePolicyInput,
@@ -42,6 +43,7 @@ from workflows.contract import (
 )
 from workflows.fingerprint import Recommendation
 from workflows.pause import PauseScope
+from workflows.policy import RollbackPolicy
 from workflows.selection import Protection
 from workflows.state import OwnerState, ResourceSnapshot
 
@@ -559,6 +561,27 @@ def test_no_policy_resolves_in_a_protected_namespace(
     )
     loaded = unprotected.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=protected))
     assert loaded.policy is not None and loaded.policy.ref.name == "everywhere"
+
+
+def test_a_policy_carried_by_the_attempts_starter_is_not_resolved_again(
+    api: KubeEmulator, client: ApiClient, acts: KubernetesActivities
+) -> None:
+    """The intake resolved the policy from its watch and carried it into the attempt: the first
+    read takes it, with no LIST of the policies; in a protected namespace it is not taken (the
+    resolution there, the worker's own, finds none)."""
+    api.store.create(owner("Deployment"))
+    doc = policy("RollbackPolicy", "carried", monitoringPeriod="7s")
+    carried = PolicySettings.of(RollbackPolicy.model_validate(doc))
+    api.clear_journal()
+    loaded = acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=ref(), policy=carried))
+    assert loaded.policy == carried
+    assert [r.verb for r in api.journal] == ["get"]  # the owner; no policy LIST
+    obj = owner("Deployment")
+    obj["metadata"]["namespace"] = "kube-system"
+    api.store.create(obj)
+    protected = OwnerRef(namespace="kube-system", kind=WorkloadKind.DEPLOYMENT, name="web")
+    given = LoadOwnerInput(cluster=CLUSTER, owner=protected, policy=carried)
+    assert acts.load_owner(given).policy is None
 
 
 def test_unreadable_state_is_reported_not_raised(

@@ -215,7 +215,7 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
             )  # fmt: skip
         await asyncio.to_thread(intake.start)
         await eventually(lambda: intake.stats["controls"] == len(ALL_KINDS))
-        await eventually(lambda: not intake.pending)
+        await eventually(lambda: not intake.delivery.pending)
         await eventually(lambda: intake.status.writes == 1)  # the policy status
         await asyncio.to_thread(intake.stop)
         assert intake.stats["malformed"] == 1

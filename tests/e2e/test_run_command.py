@@ -186,7 +186,10 @@ def test_run_without_a_cluster_plays_the_demo(tmp_path: Path) -> None:
     # The console shows the timeline only; the engine's log lines go to a file.
     stderr.close()
     assert " INFO " not in (tmp_path / "stderr").read_text()
-    assert " INFO sim worker.intake: intake started" in (tmp_path / "rollback.log").read_text()
+    assert (
+        " INFO sim worker.intake.watching: intake started"
+        in (tmp_path / "rollback.log").read_text()
+    )
 
 
 def _children(pid: int) -> set[int]:

@@ -33,7 +33,8 @@ from cli.policyfiles import parse_policy
 from sim.apiserver import KubeEmulator
 from tests import CLUSTER
 from worker.informer import Informer
-from worker.intake import Intake, _pod_key, adopted_recommendation
+from worker.intake import Intake, adopted_recommendation
+from worker.intake.watching import _pod_key
 from worker.kube import api_client
 from workflows.contract import GROUP_VERSION, ROLLBACK_STATE_ANNOTATION, Mode, WorkloadKind
 from workflows.durations import parse_duration

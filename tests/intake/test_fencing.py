@@ -127,10 +127,10 @@ async def test_a_fenced_intake_signals_and_writes_nothing(
             api.store.create(broken)
             await eventually(lambda: intake.stats["adoptions"] == 1)
             await eventually(lambda: intake.stats["malformed"] == 1)
-            await eventually(lambda: not intake.pending)
+            await eventually(lambda: not intake.delivery.pending)
             assert [r for r in api.journal if r.method in WRITES] == []
             # Its namespaces informer reports what it skips, as every other informer does.
-            assert all(i.on_bad_object == intake._bad_object for i in intake._informers)
+            assert all(i.on_bad_object == intake._bad_object for i in intake.informers.running)
             query = f'TaskQueue = "{queue}"'
             assert [wf async for wf in temporal_env.client.list_workflows(query)] == []
         finally:
@@ -199,8 +199,8 @@ async def test_a_signal_may_take_no_longer_than_the_term_left(
     """A signal's deadline is the fence's time left (at most ``SIGNAL_TIMEOUT``), and the
     intake's Temporal client does not retry a call by itself, so no retry outlives the term."""
     _, client = cluster
-    assert _intake(client, fence=lambda: 0.4)._rpc_timeout() == timedelta(seconds=0.4)
-    assert _intake(client)._rpc_timeout() == timedelta(seconds=SIGNAL_TIMEOUT)
+    assert _intake(client, fence=lambda: 0.4).delivery.rpc_timeout() == timedelta(seconds=0.4)
+    assert _intake(client).delivery.rpc_timeout() == timedelta(seconds=SIGNAL_TIMEOUT)
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(Path(tmp) / "t", free_port(), headless=True, log_path=Path(tmp) / "log")
         await asyncio.to_thread(server.start)

@@ -51,7 +51,7 @@ class Env:
     async def result(self) -> RollbackResult:
         # The workflow ID is the same in every test: the latest run is this test's only once
         # every signal the intake counted has been accepted by Temporal (it counts on queueing).
-        await eventually(lambda: not self.intake._undelivered)
+        await eventually(lambda: not self.intake.delivery.undelivered)
         return await self.client.get_workflow_handle_for(
             RollbackWorkflow.run, rollback_id(CLUSTER, REF)
         ).result()
@@ -127,7 +127,7 @@ async def handled_so_far(env: Env) -> None:
     negative check waits for this, not for a while)."""
     marker = env.api.store.create(pod(f"marker-{uuid.uuid4().hex[:6]}", {"marker": "1"}))
     version = int(marker["metadata"]["resourceVersion"])
-    pods = next(i for i in env.intake._informers if i.name == "pods")
+    pods = next(i for i in env.intake.informers.running if i.name == "pods")
     await eventually(lambda: int(pods.resource_version or 0) >= version)
 
 
@@ -286,7 +286,7 @@ async def test_watch_resumes_after_the_connection_drops(env: Env) -> None:
     env.api.store.create(policy(monitoringPeriod="2s"))
     await started(env)
     rs = deployment(env.api, replicas=1)
-    pods_informer = env.intake._informers[-1]
+    pods_informer = env.intake.informers.running[-1]
     await eventually(lambda: env.api.store.watching("Pod") == 1)
     env.api.store.drop_watches()
     await eventually(lambda: pods_informer.watches >= 2 and env.api.store.watching("Pod") == 1)
@@ -386,7 +386,7 @@ async def test_owners_come_from_the_watch_cache_not_gets(env: Env) -> None:
     cached = workloads.owners[WorkloadKind.DEPLOYMENT].cache[(NS, "web")]
     assert set(cached["metadata"]) <= {"name", "namespace", "labels", "annotations"}
     assert "spec" not in cached
-    pods = next(i for i in env.intake._informers if i.name == "pods")
+    pods = next(i for i in env.intake.informers.running if i.name == "pods")
     assert pods.cache[(NS, "web-a")] == {
         "metadata": {
             "name": "web-a",
@@ -403,7 +403,7 @@ async def test_a_kind_the_cluster_does_not_serve_is_absent_not_failing(env: Env)
     await started(env)
     models = env.intake.owners.owners[WorkloadKind.MODEL]
     assert models.absent and models.synced.is_set()
-    assert env.intake.problems(stuck_after=0) == []  # ready: nothing is failing
+    assert env.intake.informers.problems(stuck_after=0) == []  # ready: nothing is failing
     add_pods(env.api, deployment(env.api, replicas=1), ["web-a"])  # other kinds work as ever
     await eventually(lambda: env.intake.stats["signals"] == 1)
     assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED

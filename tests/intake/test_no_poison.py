@@ -29,11 +29,12 @@ from tests.intake.test_intake import (  # noqa: F401  (env: the fixture)
     started,
 )
 from tests.workflow.helpers import terminate_running
-from worker import intake as intake_module
 from worker import process
+from worker import temporal as temporal_module
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig, WorkerConfig
 from worker.health import Health
 from worker.intake import Intake
+from worker.intake import delivery as delivery_module
 from worker.kube import api_client
 from workflows.contract import EventReason, Obj
 
@@ -71,7 +72,7 @@ async def test_a_poison_pod_and_a_poison_policy_stop_nothing_else(env: Env) -> N
     await eventually(lambda: env.intake.stats["delivered"] == 1)
     result = await env.result()
     assert result.mode.value == "monitoringSucceeded"
-    pods_informer = env.intake._informers[-1]
+    pods_informer = env.intake.informers.running[-1]
     assert pods_informer.relists == 1  # one relist, completed: the watch runs
     assert env.intake.stats["malformed"] == 1 and env.intake.stats["invalid_policies"] == 1
     await eventually(lambda: len(warnings(api, "other", EventReason.POLICY_INVALID)) == 1)
@@ -117,17 +118,17 @@ async def test_no_adoption_is_lost_while_temporal_is_away(
     starts its workflow once Temporal is back. The outage is played at our own boundary
     (``worker.temporal.observe`` fails while it lasts) and the backoff is shortened, so 40 tries
     per owner take a second; after it, the real signal-with-start runs on the real server."""
-    monkeypatch.setattr(intake_module, "SIGNAL_BACKOFF_BASE", 0.005)
-    monkeypatch.setattr(intake_module, "SIGNAL_BACKOFF_CAP", 0.02)
+    monkeypatch.setattr(delivery_module, "SIGNAL_BACKOFF_BASE", 0.005)
+    monkeypatch.setattr(delivery_module, "SIGNAL_BACKOFF_CAP", 0.02)
     outage = {"on": True}
-    real_observe = intake_module.observe
+    real_observe = temporal_module.observe
 
     async def observe_through_outage(*args: object, **kwargs: object) -> object:
         if outage["on"]:
             raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
         return await real_observe(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(intake_module, "observe", observe_through_outage)
+    monkeypatch.setattr(temporal_module, "observe", observe_through_outage)
     with KubeEmulator() as api:
         kube = api_client(url=api.url)
         queue = f"outage-{uuid.uuid4().hex[:6]}"

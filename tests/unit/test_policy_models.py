@@ -6,11 +6,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from cli.policyfiles import format_loc
 from tests.conftest import policy_doc
 from tests.unit.policy_table import CASES
 from workflows.contract import DEFAULT_WORKLOAD_TYPES, RollbackTarget, WorkloadKind
-from workflows.policy import POLICY_KINDS, ClusterRollbackPolicy, RollbackPolicy
+from workflows.policy import POLICY_KINDS, ClusterRollbackPolicy, RollbackPolicy, field_path
 
 
 def validate(doc: dict[str, Any]) -> RollbackPolicy | ClusterRollbackPolicy:
@@ -43,7 +42,7 @@ def test_models_accept_and_reject(doc: dict[str, Any], bad_path: str | None) -> 
         return
     with pytest.raises(ValidationError) as info:
         validate(doc)
-    paths = [format_loc(e["loc"]) for e in info.value.errors()]
+    paths = [field_path(e["loc"]) for e in info.value.errors()]
     assert bad_path in paths, paths
 
 

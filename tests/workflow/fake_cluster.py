@@ -136,8 +136,9 @@ class FakeCluster:
             return LoadOwnerResult(exists=False)
         if LOAD_OWNER in owner.gates:
             await owner.gates.pop(LOAD_OWNER).wait()
+        policy = input.policy or owner.policy  # as the real one: the starter's, carried
         return LoadOwnerResult(
-            exists=True, state=owner.state, policy=owner.policy, desired=owner.replicas
+            exists=True, state=owner.state, policy=policy, desired=owner.replicas
         )
 
     @activity.defn(name=RESOLVE_POLICY)

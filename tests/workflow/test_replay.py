@@ -48,7 +48,7 @@ STORIES = {
     "notify.routing-failed", "resume-during-held-read", "health-cpu-throttled",
     "lost-task-after-record", "lost-verdict-decided-again", "health-held-then-decided",
     "health-hold-bounded", "cancel-while-rollback-held", "paused-backoff-end-lifted",
-    "paused-backoff-end-cancelled", "control-updates",
+    "paused-backoff-end-cancelled", "control-updates", "success-carried-policy",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).
@@ -88,7 +88,7 @@ def test_each_history_is_of_the_1_0_format(path: Path) -> None:
     if _story(path).startswith("notify."):
         return
     assert '"RollbackCluster"' in text, path.name
-    if _story(path) in {"success", "cancel-reopen"}:
+    if _story(path) in {"success", "success-carried-policy", "cancel-reopen"}:
         assert "core_local_activity" in text and "ACTIVITY_TASK_SCHEDULED" not in text, path.name
 
 

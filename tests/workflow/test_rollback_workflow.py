@@ -57,7 +57,7 @@ from workflows.rollback import (
     RollbackInput,
     RollbackWorkflow,
 )
-from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
+from workflows.state import OwnerState, ResourceSnapshot
 from workflows.wake import Trigger
 
 OOM = rec("256Mi")  # below the fake app's 512Mi working set
@@ -130,7 +130,7 @@ async def test_success_records_last_successful(
     policy = settings()
     ref, owner = new_owner(cluster, policy)
     owner.apply(FITS)
-    handle = await observe(client, CLUSTER, task_queue, ref, FITS, turn=1, policy=policy.ref)
+    handle = await observe(client, CLUSTER, task_queue, ref, FITS, turn=1, policy=policy)
     result = await handle.result()
 
     assert (result.mode, result.turn, result.failure_reason) == (Mode.MONITORING_SUCCEEDED, 1, None)
@@ -152,7 +152,9 @@ async def test_success_records_last_successful(
     ]
     assert span(state, Mode.MONITORING, Mode.MONITORING_SUCCEEDED, 1) >= timedelta(seconds=2)
     assert ("rollback", RollbackTarget.LAST_SUCCESSFUL) not in owner.journal
-    await check_replay(client, rollback_id(CLUSTER, ref), "success")
+    # Its policy was carried from the start into the first read (``success`` is the same story
+    # recorded before the policy was carried: its start has none, its first read resolves it).
+    await check_replay(client, rollback_id(CLUSTER, ref), "success-carried-policy")
 
 
 async def test_oom_two_turns_then_failed_permanent(
@@ -831,9 +833,9 @@ async def test_describe_counts_the_transitions_its_state_no_longer_keeps_and_lis
     the run decides it) and reopened four times, the owner's state keeps all 10 transitions:
     none earlier. Once more, 12: ``describe`` says how many came before what it shows, and
     ``--all`` lists them, from the runs' histories, oldest first, each transition once."""
-    ref, owner = new_owner(cluster, settings(window=0.3))
+    policy = settings(window=0.3)
+    ref, owner = new_owner(cluster, policy)
     owner.apply(FITS)
-    policy = PolicyRef(kind="RollbackPolicy", namespace="shop", name="short")
     await (await observe(client, CLUSTER, task_queue, ref, FITS, turn=1, policy=policy)).result()
     status, state, _ = await ops.describe(client, CLUSTER, ref)
     assert state is not None

@@ -1,0 +1,295 @@
+"""What a change means: one pure function per cause the intake reacts to.
+
+The watching side (``worker.intake.watching``) holds what was last seen and hands it here with
+the new object; these functions say what follows, with no I/O, no lock and no clock of their
+own (``now`` is passed), so each is tested without a cluster (tests/intake/test_causes.py).
+
+- ``adoption``: whether a pod's adoption of a recommendation is signalled to its owner's run.
+- ``backed_off``: which of an owner's pods, still on the recommendation its ``backedOff`` turn
+  re-applies, goes on with it.
+- ``pause_change`` / ``held``: whether a pause went or changed (a held run looks again), and
+  whether one holds an owner now.
+- ``policy_change``: what a policy event does to the index.
+- ``control_change``: what a control annotation's event asks of the intake.
+- ``Notice``: the Warning Event a change deserves (an invalid policy, a malformed
+  recommendation, an object skipped, a control refused), named after its cause.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from activities.cohort import actual_resources
+from activities.errors import first_line
+from activities.kubetime import parse_kube_time
+from activities.lookup import read_state
+from workflows.activity_api import OwnerRef, PolicySettings
+from workflows.contract import (
+    CONTROL_ANNOTATION,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+    Control,
+    EventReason,
+    Mode,
+    Obj,
+)
+from workflows.fingerprint import (
+    Recommendation,
+    is_recommendation_key,
+    recommendations_from_annotations,
+)
+from workflows.pause import effective_pause
+from workflows.policy import POLICY_KINDS, AnyPolicy, field_errors
+from workflows.state import OwnerState
+from workflows.wake import LastAttempt, Sighting, Trigger, Wake, wake
+
+PauseSeen = dict[str, str]  # an object's pause annotations, as last seen
+Signalled = tuple[str, datetime | None]  # (fingerprint, the stored state's transition time)
+
+
+# --- adoption ----------------------------------------------------------------------------------
+
+
+def adopted_recommendation(pod: Obj) -> Recommendation | None:
+    """The recommendation this pod runs on, if any (raises on malformed annotations)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    if not any(is_recommendation_key(k) for k in annotations):
+        return None
+    recs = recommendations_from_annotations(annotations)
+    if not recs:
+        return None
+    requests, limits = actual_resources(pod)
+    return next((r for r in recs if r.equals_resources(requests, limits)), None)
+
+
+@dataclass
+class Sighted:
+    """A pod seen adopting a recommendation: what the intake signals to its owner's run."""
+
+    owner: OwnerRef
+    recommendation: Recommendation
+    pod: str
+    pod_created_at: datetime | None
+    # The turn and policy of the attempt it opens, once decided: carried into the run's start.
+    turn: int | None = None
+    policy: PolicySettings | None = None
+
+    @classmethod
+    def of(cls, owner: OwnerRef, rec: Recommendation, pod: Obj) -> Sighted:
+        created = parse_kube_time(pod["metadata"].get("creationTimestamp"))
+        return cls(owner, rec, pod["metadata"]["name"], created)
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What a pod runs: the fingerprint, and its sighting if its owner was known."""
+
+    fingerprint: str
+    seen: Sighted | None
+
+
+def by_pod_creation(seen: Sighted) -> datetime:
+    """What orders sightings by their pod's creation, newest last (an unknown one oldest)."""
+    return seen.pod_created_at or datetime.min.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class AdoptionVerdict:
+    """``signal``: the sighting to deliver, with its turn and policy (None: nothing to send);
+    ``why``: the intake's stat it counts under; ``basis``: what it was signalled on."""
+
+    why: str
+    signal: Sighted | None = None
+    basis: Signalled | None = None
+
+
+def adoption(
+    seen: Sighted, state: OwnerState | None, policy: AnyPolicy | None, last: Signalled | None
+) -> AdoptionVerdict:
+    """Whether ``seen`` is signalled, given the owner's stored ``state``, the ``policy`` that
+    matches it and what was ``last`` signalled for it: not without a policy (retained), not
+    what the run itself would ignore (``workflows.wake``), not twice on the same grounds."""
+    if policy is None:
+        return AdoptionVerdict("retained")
+    fingerprint = seen.recommendation.fingerprint
+    verdict = wake(
+        LastAttempt.stored(state),
+        Sighting(fingerprint, Trigger.OBSERVE, seen.pod_created_at),
+        policy.spec.enable_monitoring_reopen,
+    )
+    if not verdict.wakes:
+        return AdoptionVerdict("already_settled")
+    basis = (fingerprint, state.last_transition_time if state else None)
+    if (
+        last is not None
+        and last[0] == fingerprint
+        and (verdict.wake is Wake.RESUME or last == basis)
+    ):
+        return AdoptionVerdict("deduplicated")  # same grounds, or the attempt it woke runs
+    turn = verdict.turn(state.turn if state else None)
+    signal = replace(seen, turn=turn, policy=PolicySettings.of(policy))
+    return AdoptionVerdict("signals", signal, basis)
+
+
+def backed_off(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
+    """A turn that ended ``backedOff`` goes on when a pod adopts its recommendation again; pods
+    that never left it (the rollback not yet applied to them when the re-apply cleared it)
+    adopt nothing new, so the newest of them is considered as the state turns."""
+    state, _ = read_state(owner)
+    if state is None or state.mode is not Mode.BACKED_OFF:
+        return None
+    fingerprint = state.active_recommendation_fingerprint
+    running = [s for s in adopters if s.recommendation.fingerprint == fingerprint]
+    return max(running, key=by_pod_creation) if running else None
+
+
+def active(owner: Obj) -> bool:
+    """Whether the owner's stored state is in an active mode (a run may be held)."""
+    state, _ = read_state(owner)
+    return state is not None and not state.mode.terminal
+
+
+# --- pauses ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PauseChange:
+    now: PauseSeen | None  # what the object carries now (None: no pause)
+    changed: bool  # the policies' WorkloadsPaused condition is to be recomputed
+    lifted: bool  # a pause went or changed: the runs it may hold look again
+
+
+def pause_change(before: PauseSeen | None, event: str, obj: Obj) -> PauseChange:
+    annotations = obj["metadata"].get("annotations") or {}
+    now = None
+    if event != "DELETED" and PAUSE_UNTIL_ANNOTATION in annotations:
+        keys = (PAUSE_UNTIL_ANNOTATION, PAUSE_REASON_ANNOTATION)
+        now = {k: annotations[k] for k in keys if k in annotations}
+    return PauseChange(now, before != now, before is not None and before != now)
+
+
+def held(
+    owner: OwnerRef,
+    on_owner: Mapping[str, str] | None,
+    on_namespace: Mapping[str, str] | None,
+    on_pods: Iterable[tuple[str, Mapping[str, str] | None]],
+    now: datetime,
+) -> bool:
+    """Whether a pause holds the owner: on a pod of it, on it, or on its namespace
+    (``workflows.pause``; its other pods, which carry none, inherit)."""
+    pods = [*on_pods, ("the others", None)]
+    pause = effective_pause(pods, (str(owner), on_owner), (owner.namespace, on_namespace), now)
+    return pause is not None
+
+
+# --- policies ----------------------------------------------------------------------------------
+
+
+class PolicyAction(enum.Enum):
+    GONE = "gone"  # deleted: out of the index
+    SEEN = "seen"  # its status alone changed (ours): nothing to validate or report again
+    VALID = "valid"  # into the index
+    INVALID = "invalid"  # out of the index, reported
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    action: PolicyAction
+    handled: tuple[object, ...]  # spec and annotations as handled, to tell SEEN next time
+    policy: AnyPolicy | None = None
+    error: str = ""
+
+
+def policy_change(event: str, obj: Obj, before: tuple[object, ...] | None) -> PolicyChange:
+    meta = obj["metadata"]
+    handled = (meta.get("uid"), meta.get("generation"), meta.get("annotations"))
+    if event == "DELETED":
+        return PolicyChange(PolicyAction.GONE, handled)
+    if before == handled:
+        return PolicyChange(PolicyAction.SEEN, handled)
+    try:
+        policy = POLICY_KINDS[obj.get("kind", "")].model_validate(obj)
+    except ValidationError as exc:
+        return PolicyChange(PolicyAction.INVALID, handled, error=field_errors(exc))
+    except Exception as exc:  # KeyError, or worse: this policy only
+        return PolicyChange(PolicyAction.INVALID, handled, error=first_line(exc))
+    return PolicyChange(PolicyAction.VALID, handled, policy)
+
+
+# --- controls ----------------------------------------------------------------------------------
+
+
+class ControlAction(enum.Enum):
+    FORGET = "forget"  # the owner is gone
+    DONE = "done"  # no annotation (any more): a control carried out is over once seen removed
+    BUSY = "busy"  # being carried out already
+    CARRY_OUT = "carry out"
+
+
+def control_change(event: str, value: str | None, busy: bool) -> ControlAction:
+    """What an owner event asks of its control annotation ``value``. A control is carried out
+    once its removal shows in the watch: events older than the removal (the watch delivers
+    them in order) still hold it, and are ``BUSY``."""
+    if event == "DELETED":
+        return ControlAction.FORGET
+    if value is None:
+        return ControlAction.DONE
+    return ControlAction.BUSY if busy else ControlAction.CARRY_OUT
+
+
+def unknown_control(value: str) -> str | None:
+    """The refusal of a value that is no control, or None."""
+    if value in {c.value for c in Control}:
+        return None
+    known = ", ".join(c.value for c in Control)
+    return f"unknown value {value!r} (expected one of: {known})"
+
+
+# --- Warning Events ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A Warning Event on an object, named after ``identity``: emitted once per cause."""
+
+    identity: str
+    reason: EventReason
+    message: str
+
+    @classmethod
+    def invalid_policy(cls, obj: Obj, error: str) -> Notice:
+        meta = obj["metadata"]
+        return cls(
+            f"{meta.get('uid')}/{meta.get('generation')}/invalid", EventReason.POLICY_INVALID,
+            f"policy ignored, it matches no workload until fixed: {error}",
+        )  # fmt: skip
+
+    @classmethod
+    def malformed(cls, pod: Obj, exc: Exception) -> Notice:
+        return cls(
+            f"{pod['metadata'].get('uid')}{exc}", EventReason.ATTEMPT_ABORTED,
+            f"malformed recommendation annotation, not monitored: {exc}",
+        )  # fmt: skip
+
+    @classmethod
+    def skipped(cls, obj: Obj, exc: Exception) -> Notice:
+        meta = obj.get("metadata") or {}
+        return cls(
+            f"{meta.get('uid')}/{meta.get('resourceVersion')}/unhandled",
+            EventReason.OBJECT_SKIPPED,
+            f"the rollback intake could not handle this object and skipped it: {first_line(exc)}",
+        )
+
+    @classmethod
+    def control_refused(cls, obj: Obj, value: str, refusal: str) -> Notice:
+        meta = obj["metadata"]
+        return cls(
+            f"{meta.get('uid')}/{meta.get('resourceVersion')}/control",
+            EventReason.CONTROL_REJECTED,
+            f"{CONTROL_ANNOTATION}: {value} changed nothing: {refusal}",
+        )

@@ -1,0 +1,299 @@
+"""Watching: ``Intake`` runs the watches (both policy kinds into a ``PolicyIndex``, namespaces,
+the workload kinds through ``worker.workloads``, pods) for one leadership term, keeps what they
+last showed, asks ``causes`` what each change means and hands it to ``delivery``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from kubernetes.client import CoreV1Api, CustomObjectsApi
+from temporalio.client import Client
+from temporalio.common import MetricMeter
+
+from activities.lookup import read_state
+from worker.informer import Informer, Informers
+from worker.intake import causes
+from worker.intake.causes import Adoption, PauseSeen, Sighted
+from worker.intake.delivery import Delivery
+from worker.status import StatusWriter
+from worker.workloads import WorkloadCache
+from workflows.activity_api import OwnerRef
+from workflows.contract import API_GROUP, API_VERSION, GROUP_VERSION, PAUSE_UNTIL_ANNOTATION, Obj
+from workflows.fingerprint import MalformedRecommendationError
+from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
+
+log = logging.getLogger(__name__)
+ObjectKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+class Intake:
+    def __init__(
+        self,
+        core: CoreV1Api,
+        custom: CustomObjectsApi,
+        temporal: Client,
+        cluster: str,
+        task_queue: str,
+        loop: asyncio.AbstractEventLoop,
+        meter: MetricMeter = MetricMeter.noop,
+        fence: Callable[[], float] = lambda: math.inf,
+        protection: Protection = PROTECTED,
+        prometheus: bool = True,  # the worker has a Prometheus to ask (for the policies' status)
+    ) -> None:
+        self.core, self.custom, self.cluster = core, custom, cluster
+        # The leader's fence (``LeaderElector.time_left``) and this intake's end, checked right
+        # before every write and signal (``acting``; docs/concepts/intake.md).
+        self._fence = fence
+        self.informers = Informers()
+        self.stats: Counter[str] = Counter()
+        self.delivery = Delivery(
+            temporal, cluster, task_queue, loop, (core, custom), self.acting, fence, self.stats
+        )
+        self.owners = WorkloadCache(
+            core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
+        )
+        self.status = StatusWriter(
+            custom, self.owners.views, meter=meter, fence=self.acting, protection=protection,
+            held=self.held, prometheus=prometheus,
+        )  # fmt: skip
+        self.index = PolicyIndex(protection)
+        self._lock = threading.RLock()
+        self.started = threading.Event()
+        self._adopted: dict[str, Adoption] = {}  # pod uid -> what it runs, while it does
+        self._adopters: dict[OwnerRef, dict[str, Sighted]] = {}  # owner -> uid -> sighting
+        self._batch: dict[tuple[OwnerRef, str], Sighted] = {}  # the start-up LIST's, newest
+        self._policies_handled: dict[ObjectKey, tuple[object, ...]] = {}
+        # Pause annotations as last seen, of the objects that carry one (bounded by them).
+        self._pauses: dict[ObjectKey, PauseSeen] = {}
+        self._paused_pods: dict[OwnerRef, set[str]] = {}  # owner -> its pods that carry one
+        self._bad_objects = meter.create_counter(
+            "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def acting(self) -> bool:
+        """Whether this intake may write or signal now: not stopped, and still the leader."""
+        return not self.informers.ended.is_set() and self._fence() > 0
+
+    def _informer(self, name: str, listing: Callable[..., Any], on: Any, **kw: Any) -> Informer:
+        return Informer(name, listing, on, on_bad_object=self._bad_object, **kw)
+
+    def start(self) -> None:
+        """Sync policies and namespaces first, so pods are resolved against a full index.
+        Returns early, starting nothing more, once ``stop`` has been called."""
+        listing = partial(self.custom.list_cluster_custom_object, API_GROUP, API_VERSION)
+        first = [
+            self._informer(p, partial(listing, p), self._on_policy, type_meta=(GROUP_VERSION, k))
+            for p, k in (("rollbackpolicies", "RollbackPolicy"),
+                         ("clusterrollbackpolicies", "ClusterRollbackPolicy"))
+        ]  # fmt: skip
+        namespaces = ("namespaces", self.core.list_namespace, self._on_namespace)
+        first.append(self._informer(*namespaces, type_meta=("v1", "Namespace")))
+        first += self.owners.informers()
+        if not all(self.informers.launch(informer) for informer in first):
+            return
+        for informer in first:
+            informer.synced.wait(30)
+        with self._lock:
+            if self.informers.ended.is_set():
+                return
+            self.status.start()
+        pods = self._informer(
+            "pods", self.core.list_pod_for_all_namespaces, self._on_pod,
+            on_synced=self._flush_batch, project=_pod_key, type_meta=("v1", "Pod"),
+        )  # fmt: skip
+        if not self.informers.launch(pods):
+            return
+        pods.synced.wait(60)
+        if self.informers.ended.is_set():
+            return
+        self.started.set()
+        log.info("intake started: %d policies, %d pods", len(self.index), len(pods.cache))
+        self.delivery.spawn(self.delivery.resume_lifted(self.held))
+
+    def stop(self) -> None:
+        """End this intake's term: no write or signal from now on (pending ones are cancelled
+        and the rest check ``acting``), then the watches and the status writer stop."""
+        with self._lock:  # not while ``start`` starts the status writer
+            self.informers.ended.set()
+        self.started.clear()
+        self.delivery.cancel()
+        self.status.stop()
+        self.informers.end()
+        log.info("intake stopped")
+
+    # --- handlers ------------------------------------------------------------------------------
+
+    def _on_policy(self, event: str, obj: Obj, initial: bool) -> None:
+        meta = obj["metadata"]
+        key = (obj.get("kind", ""), meta.get("namespace") or "", meta["name"])
+        with self._lock:
+            change = causes.policy_change(event, obj, self._policies_handled.get(key))
+            if change.action is causes.PolicyAction.SEEN:
+                self.status.status_seen(obj)
+                return
+            self._policies_handled[key] = change.handled
+            if change.policy is not None:
+                self.index.upsert(change.policy)
+                self.status.policy_seen(obj, change.policy)
+                return
+            self.index.remove(obj.get("kind", ""), meta.get("namespace"), meta["name"])
+            if change.action is causes.PolicyAction.GONE:
+                del self._policies_handled[key]
+                self.status.policy_gone(obj)
+                return
+        self.status.policy_seen(obj, None, change.error)
+        log.warning("ignoring invalid %s %s: %s", obj.get("kind"), meta.get("name"), change.error)
+        self.stats["invalid_policies"] += 1
+        self.delivery.warn(obj, causes.Notice.invalid_policy(obj, change.error))
+
+    def _on_namespace(self, event: str, obj: Obj, initial: bool) -> None:
+        name = obj["metadata"]["name"]
+        if event == "DELETED":
+            with self._lock:
+                self.index.forget_namespace(name)
+        if self._pause_lifted(("Namespace", "", name), event, obj):
+            views = self.owners.views()
+            self.delivery.resume([o for o, v in views if o.namespace == name and causes.active(v)])
+
+    def _on_owner(self, event: str, owner: OwnerRef, obj: Obj) -> None:
+        key = (owner.kind.value, owner.namespace, owner.name)
+        if self._pause_lifted(key, event, obj) and event != "DELETED" and causes.active(obj):
+            self.delivery.resume([owner])
+        if event != "DELETED" and owner in self._adopters:  # most owner events: read no state
+            with self._lock:
+                adopters = list(self._adopters.get(owner, {}).values())
+            going_on = causes.backed_off(obj, adopters)
+            if going_on is not None:
+                self._consider(going_on)
+        self.delivery.owner_seen(owner, None if event == "DELETED" else obj)
+
+    def _owners_changed(self) -> None:
+        self.status.changed()
+
+    def _on_pod(self, event: str, pod: Obj, initial: bool) -> None:
+        meta = pod["metadata"]
+        self._pod_pause(event, pod)
+        uid = meta.get("uid") or meta["name"]
+        try:
+            rec = None if event == "DELETED" else causes.adopted_recommendation(pod)
+        except MalformedRecommendationError as exc:
+            self.stats["malformed"] += 1
+            notice = causes.Notice.malformed(pod, exc)
+            log.warning("pod %s/%s: %s", meta.get("namespace"), meta["name"], notice.message)
+            self.delivery.warn(pod, notice)
+            return
+        if rec is None:
+            self._set_adoption(uid, None)
+            return
+        known = self._adopted.get(uid)
+        if known is not None and known.fingerprint == rec.fingerprint:
+            return  # nothing new: a duplicate event
+        # Marked as seen only once handled: if an API call below fails, the informer delivers
+        # this event again and it must not look like a duplicate then.
+        owner = self.owners.owner_of(pod)
+        seen = Sighted.of(owner, rec, pod) if owner else None
+        if seen is not None and initial:
+            with self._lock:  # at start-up: one per (owner, fingerprint), the newest pod's
+                key = (seen.owner, rec.fingerprint)
+                self._batch[key] = max(self._batch.get(key, seen), seen, key=causes.by_pod_creation)
+        elif seen is not None:
+            self._consider(seen)
+        self._set_adoption(uid, Adoption(rec.fingerprint, seen))
+        self.stats["adoptions"] += 1
+
+    def _set_adoption(self, uid: str, now: Adoption | None) -> None:
+        """The pod ``uid`` runs ``now`` (None: nothing, or it is gone), not what it ran before."""
+        with self._lock:
+            before = self._adopted.pop(uid, None)
+            if before is not None and before.seen is not None:
+                pods = self._adopters[before.seen.owner]
+                del pods[uid]
+                if not pods:
+                    del self._adopters[before.seen.owner]
+            if now is not None:
+                self._adopted[uid] = now
+                if now.seen is not None:
+                    self._adopters.setdefault(now.seen.owner, {})[uid] = now.seen
+
+    def _flush_batch(self) -> None:
+        with self._lock:
+            batch, self._batch = list(self._batch.values()), {}
+        for seen in batch:
+            self._consider(seen)
+
+    def _consider(self, seen: Sighted) -> None:
+        obj = self.owners.get(seen.owner)
+        if obj is not None:
+            state, _ = read_state(obj)  # unreadable: the workflow reports and replaces it
+            labels = obj["metadata"].get("labels") or {}
+            owner = seen.owner
+            with self._lock:
+                workload = WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
+                policy = self.index.resolve(workload).policy
+            self.delivery.offer(seen, state, policy)
+
+    # --- pauses --------------------------------------------------------------------------------
+
+    def _pause_lifted(
+        self, key: ObjectKey, event: str, obj: Obj, pod_owner: OwnerRef | None = None
+    ) -> bool:
+        """Whether ``obj``'s pause went or changed since last seen (``causes.pause_change``)."""
+        with self._lock:
+            change = causes.pause_change(self._pauses.get(key), event, obj)
+            if change.now is None:
+                self._pauses.pop(key, None)
+            else:
+                self._pauses[key] = change.now
+            if pod_owner is not None:
+                pods = self._paused_pods.setdefault(pod_owner, set())
+                (pods.discard if change.now is None else pods.add)(key[2])
+                if not pods:
+                    del self._paused_pods[pod_owner]
+        if change.changed:
+            self.status.changed()  # the policies' WorkloadsPaused condition
+        return change.lifted
+
+    def _pod_pause(self, event: str, pod: Obj) -> None:
+        """A pod's pause, with its owner's for ``held``; one that went resumes the owner's run."""
+        meta = pod["metadata"]
+        key = ("Pod", meta.get("namespace") or "", meta["name"])
+        paused = PAUSE_UNTIL_ANNOTATION in (meta.get("annotations") or {})
+        if not paused and key not in self._pauses:
+            return
+        owner = self.owners.owner_of(pod)
+        lifted = self._pause_lifted(key, event, pod, owner)
+        view = self.owners.get(owner) if owner is not None else None
+        if lifted and owner is not None and view is not None and causes.active(view):
+            self.delivery.resume([owner])
+
+    def held(self, owner: OwnerRef) -> bool:
+        """Whether a pause holds the owner now, as the watches show (``causes.held``)."""
+        with self._lock:
+            mine = self._pauses.get((owner.kind.value, owner.namespace, owner.name))
+            namespace = self._pauses.get(("Namespace", "", owner.namespace))
+            on_pods = self._paused_pods.get(owner, ())
+            pods = [(pod, self._pauses.get(("Pod", owner.namespace, pod))) for pod in on_pods]
+        return causes.held(owner, mine, namespace, pods, datetime.now(UTC))
+
+    def _bad_object(self, obj: Obj, exc: Exception) -> None:
+        """What an informer could not handle (a bug met on this object): counted, reported on
+        the object itself, skipped. The informer already logged it with its traceback."""
+        self.stats["bad_objects"] += 1
+        self._bad_objects.add(1, {"kind": str(obj.get("kind", "unknown"))})
+        self.delivery.warn(obj, causes.Notice.skipped(obj, exc))
+
+
+def _pod_key(pod: Obj) -> Obj:
+    """All the pods informer keeps of a pod: enough to report its deletion after a relist."""
+    meta = pod["metadata"]
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
