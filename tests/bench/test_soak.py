@@ -4,11 +4,12 @@ Every invariant must be 0. The oracle's own checks are tested on a journal made 
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from unittest import mock
+from typing import Any
 
 from temporalio.api.history.v1 import HistoryEvent
 
@@ -16,17 +17,16 @@ from bench.soak import (
     FATES,
     INVARIANTS,
     PROTECTED_NS,
-    Child,
-    Receiver,
-    Soak,
+    Evidence,
     Timeline,
     Workload,
+    invariants,
     plan,
     report,
     soak,
     soak_fleet,
 )
-from sim.apiserver import Request
+from sim.apiserver import RESOURCE_TYPES, Request, Store
 from tests.conftest import ROOT
 from worker.config import INTAKE_AGENT, WORKER_AGENT
 from workflows.contract import (
@@ -57,29 +57,35 @@ async def test_the_soak_reports_zero_on_every_invariant() -> None:
     assert result.faults["local activities gone on as regular ones (fallback)"] > 0, lines
 
 
-def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead(tmp_path: object) -> None:
+def evidence(**seen: Any) -> Evidence:
+    """What a story left, as the oracle reads it: nothing but ``seen``."""
+    empty = {"cluster": "c", "queue": "q", "workloads": [], "timeline": Timeline(), "journal": [],
+             "store": Store(RESOURCE_TYPES), "received": [], "worker_logs": []}  # fmt: skip
+    return Evidence(**(empty | seen))
+
+
+def found_by(check: Any, *args: Any) -> list[str]:
+    """The breaches ``check`` (an invariant of ``bench.soak.invariants``) reports, as lines."""
+    found: list[str] = []
+    check(*args, lambda kind, what: found.append(f"{kind}: {what}"))
+    return found
+
+
+def test_the_oracle_sees_a_write_from_an_intake_that_does_not_lead() -> None:
     timeline = Timeline()
     now = time.time()
     timeline.holders = [(now - 10, "intake-a"), (now - 5, "intake-b")]
     assert timeline.holder_at(now - 7) == "intake-a" and timeline.holder_at(now) == "intake-b"
-    found: list[str] = []
-
-    fake = SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=[
+    ev = evidence(timeline=timeline, journal=[
         Request("PATCH", "/apis/apps/v1/namespaces/x/deployments/a", {}, "", 200,
                 f"{INTAKE_AGENT}/intake-a", now - 7),  # while it led: fine
         Request("PATCH", "/apis/apps/v1/namespaces/x/deployments/a", {}, "", 200,
                 f"{INTAKE_AGENT}/intake-a", now - 1),  # after the Lease moved on: a violation
         Request("PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/l", {}, "", 200,
                 f"{INTAKE_AGENT}/intake-a", now - 1),  # campaigning: fine
-    ]))  # fmt: skip
-    Soak._writes(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    ])  # fmt: skip
+    found = found_by(invariants.non_leader_writes, ev)
     assert len(found) == 1 and found[0].startswith("nonLeaderWrites: intake-a PATCH")
-
-
-def _journal_readers(fake: SimpleNamespace) -> SimpleNamespace:
-    """A stand-in soak's readers of its journal: the soak's own."""
-    fake._worker_patches = lambda: Soak._worker_patches(fake)  # type: ignore[arg-type]
-    return fake
 
 
 def test_the_oracle_sees_any_acting_write_while_paused() -> None:
@@ -113,13 +119,8 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
                 now - 9.5, (ROLLBACK_REQUESTS_ANNOTATION,)),  # past its gate as it was set: fine
     ]  # fmt: skip
-    fake = SimpleNamespace(timeline=timeline, workloads=[calm, early, late],
-                           api=SimpleNamespace(journal=journal))  # fmt: skip
-    fake._acting_writes = lambda: Soak._acting_writes(fake)  # type: ignore[arg-type]
-    _journal_readers(fake)
-    found: list[str] = []
-    Soak._paused(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
-    assert found == [
+    ev = evidence(timeline=timeline, workloads=[calm, early, late], journal=journal)
+    assert found_by(invariants.acted_while_paused, ev) == [
         "actedWhilePaused: ns/Deployment/early: rollback annotation written (published or"
         " cleared) 3.0s before its pause ended",
         "actedWhilePaused: ns/Deployment/early: rollback annotation written (published or"
@@ -171,11 +172,9 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
 
     journal = [Request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", {}, "", 200,
                        f"{WORKER_AGENT}/1.0", t + at) for pod, at in resizes]  # fmt: skip
-    fake = _journal_readers(
-        SimpleNamespace(timeline=timeline, api=SimpleNamespace(journal=journal))
-    )
     found: list[str] = []
-    checked = Soak._unavailable(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    ev = evidence(timeline=timeline, journal=journal)
+    checked = invariants.more_unavailable(ev, lambda kind, what: found.append(f"{kind}: {what}"))
     assert found == [
         "moreUnavailable: ns/Deployment/at-once: a-1 taken down at +0.3s after its resize with"
         " ['a-0'] not Ready: 1 allowed",
@@ -214,19 +213,14 @@ async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:
     log = tmp_path / "worker-a.log"
     log.write_text("ERROR ... ApplicationError: ForeignClusterError: refused load_owner of ...")
 
-    class Fake:
-        cluster, queue = "soak-0", "soak-soak-0"
-
-        def __init__(self) -> None:
-            self.children = {"worker-a": Child("worker-a", [], log)}
-
     class NoRuns:
         async def list_workflows(self, query: str):  # type: ignore[no-untyped-def]
             for _ in ():
                 yield _
 
     found: list[str] = []
-    await Soak._crossed(Fake(), NoRuns(), lambda kind, what: found.append(kind))  # type: ignore[arg-type]
+    ev = evidence(cluster="soak-0", queue="soak-soak-0", worker_logs=[log])
+    await invariants.crossed_clusters(ev, NoRuns(), lambda kind, what: found.append(kind))
     assert found == ["crossedClusters"]
 
 
@@ -245,10 +239,7 @@ def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
                 "/rollbackpolicies/p/status", {}, "", 200, f"{INTAKE_AGENT}/intake-a", now),
         # our policy's status, saying the namespace is protected: fine
     ]  # fmt: skip
-    fake = SimpleNamespace(api=SimpleNamespace(journal=journal))
-    found: list[str] = []
-    Soak._protected(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
-    assert found == [
+    assert found_by(invariants.acted_in_protected, evidence(journal=journal)) == [
         f"actedInProtected: {WORKER_AGENT}/1.0 PATCH /apis/apps/v1/namespaces/{PROTECTED_NS}"
         "/deployments/a"
     ]
@@ -268,14 +259,15 @@ def test_the_oracle_sees_lost_and_stuck_attempts_and_wrong_ends() -> None:
         ws[4].ref: {"COMPLETED"},  # reopened: should be running
         ws[6].ref: {"COMPLETED"},
     }  # ws[1]: never started; ws[5]: protected, no run, as it should be
-    fake = SimpleNamespace(
-        workloads=ws,
-        _id=lambda w: w.ref,
-        _state=lambda w: {"mode": "backingOff"} if w is ws[3] else None,
-        _wrong_end=lambda w: "('aborted', 1, None), expected ..." if w is ws[6] else None,
-    )
+    ev = evidence(workloads=ws)
+    backing_off = {"mode": "backingOff", "turn": 1}
+    ev.store.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": ws[3].name, "namespace": "ns",
+        "annotations": {ROLLBACK_STATE_ANNOTATION: json.dumps(backing_off)}}})  # fmt: skip
+    runs = {f"rollback/c/{ref}": statuses for ref, statuses in runs.items()}
+    wrong = lambda w: "('aborted', 1, None), expected ..." if w is ws[6] else None  # noqa: E731
     found: list[str] = []
-    Soak._ends(fake, lambda kind, what: found.append(f"{kind}: {what}"), runs)  # type: ignore[arg-type]
+    invariants.ends(ev, lambda kind, what: found.append(f"{kind}: {what}"), runs, wrong)
     assert found == [
         "lostOrStuck: ns/Deployment/healthy-1 (healthy): never started",
         "lostOrStuck: ns/Deployment/oom-2 (oom): still running",
@@ -299,12 +291,10 @@ def test_the_oracle_sees_a_rollback_entered_or_published_twice() -> None:
         "ns/Deployment/doubled": [(t, "rollingBack", 1), (t + 1, "rollingBack", 1)],
         "ns/Deployment/again": [(t, "rollingBack", 1), (t + 5, "monitoring", 2)],
     }
-    found: list[str] = []
-    Soak._rollbacks(SimpleNamespace(timeline=timeline), lambda k, what: found.append(what))  # type: ignore[arg-type]
-    assert found == [
-        "ns/Deployment/entered-twice: rollingBack 2 times in turn 1",
-        "ns/Deployment/doubled: a rollback published 2 times in turn 1",
-        "ns/Deployment/again: a rollback published in monitoring turn 2",
+    assert found_by(invariants.double_rollback, evidence(timeline=timeline)) == [
+        "doubleRollback: ns/Deployment/entered-twice: rollingBack 2 times in turn 1",
+        "doubleRollback: ns/Deployment/doubled: a rollback published 2 times in turn 1",
+        "doubleRollback: ns/Deployment/again: a rollback published in monitoring turn 2",
     ]
 
 
@@ -322,10 +312,7 @@ def test_the_oracle_sees_a_transition_not_notified_or_notified_twice() -> None:
 
     received = [sent("ok", "k1"), sent("twice", "k2"), sent("twice", "k3"),
                 sent("missed", "k4", cluster="another")]  # fmt: skip
-    found: list[str] = []
-    with mock.patch.object(Receiver, "received", received):
-        fake = SimpleNamespace(cluster="c", timeline=timeline)
-        Soak._notifications(fake, lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    found = found_by(invariants.notifications, evidence(timeline=timeline, received=received))
     assert sorted(found) == [
         "notNotified: ns/Deployment/missed: rollingBack turn 1",
         "notifiedTwice: ns/Deployment/twice: rollingBack turn 1: 2 keys",
@@ -369,9 +356,11 @@ async def test_the_oracle_sees_a_signal_from_an_intake_that_does_not_lead() -> N
 
     w = Workload(0, FATES[0], "ns", "a", "Deployment", "RollbackPolicy")
     w.controls = [now - 7, now + 15]  # the second annotated once intake-b led
-    fake = SimpleNamespace(workloads=[w], timeline=timeline, _id=lambda w: w.ref)
     found: list[str] = []
-    await Soak._signals(fake, Runs(), lambda kind, what: found.append(f"{kind}: {what}"))  # type: ignore[arg-type]
+    ev = evidence(workloads=[w], timeline=timeline)
+    await invariants.non_leader_signals(
+        ev, Runs(), lambda kind, what: found.append(f"{kind}: {what}")
+    )
     assert found == 2 * [
         "nonLeaderSignals: intake-a signalled ns/Deployment/a while 'intake-b' led"
     ]

@@ -1,0 +1,468 @@
+"""The soak's oracle: what must be 0, one function per invariant (the package's docstring says
+what each counts), each reading the ``Evidence`` the story left: the ``Timeline`` read off the
+store as it happened, the emulator's journal of requests, the final cluster, the receiver's
+notifications, the workers' logs and (for the signals and runs) Temporal."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+from bench.soak.fates import GROWN, MANIFEST, MAX_UNAVAILABLE, PROTECTED_NS, Workload
+from sim.apiserver import Request, Store
+from sim.scenario import ENGINE_REASONS, owner_key, running_resources
+from worker.config import INTAKE_AGENT, WORKER_AGENT
+from workflows.contract import (
+    API_GROUP,
+    ROLLBACK_LIMITS_ANNOTATION,
+    ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
+    Obj,
+)
+from workflows.rollback import WORKFLOW_NAME
+
+# What the oracle counts in every cluster; an in-place one also counts ``moreUnavailable``.
+INVARIANTS = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
+              "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
+              "actedInProtected")  # fmt: skip
+ROLLBACK_KEYS = {ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION}
+NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
+# Modes a run must be there to leave: backedOff waits for the next turn, which the pods' next
+# adoption starts.
+WAITING = {"monitoring", "rollingBack", "backingOff", "backedOff"}
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+# A write already past its gate as the pause is set still lands: the gate reads the pause right
+# before the write, so one in flight (its answer slowed by up to 0.5 s: the ``slow`` fault) is
+# no breach. ``actedWhilePaused`` counts the writes from this long after the pause was set.
+GATE_GRACE = 1.0
+# A pod down for a cause of its own counts against a batch's pace once the batch's LIST could
+# have seen it: down at least this long before the engine's write (``moreUnavailable``).
+LISTED_BEFORE = 1.0
+RESTART_WITHIN = 5.0  # a resize that restarts a container takes its pod down within this
+Bad = Callable[[str, str], None]  # (invariant, what was seen): one breach
+
+
+class Timeline:
+    """Read off the store as the story happens, what the invariants need (``sim.scenario``'s
+    ``Recorder`` keeps what a person reads instead): each owner's full state at each change and
+    the rollbacks published, the Lease holder over time, the engine's Events, each pod's
+    readiness and the disruption budgets over an owner's pods, at wall-clock times."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, list[tuple[float, Obj | None]]] = defaultdict(list)
+        self.holders: list[tuple[float, str]] = []
+        self.events: dict[str, list[str]] = defaultdict(list)  # owner -> reasons
+        # owner -> (published at, the owner's state then: mode, turn) for each rollback published
+        self.rollbacks: dict[str, list[tuple[float, str | None, int | None]]] = defaultdict(list)
+        self._last: dict[str, str | None] = {}
+        self._published: set[str] = set()  # owners carrying a rollback recommendation now
+        self.kinds: dict[tuple[str, str], str] = {}  # (namespace, app label) -> owner kind
+        # owner -> pod -> (time, Ready) at each change, and (time, None) when it went
+        self.pods: dict[str, dict[str, list[tuple[float, bool | None]]]] = defaultdict(dict)
+        # owner -> (time, the maxUnavailable of the disruption budget over its pods; None: none)
+        self.budgets: dict[str, list[tuple[float, int | None]]] = defaultdict(list)
+
+    def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        if rtype.kind == "Lease":
+            holder = (obj.get("spec") or {}).get("holderIdentity") or ""
+            if not self.holders or self.holders[-1][1] != holder:
+                self.holders.append((time.time(), holder))
+            return
+        if rtype.kind == "Event" and kind == "ADDED":
+            if obj.get("reason") not in ENGINE_REASONS:  # the kubelet's, the controllers'
+                return
+            involved = obj.get("involvedObject") or {}
+            owner = owner_key(*(str(involved.get(k)) for k in ("kind", "namespace", "name")))
+            self.events[owner].append(str(obj.get("reason")))
+            return
+        if rtype.kind == "Pod":
+            self._pod(kind, obj)
+            return
+        if rtype.kind == "PodDisruptionBudget":
+            self._budget(kind, obj)
+            return
+        if rtype.kind not in ("Deployment", "StatefulSet"):
+            return
+        owner = owner_key(rtype.kind, str(meta.get("namespace")), str(meta.get("name")))
+        annotations = {} if kind == "DELETED" else (meta.get("annotations") or {})
+        if ROLLBACK_REQUESTS_ANNOTATION in annotations and owner not in self._published:
+            self._published.add(owner)
+            raw_state = annotations.get(ROLLBACK_STATE_ANNOTATION)
+            state = json.loads(raw_state) if raw_state else {}
+            self.rollbacks[owner].append((time.time(), state.get("mode"), state.get("turn")))
+        elif ROLLBACK_REQUESTS_ANNOTATION not in annotations:
+            self._published.discard(owner)
+        raw = (
+            None
+            if kind == "DELETED"
+            else (meta.get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION)
+        )
+        if self._last.get(owner) == raw and owner in self._last:
+            return
+        self._last[owner] = raw
+        self.states[owner].append((time.time(), json.loads(raw) if raw else None))
+
+    def _pod(self, kind: str, pod: Obj) -> None:
+        """Whether each pod of an owner is Ready, each time that changes."""
+        meta = pod.get("metadata") or {}
+        namespace, app = str(meta.get("namespace")), str((meta.get("labels") or {}).get("app"))
+        owner_kind = self.kinds.get((namespace, app))
+        if owner_kind is None:
+            return
+        owner = owner_key(owner_kind, namespace, app)
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ready = None if kind == "DELETED" else any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+        )  # fmt: skip
+        changes = self.pods[owner].setdefault(str(meta.get("name")), [])
+        if not changes or changes[-1][1] != ready:
+            changes.append((time.time(), ready))
+
+    def _budget(self, kind: str, pdb: Obj) -> None:
+        """The soak's budgets select one owner's pods by its ``app`` label, by maxUnavailable."""
+        namespace = str(pdb["metadata"].get("namespace"))
+        spec = pdb.get("spec") or {}
+        app = str(((spec.get("selector") or {}).get("matchLabels") or {}).get("app"))
+        owner_kind = self.kinds.get((namespace, app))
+        if owner_kind is not None:
+            bound = None if kind == "DELETED" else int(spec["maxUnavailable"])
+            self.budgets[owner_key(owner_kind, namespace, app)].append((time.time(), bound))
+
+    def budget_at(self, owner: str, when: float) -> int | None:
+        """The maxUnavailable of the budget over ``owner``'s pods at ``when`` (None: none)."""
+        return next((b for t, b in reversed(self.budgets.get(owner, [])) if t <= when), None)
+
+    def held_by(self, who: str, since: float, until: float) -> bool:
+        """Whether ``who`` held the Lease at some time in [since, until]."""
+        if self.holder_at(since) == who:
+            return True
+        return any(name == who for at, name in self.holders if since <= at <= until)
+
+    def holder_at(self, when: float) -> str:
+        holder = ""
+        for at, name in self.holders:
+            if at > when:
+                break
+            holder = name
+        return holder
+
+
+@dataclass
+class Evidence:
+    """What the story left for the oracle to read, once it has settled."""
+
+    cluster: str
+    queue: str
+    workloads: list[Workload]
+    timeline: Timeline
+    journal: list[Request]  # the emulator's, every request with its client and time
+    store: Store  # the cluster as it ended
+    received: list[tuple[str, Obj]]  # the notifications, with their idempotency keys
+    worker_logs: list[Path]
+
+    def run_id(self, w: Workload) -> str:
+        return f"rollback/{self.cluster}/{w.ref}"
+
+    def worker_patches(self) -> list[Request]:
+        """The workers' PATCHes the API server took, in the journal's order."""
+        return [
+            r for r in self.journal
+            if r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300
+        ]  # fmt: skip
+
+
+# --- wrongEnd, lostOrStuck -------------------------------------------------------------------
+
+
+def wrong_end(ev: Evidence, w: Workload, in_place: bool) -> str | None:
+    """How ``w``'s end differs from its script (mode, turn, reason, its pods' memory), or None."""
+    state, fate = w.state(ev.store), w.fate
+    if fate.name == "owner-deleted":
+        return None if w.owner(ev.store) is None else "owner still there"
+    if fate.protected:
+        states = [s for _, s in ev.timeline.states.get(w.ref, [])]
+        if any(states) or ev.timeline.events.get(w.ref):
+            return "a state or an Event in a protected namespace"
+    elif fate.mode is None:
+        if state is not None:
+            return f"state {state.get('mode')}, expected cleared"
+        if "RollbackStateCleared" not in ev.timeline.events.get(w.ref, []):
+            return "cleared without its RollbackStateCleared Event"
+    else:
+        if state is None:
+            return f"no state, expected {fate.mode}"
+        have = (state.get("mode"), state.get("turn"), state.get("failureReason"))
+        want = (fate.mode, fate.turn, fate.reason)
+        also = (fate.mode, fate.turn, fate.in_place_reason) if in_place else None
+        if have not in (want, also):
+            return f"{have}, expected {want}"
+    memory = sorted(str((r.get("requests") or {}).get("memory"))
+                    for p in w.pods(ev.store) for r in running_resources(p).values())  # fmt: skip
+    if fate.name == "partial-above":
+        want_memory = sorted([GROWN] * (fate.fits or 0) + [MANIFEST])
+    elif fate.pods is None:
+        want_memory = []
+    else:
+        want_memory = [fate.pods] * fate.replicas
+    return None if memory == want_memory else f"pods {memory}, expected {want_memory}"
+
+
+def ends(
+    ev: Evidence, bad: Bad, runs: dict[str, set[str]], wrong: Callable[[Workload], str | None]
+) -> None:
+    """``wrongEnd`` (``wrong``: ``wrong_end`` of a workload), and ``lostOrStuck`` from
+    Temporal's runs of this cluster (``runs``: each workflow ID's runs' statuses, closed ones
+    too) against the scripted fates and the owners' final states: a fate the engine must act on
+    that never had a run; a run still going whose fate ends; none going for a fate that does
+    not; an owner left in a mode that waits for a next step with no run to take it."""
+    for w in ev.workloads:
+        said = wrong(w)
+        if said:
+            bad("wrongEnd", f"{w.ref} ({w.fate.name}): {said}; actions {w.actions}")
+        statuses = runs.get(ev.run_id(w), set())
+        going = "RUNNING" in statuses
+        mode = (w.state(ev.store) or {}).get("mode")
+        lost = (
+            "never started" if not statuses and not w.fate.protected
+            else "still running" if going and w.fate.terminal
+            else "not running" if not going and not w.fate.terminal
+            else f"left {mode} with no run to go on" if mode in WAITING and not going
+            else None
+        )  # fmt: skip
+        if lost:
+            bad("lostOrStuck", f"{w.ref} ({w.fate.name}): {lost}")
+
+
+# --- doubleRollback --------------------------------------------------------------------------
+
+
+def double_rollback(ev: Evidence, bad: Bad) -> None:
+    """A turn that entered ``rollingBack`` twice, or a rollback published (the rollback
+    annotations written onto an owner that had none) twice in one turn, or while its state was
+    not ``rollingBack`` (the previous turn's written again)."""
+    for ref, states in ev.timeline.states.items():
+        # Entered: from another mode or turn (the same state recorded again, as after a worker
+        # killed while its decision's record was not yet in the history, is not).
+        modes = [((s or {}).get("mode"), (s or {}).get("turn")) for _, s in states]
+        entered = Counter(
+            turn for i, (mode, turn) in enumerate(modes)
+            if mode == "rollingBack" and (i == 0 or modes[i - 1] != (mode, turn))
+        )  # fmt: skip
+        for turn, times in entered.items():
+            if times > 1:
+                bad("doubleRollback", f"{ref}: rollingBack {times} times in turn {turn}")
+    for ref, published in ev.timeline.rollbacks.items():
+        for (mode, turn), times in Counter((m, t) for _, m, t in published).items():
+            if mode != "rollingBack":
+                bad("doubleRollback", f"{ref}: a rollback published in {mode} turn {turn}")
+            elif times > 1:
+                bad("doubleRollback", f"{ref}: a rollback published {times} times in turn {turn}")
+
+
+# --- notNotified, notifiedTwice --------------------------------------------------------------
+
+
+def notifications(ev: Evidence, bad: Bad) -> None:
+    """Each notable transition told once: under one idempotency key, however often it was sent."""
+    keys: dict[tuple[str, str, int], set[str]] = defaultdict(set)
+    for key, body in ev.received:
+        if body.get("cluster") != ev.cluster:
+            continue  # another cluster's, on the same receiver
+        owner = body.get("owner") or {}
+        ref = f"{owner.get('namespace')}/{owner.get('kind')}/{owner.get('name')}"
+        keys[(ref, str(body.get("transition")), int(body.get("turn") or 0))].add(key)
+    for ref, states in ev.timeline.states.items():
+        seen = {(s["mode"], s["turn"]) for _, s in states if s and s["mode"] in NOTABLE}
+        for mode, turn in seen:
+            got = keys.get((ref, mode, turn), set())
+            if not got:
+                bad("notNotified", f"{ref}: {mode} turn {turn}")
+            elif len(got) > 1:
+                bad("notifiedTwice", f"{ref}: {mode} turn {turn}: {len(got)} keys")
+
+
+# --- nonLeaderWrites, nonLeaderSignals -------------------------------------------------------
+
+
+def non_leader_writes(ev: Evidence, bad: Bad) -> None:
+    """A write by an intake while the Lease named another holder (campaigning excepted)."""
+    for r in ev.journal:
+        if not r.agent.startswith(INTAKE_AGENT) or r.method not in WRITES or "/leases" in r.path:
+            continue
+        who = r.agent.split("/", 1)[1]
+        holder = ev.timeline.holder_at(r.at)
+        if holder != who:
+            bad("nonLeaderWrites", f"{who} {r.method} {r.path} while {holder!r} led")
+
+
+async def non_leader_signals(ev: Evidence, client: Any, bad: Bad) -> None:
+    """A signal, a start or a control Update from an intake while the Lease named another
+    holder. A signal or a start is in the history when the server got it. An Update is there
+    when a worker accepted it, which may be long after it was sent (the server keeps it while no
+    worker can take it: a worker killed, Temporal restarted): one counts when its intake held
+    the Lease at no time from its control's annotation to its acceptance."""
+    intakes = {"intake-a", "intake-b"}
+    for w in ev.workloads:
+        async for run in client.list_workflows(f'WorkflowId = "{ev.run_id(w)}"'):
+            handle = client.get_workflow_handle(ev.run_id(w), run_id=run.run_id)
+            async for event in handle.fetch_history_events():
+                who, update = _sender(event)
+                if who not in intakes:
+                    continue
+                at = event.event_time.ToDatetime().timestamp()
+                since = max((t for t in w.controls if t <= at), default=at) if update else at
+                if not ev.timeline.held_by(who, since, at):
+                    holder = ev.timeline.holder_at(at)
+                    bad("nonLeaderSignals", f"{who} signalled {w.ref} while {holder!r} led")
+
+
+def _sender(event: HistoryEvent) -> tuple[str, bool]:
+    """Who sent the signal, the start or the control Update ``event`` records ("" for any other
+    event), and whether it is an Update."""
+    if event.HasField("workflow_execution_signaled_event_attributes"):
+        return event.workflow_execution_signaled_event_attributes.identity, False
+    if event.HasField("workflow_execution_started_event_attributes"):
+        return event.workflow_execution_started_event_attributes.identity, False
+    if event.HasField("workflow_execution_update_accepted_event_attributes"):
+        accepted = event.workflow_execution_update_accepted_event_attributes
+        return accepted.accepted_request.meta.identity, True
+    return "", False
+
+
+# --- crossedClusters -------------------------------------------------------------------------
+
+
+async def crossed_clusters(ev: Evidence, client: Client | Any, bad: Bad) -> None:
+    """No run crosses clusters: every run named for this cluster carries its cluster's search
+    attribute and ran on its task queue, and its workers refused nothing (a refusal is a run of
+    another cluster reaching them: ``activities.clusters``)."""
+    prefix = f"rollback/{ev.cluster}/"
+    async for wf in client.list_workflows(f'WorkflowType = "{WORKFLOW_NAME}"'):
+        attrs = {p.key.name: p.value for p in wf.typed_search_attributes}
+        ours_by_id = wf.id.startswith(prefix)
+        ours_by_attribute = attrs.get("RollbackCluster") == ev.cluster
+        if ours_by_id != ours_by_attribute or (ours_by_id and wf.task_queue != ev.queue):
+            bad("crossedClusters", f"{wf.id}: {attrs.get('RollbackCluster')} on {wf.task_queue}")
+    for log in ev.worker_logs:
+        if "ForeignClusterError" in log.read_text(errors="replace"):
+            bad("crossedClusters", f"{ev.cluster} {log.name} refused another cluster's run")
+
+
+# --- actedWhilePaused, actedInProtected ------------------------------------------------------
+
+
+def acted_while_paused(ev: Evidence, bad: Bad) -> None:
+    acted = acting_writes(ev)
+    for w in ev.workloads:
+        if w.paused is None:
+            continue
+        start, until = w.paused
+        for at, what in acted.get(w.ref, []):
+            if start + GATE_GRACE <= at < until:
+                bad("actedWhilePaused", f"{w.ref}: {what} {until - at:.1f}s"
+                    " before its pause ended")  # fmt: skip
+
+
+def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
+    """Every write of a worker that changes what runs, by owner, from the journal: a rollback
+    annotation published or cleared on the owner (the keys a PATCH carries), a pod resized (its
+    owner from the pods the timeline saw)."""
+    kinds = {"deployments": "Deployment", "statefulsets": "StatefulSet"}
+    pod_owner = {
+        (owner.split("/", 1)[0], pod): owner
+        for owner, pods in ev.timeline.pods.items()
+        for pod in pods
+    }
+    acted: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for r in ev.worker_patches():
+        parts = r.path.strip("/").split("/")  # apis/apps/v1/namespaces/NS/KINDS/NAME
+        if (pod := resized_pod(r)) is not None:
+            owner = pod_owner.get(pod)
+            if owner is not None:
+                acted[owner].append((r.at, f"pod {pod[1]} resized"))
+        elif len(parts) == 7 and parts[5] in kinds and ROLLBACK_KEYS & set(r.annotations):
+            owner = owner_key(kinds[parts[5]], parts[4], parts[6])
+            acted[owner].append((r.at, "rollback annotation written (published or cleared)"))
+    return acted
+
+
+def acted_in_protected(ev: Evidence, bad: Bad) -> None:
+    """Engine writes into the protected namespace, but to our own policies (whose status says
+    the namespace is protected)."""
+    for r in ev.journal:
+        engine = r.agent.startswith((WORKER_AGENT, INTAKE_AGENT))
+        ours = r.path.startswith(f"/apis/{API_GROUP}/")
+        if engine and r.method in WRITES and not ours and f"/namespaces/{PROTECTED_NS}/" in r.path:
+            bad("actedInProtected", f"{r.agent} {r.method} {r.path}")
+
+
+# --- moreUnavailable -------------------------------------------------------------------------
+
+
+def more_unavailable(ev: Evidence, bad: Bad) -> int:
+    """Each time a worker's resize takes a pod down (it lands on a Ready pod, which goes not
+    Ready within ``RESTART_WITHIN``: a rollback's or a re-apply's), the owner's pods not Ready
+    as it goes down never outnumber the tighter of its ``maxUnavailable`` and the disruption
+    budget over its pods then. Counted: this pod, the others the engine took down and not yet
+    Ready again, and any down for a cause of its own (an OOM kill, the applier's restart) since
+    ``LISTED_BEFORE`` before the write (the batch's LIST saw it). A pod resized twice before it
+    went down (a retry whose first answer was lost) is down once. Returns how many take-downs
+    were checked."""
+    resized: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in ev.worker_patches():
+        if (where := resized_pod(r)) is not None:
+            resized[where].append(r.at)
+    checked = 0
+    for owner, pods in ev.timeline.pods.items():
+        namespace = owner.split("/", 1)[0]
+        downs: dict[tuple[str, float], float] = {}  # (pod, went down) -> the write's time
+        for pod, changes in pods.items():
+            for at in sorted(resized.get((namespace, pod), [])):
+                ready_then = next((r for t, r in reversed(changes) if t <= at), None)
+                down = next((t for t, r in changes if t >= at and r is False), None)
+                if ready_then and down is not None and down - at < RESTART_WITHIN:
+                    downs.setdefault((pod, down), at)
+        taken = {(pod, down): _back_at(pods[pod], down) for pod, down in downs}
+        for (pod, down), at in sorted(downs.items(), key=lambda item: item[0][1]):
+            checked += 1
+            engine = {p for (p, d), up in taken.items() if d <= down < up}
+            own = {p for p, changes in pods.items()
+                   if _down_since(changes, down) <= at - LISTED_BEFORE}  # fmt: skip
+            budget = ev.timeline.budget_at(owner, at)
+            allowed = MAX_UNAVAILABLE if budget is None else min(MAX_UNAVAILABLE, budget)
+            if len(engine | own | {pod}) > allowed:
+                said = "" if budget is None else f" (its budget's maxUnavailable {budget})"
+                bad("moreUnavailable", f"{owner}: {pod} taken down at +{down - at:.1f}s after"
+                    f" its resize with {sorted((engine | own) - {pod})} not Ready:"
+                    f" {allowed} allowed{said}")  # fmt: skip
+    return checked
+
+
+def resized_pod(request: Request) -> tuple[str, str] | None:
+    """(namespace, pod) of a ``pods/resize`` request, None for any other path."""
+    parts = request.path.strip("/").split("/")  # api/v1/namespaces/NS/pods/NAME/resize
+    if len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize":
+        return parts[3], parts[5]
+    return None
+
+
+def _back_at(changes: list[tuple[float, bool | None]], down: float) -> float:
+    """When a pod down at ``down`` was Ready again, or went (inf: neither yet)."""
+    return next((t for t, r in changes if t > down and r is not False), math.inf)
+
+
+def _down_since(changes: list[tuple[float, bool | None]], when: float) -> float:
+    """Since when a pod has been not Ready at ``when`` (created so, or gone down); inf when it
+    is Ready or gone then."""
+    last = next(((t, r) for t, r in reversed(changes) if t <= when), None)
+    return last[0] if last is not None and last[1] is False else math.inf

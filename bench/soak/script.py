@@ -1,0 +1,578 @@
+"""The soak's story: the world built (``Soak.build``), the engine started, the fault schedule
+run, every workload's script played from what the cluster shows (``step``) until each has
+reached the kind of end its fate gives (``settled``) and the story has gone quiet, then the
+oracle's verdict (``bench.soak.invariants``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.kubetime import kube_time
+from bench import CLUSTER
+from bench.soak import invariants
+from bench.soak.fates import (
+    FATES,
+    LIMITS_KEY,
+    MERGE,
+    PROTECTED_NS,
+    REC_KEY,
+    Workload,
+    manifest,
+    plan,
+    policy_doc,
+)
+from bench.soak.faults import CUT_WORK, FaultSchedule
+from bench.soak.invariants import INVARIANTS, Evidence, Timeline
+from bench.soak.supervisor import Child, Receiver, peak_rss, start_engine
+from sim.apiserver import Fault, KubeEmulator, free_port
+from sim.cluster import Behaviour, SimulatedCluster
+from sim.devserver import DevServer
+from sim.scenario import running_resources
+from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
+from workflows.contract import (
+    CONTROL_ANNOTATION,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+    EventReason,
+)
+from workflows.durations import parse_duration
+from workflows.notify import NOTIFY_WORKFLOW
+from workflows.rollback import WORKFLOW_NAME
+
+WORKING_SET = "300Mi"
+ACTED_IN = ("rollingBack", "backingOff")  # when the policy-changed/-deleted fates act (turn 1)
+
+
+@dataclass
+class SoakResult:
+    workloads: int
+    invariants: dict[str, int]
+    examples: dict[str, list[str]]
+    faults: Counter[str]
+    outcomes: Counter[str]
+    relists: int
+    leaders: int  # times the Lease changed hands
+    rss: dict[str, float]
+    wall: float
+    settled: bool
+    logs: str | None = None  # where the processes' logs were kept, when it failed
+    cluster: str = ""
+    fates: int = len(FATES)  # the scripted fates dealt
+
+    @property
+    def passed(self) -> bool:
+        return self.settled and not any(self.invariants.values())
+
+
+class Soak:
+    def __init__(
+        self,
+        count: int,
+        workdir: Path,
+        seed: int = 1,
+        cluster: str = CLUSTER,
+        temporal: DevServer | None = None,
+        restarts_temporal: bool = True,
+        in_place: bool = False,
+    ) -> None:
+        """``cluster``: the cluster it plays; ``temporal``: a dev server its caller runs (a
+        fleet: every cluster on one Temporal, the same workload names in each), restarted as a
+        fault by this soak only if ``restarts_temporal``; ``in_place``: its engine actuates in
+        place (``--actuation in-place``) and its containers restart to resize."""
+        self.restarts_temporal = restarts_temporal
+        self.in_place = in_place
+        self.workdir = workdir
+        self.cluster = cluster
+        self.namespaces = max(2, min(50, count // 20))
+        self.workloads = plan(count, self.namespaces, in_place)
+        self.api = KubeEmulator(seed=seed)
+        self.sim = SimulatedCluster(
+            self.api.store, tick=0.25 if count <= 200 else 0.5, applies_rollbacks=not in_place
+        )
+        self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
+        self.backoff = f"{max(3, count // 100)}s"  # 3s for 100, 10s for 1,000
+        # The fates that act mid-backoff (policy changed or deleted) get a backoff the script's
+        # polling cannot miss however slowly it goes round.
+        self.acted_backoff = f"{max(15, count // 50)}s"
+        self.timeline = Timeline()
+        self.timeline.kinds = {(w.namespace, w.name): w.kind for w in self.workloads}
+        self.api.store.listeners.append(self.timeline)
+        self.owns_temporal = temporal is None
+        self.temporal = temporal or DevServer(
+            workdir / "temporal", free_port(), headless=True, log_path=workdir / "temporal.log"
+        )
+        self.queue = f"soak-{cluster}"
+        self.faults: Counter[str] = Counter()
+        self.children: dict[str, Child] = {}
+        self.due: set[int] = set()  # workloads whose in-cut act is due (``_due``)
+
+    # --- the world ------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        store = self.api.store
+        store.create(
+            {"apiVersion": "v1", "kind": "Node",
+             "metadata": {"name": "pool-1", "labels": {"pool": "main"}},
+             "status": {"allocatable": {"cpu": "100000", "memory": "100Ti", "pods": "100000"}}}
+        )  # fmt: skip
+        for ns in sorted({w.namespace for w in self.workloads} | {"default"}):
+            store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        store.create(
+            policy_doc("ClusterRollbackPolicy", "soak-cluster", None,
+                    {"namespaceSelector": {"operator": "In", "values": ["soak-*", PROTECTED_NS]},
+                     "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}},
+                    self.window, self.backoff)
+        )  # fmt: skip
+        for ns in sorted({w.namespace for w in self.workloads}):
+            store.create(
+                policy_doc("RollbackPolicy", "soak-ns", ns,
+                        {"labelSelector": {"matchLabels": {"policy": "RollbackPolicy"}}},
+                        self.window, self.backoff)
+            )  # fmt: skip
+            store.create(
+                policy_doc("RollbackPolicy", "soak-long", ns,
+                        {"labelSelector": {"matchLabels": {"policy": "long"}}}, "1h")
+            )  # fmt: skip
+        behaviour = {"app": Behaviour(WORKING_SET, startup=0.3)}
+        for w in self.workloads:
+            if w.fate.fits is not None:  # its own node: ``fits`` pods can grow on it
+                grown = 1024 * w.fate.fits + 512 * (w.fate.replicas - w.fate.fits)
+                store.create(
+                    {"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": f"part-{w.name}", "labels": {"pool": f"part-{w.name}"}},
+                     "status": {"allocatable": {"cpu": "64", "memory": f"{grown}Mi",
+                                                "pods": "110"}}}
+                )  # fmt: skip
+            if w.fate.own_policy:
+                store.create(
+                    policy_doc("RollbackPolicy", w.name, w.namespace,
+                            {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
+                            self.acted_backoff, w.fate.max_attempts)
+                )  # fmt: skip
+            self.sim.add(manifest(w, self.in_place), behaviour)
+
+    # --- the script -----------------------------------------------------------------------------
+
+    def _apply(self, w: Workload) -> None:
+        store, fate = self.api.store, w.fate
+        if fate.name == "late" and w.index not in self.due:
+            return  # applied by the Lease cut (``_due``)
+        limits = (
+            {} if fate.grow_only else {LIMITS_KEY: json.dumps({"app": {"memory": fate.memory}})}
+        )
+        annotations = {REC_KEY: json.dumps({"app": {"memory": fate.memory}}), **limits}
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
+        w.actions.append("applied")
+
+    def _annotate(self, w: Workload, value: str) -> None:
+        store = self.api.store
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"metadata": {"annotations": {CONTROL_ANNOTATION: value}}}, MERGE)  # fmt: skip
+        w.actions.append(value)
+        w.controls.append(time.time())
+
+    def _pause_due(self, w: Workload, mode: str | None) -> bool:
+        """Whether the moment ``w``'s fate pauses it in has come (its first turn's)."""
+        if w.fate.paused_in == "rollingBack":  # once its paced rollback has a pod down
+            return mode == "rollingBack" and any(
+                not any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (p.get("status") or {}).get("conditions") or [])
+                for p in w.pods(self.api.store)
+            )  # fmt: skip
+        return mode == w.fate.paused_in
+
+    def _pause(self, w: Workload) -> None:
+        """Pause the owner from now until 5 s after the step it holds would have ended (its
+        window, its backoff; a batch's restart) (RFC 3339, to the second, rounded down: the
+        pause ends no later than that step's earliest end), or until the script lifts it
+        (``paused-infinite``)."""
+        infinite, now = w.fate.name == "paused-infinite", time.time()
+        step, said = {
+            "monitoring": (self.window, "owner paused through its verdict"),
+            "backingOff": (self.backoff, "owner paused through its backoff's end"),
+            "rollingBack": ("3s", "owner paused mid-rollback, in place"),
+        }[str(w.fate.paused_in)]
+        until = int(now + parse_duration(step).total_seconds() + 5)
+        stamp = "infinite" if infinite else kube_time(datetime.fromtimestamp(until, UTC))
+        self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: stamp, PAUSE_REASON_ANNOTATION: "soak"})
+        w.paused = (now, math.inf if infinite else float(until))
+        w.actions.append("paused")
+        self.faults["owner paused without an end, until lifted" if infinite else said] += 1
+
+    def _told(self, w: Workload, reason: str) -> bool:
+        """Whether the engine has told of ``reason`` (an Event) on ``w``'s owner."""
+        return any(
+            e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == w.name
+            for e in self.api.store.items("Event", w.namespace)
+        )
+
+    def _budget(self, w: Workload, max_unavailable: int) -> None:
+        """The disruption budget over ``w``'s pods: created allowing none, then loosened."""
+        store, name = self.api.store, f"{w.name}-budget"
+        if max_unavailable == 0:
+            store.create(
+                {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                 "metadata": {"name": name, "namespace": w.namespace},
+                 "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": w.name}}}}
+            )  # fmt: skip
+            w.actions.append("budget")
+            self.faults["disruption budget allowing nothing through a rollback"] += 1
+        else:
+            store.patch(store.rtype("PodDisruptionBudget"), w.namespace, name,
+                        {"spec": {"maxUnavailable": max_unavailable}}, MERGE)  # fmt: skip
+            w.actions.append("budget loosened")
+
+    def _lift_pause(self, w: Workload) -> None:
+        """Lift an ``infinite`` pause once the engine's RollbackPaused Event says it held."""
+        if self._told(w, EventReason.PAUSED):
+            self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: None, PAUSE_REASON_ANNOTATION: None})
+            assert w.paused is not None
+            w.paused = (w.paused[0], time.time())
+            w.actions.append("lifted")
+
+    def _annotate_pause(self, w: Workload, annotations: dict[str, str | None]) -> None:
+        store = self.api.store
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
+
+    def _fail_pod_lists(self, w: Workload) -> None:
+        """503 to the workers' pod LISTs in ``w``'s namespace from now (its window's start) to
+        10 s past the window's end: its verdict's sample exhausts its local tries."""
+        burst = self.api.inject(Fault(status=503, method="GET", times=None, agent=WORKER_AGENT,
+                                      path=rf"^/api/v1/namespaces/{w.namespace}/pods$"))  # fmt: skip
+        lasting = parse_duration(self.window).total_seconds() + 10
+
+        def over() -> None:
+            with self.api._lock:
+                self.api.faults[:] = [f for f in self.api.faults if f is not burst]
+
+        asyncio.get_running_loop().call_later(lasting, over)
+        w.actions.append("503 burst")
+        self.faults["pod LISTs failing through a verdict (503 burst)"] += 1
+
+    def _due(self, workloads: Sequence[Workload]) -> None:
+        """Their scripted act is due now: the ``late`` ones applied, the ``cancel-in-cut`` ones
+        annotated (now if monitoring, else by ``step`` as they get there)."""
+        for w in workloads:
+            self.due.add(w.index)
+            if w.fate.name == "late" and "applied" not in w.actions:
+                self._apply(w)
+                self.faults["workloads applied inside the Lease cut"] += 1
+            elif (
+                w.fate.name == "cancel-in-cut"
+                and "cancel" not in w.actions
+                and (w.state(self.api.store) or {}).get("mode") == "monitoring"
+            ):
+                self._annotate(w, "cancel")
+                self.faults["cancels annotated inside the Lease cut"] += 1
+
+    def _delete_pods(self, w: Workload) -> None:
+        store = self.api.store
+        for pod in w.pods(self.api.store):
+            with contextlib.suppress(Exception):  # gone meanwhile
+                store.delete(store.rtype("Pod"), w.namespace, pod["metadata"]["name"])
+        w.actions.append("pods deleted")
+
+    def step(self, w: Workload) -> None:
+        """Carry out what ``w``'s script says now, from what the cluster shows."""
+        state, fate, done = w.state(self.api.store), w.fate.name, set(w.actions)
+        mode, turn = (state or {}).get("mode"), (state or {}).get("turn")
+        store = self.api.store
+        if fate == "unschedulable" and "applied" in done and "pods deleted" not in done:
+            self._delete_pods(w)  # replacements are admitted with the recommendation: Pending
+        elif fate == "owner-deleted" and mode == "monitoring" and "deleted" not in done:
+            store.delete(store.rtype(w.kind), w.namespace, w.name)
+            w.actions.append("deleted")
+        # From rollingBack on: the backoff reads the policy afresh at its end, so acting this
+        # early counts the same, and a backingOff recorded late (its rollback carried across a
+        # worker kill) can be over before the script's next round sees it.
+        elif fate in ("policy-changed", "policy-deleted") and turn == 1 and mode in ACTED_IN:
+            if fate == "policy-changed" and "changed" not in done:
+                patch = {"spec": {"backoff": {"maxAttempts": 1}}}
+                store.patch(store.rtype("RollbackPolicy"), w.namespace, w.name, patch, MERGE)
+                w.actions.append("changed")
+            elif fate == "policy-deleted" and "policy deleted" not in done:
+                store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
+                w.actions.append("policy deleted")
+        elif w.fate.paused_in and turn == 1 and "paused" not in done and self._pause_due(w, mode):
+            self._pause(w)
+        elif fate == "paused-infinite" and "paused" in done and "lifted" not in done:
+            self._lift_pause(w)
+        elif w.fate.budget and mode == "monitoring" and "budget" not in done:
+            self._budget(w, 0)
+        elif (
+            "budget" in done and "budget loosened" not in done and self._told(w, EventReason.PACED)
+        ):
+            self._budget(w, 1)
+        elif fate in ("cancel", "reopen") and mode == "monitoring" and "cancel" not in done:
+            self._annotate(w, "cancel")
+        elif (
+            fate == "cancel-in-cut"
+            and mode == "monitoring"
+            and "cancel" not in done
+            and w.index in self.due
+        ):
+            self._annotate(w, "cancel")  # (at its moment itself when monitoring by then)
+        elif fate == "flaky-verdict" and mode == "monitoring" and "503 burst" not in done:
+            self._fail_pod_lists(w)
+        elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
+            self._annotate(w, "reopen")
+
+    def settled(self, w: Workload) -> bool:
+        """Whether ``w`` has reached the kind of end its script gives (not yet whether right)."""
+        state, fate = w.state(self.api.store), w.fate
+        if fate.name == "owner-deleted":
+            return "deleted" in w.actions
+        if fate.protected:  # its pods run the cut: the engine has seen what it must leave alone
+            return bool(w.pods(self.api.store)) and all(
+                (r.get("requests") or {}).get("memory") == fate.memory
+                for p in w.pods(self.api.store) for r in running_resources(p).values()
+            )  # fmt: skip
+        if fate.mode is None:
+            return "policy deleted" in w.actions and state is None
+        if state is None:
+            return False
+        if fate.name == "reopen":
+            return "reopen" in w.actions and state["mode"] == "monitoring"
+        final = ("monitoringSucceeded", "failedPermanent", "cancelled", "aborted")
+        return bool(state["mode"] == fate.mode or state["mode"] in final)
+
+    # --- the run --------------------------------------------------------------------------------
+
+    async def run(self, deadline: float) -> SoakResult:
+        began = time.monotonic()
+        self.build()
+        self.api.start()
+        self.sim.start()
+        if self.owns_temporal:
+            await asyncio.to_thread(self.temporal.start)
+        self.children, self.receiver = start_engine(
+            self.workdir, self.cluster, self.temporal.address, self.api.url, self.queue,
+            self.in_place,
+        )  # fmt: skip
+        # The ``in_cut`` fates' work, dealt to the Lease cut's moments.
+        cut = [w for w in self.workloads if w.fate.in_cut]
+        shares = [cut[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))]
+        temporal = self.temporal if self.restarts_temporal else None
+        schedule = FaultSchedule(self.api, self.children, temporal, shares, self._due, self.faults)
+        # Connected once the faults are over (one of them restarts Temporal).
+        client: Client | None = None
+        spread = min(30.0, 0.03 * len(self.workloads) + 5)
+        faults = asyncio.create_task(schedule.run(spread + 40.0))
+        applied = 0
+        still_since: float | None = None
+        settled, said = False, time.monotonic()
+        while time.monotonic() - began < deadline:
+            elapsed = time.monotonic() - began
+            while applied < len(self.workloads) and elapsed >= applied * spread / len(
+                self.workloads
+            ):
+                self._apply(self.workloads[applied])
+                applied += 1
+            for w in self.workloads[:applied]:
+                self.step(w)
+            waiting = [w for w in self.workloads if not self.settled(w)]
+            if time.monotonic() - said > 10:
+                said = time.monotonic()
+                sample = [
+                    (w.ref, (w.state(self.api.store) or {}).get("mode"), w.actions) for w in waiting
+                ]
+                done = len(self.workloads) - len(waiting)
+                print(f"soak: {elapsed:.0f}s, {done}/{len(self.workloads)} at their end;"
+                      f" waiting for e.g. {sample[:3]}", file=sys.stderr, flush=True)  # fmt: skip
+            if faults.done() and not waiting:
+                last = max((t for s in self.timeline.states.values() for t, _ in s), default=0.0)
+                still_since = still_since or time.monotonic()
+                client = client or await self._connect()
+                if (
+                    time.time() - last > 5
+                    and time.monotonic() - still_since > 3
+                    and not await self._notifying(client)
+                ):
+                    settled = True
+                    break
+            else:
+                still_since = None
+            await asyncio.sleep(0.5)
+        if not faults.done():
+            faults.cancel()
+            schedule.api_faults_on(False)
+        for child in self.children.values():
+            child.sample_rss()
+        client = client or await self._connect()
+        try:
+            return await self._verdict(client, schedule, time.monotonic() - began, settled)
+        finally:
+            for child in self.children.values():
+                child.stop()
+            if self.owns_temporal:
+                await asyncio.to_thread(self.temporal.stop)
+            self.receiver.shutdown()
+            self.sim.stop()
+            self.api.stop()
+
+    async def _connect(self) -> Client:
+        return await TemporalConfig.at(self.temporal.address, self.queue).connect()
+
+    async def _notifying(self, client: Client) -> int:
+        """This cluster's notifications still being sent: a receiver that timed out is tried
+        again (``workflows.notify``), so the story has not settled until each has ended."""
+        query = (
+            f'WorkflowType = "{NOTIFY_WORKFLOW}" AND ExecutionStatus = "Running"'
+            f' AND RollbackCluster = "{self.cluster}"'
+        )
+        return (await client.count_workflows(query)).count
+
+    # --- the oracle -----------------------------------------------------------------------------
+
+    async def _verdict(
+        self, client: Client, schedule: FaultSchedule, wall: float, settled: bool
+    ) -> SoakResult:
+        examples: dict[str, list[str]] = defaultdict(list)
+        counts: Counter[str] = Counter()
+
+        def bad(kind: str, what: str) -> None:
+            counts[kind] += 1
+            if len(examples[kind]) < 5:
+                examples[kind].append(what)
+
+        runs: dict[str, set[str]] = defaultdict(set)  # workflow ID -> its runs' statuses
+        async for wf in client.list_workflows(
+            f'WorkflowType = "{WORKFLOW_NAME}" AND RollbackCluster = "{self.cluster}"'
+        ):
+            runs[wf.id].add(wf.status.name if wf.status else "UNKNOWN")
+        store = self.api.store
+        outcomes = Counter((w.state(store) or {}).get("mode") or "no state" for w in self.workloads)
+        workers = [c for name, c in self.children.items() if name.startswith("worker")]
+        ev = Evidence(
+            self.cluster, self.queue, self.workloads, self.timeline, list(self.api.journal),
+            store, list(Receiver.received), [c.log for c in workers],
+        )  # fmt: skip
+        invariants.ends(ev, bad, runs, lambda w: invariants.wrong_end(ev, w, self.in_place))
+        invariants.double_rollback(ev, bad)
+        invariants.notifications(ev, bad)
+        invariants.non_leader_writes(ev, bad)
+        invariants.acted_while_paused(ev, bad)
+        invariants.acted_in_protected(ev, bad)
+        restarting = invariants.more_unavailable(ev, bad) if self.in_place else 0
+        await invariants.non_leader_signals(ev, client, bad)
+        await invariants.crossed_clusters(ev, client, bad)
+        relists = sum(
+            1 for r in ev.journal if r.agent.startswith(INTAKE_AGENT) and r.verb == "list"
+        )  # fmt: skip
+        faults = schedule.injected()
+        if restarting:
+            faults["pods taken down by the engine's in-place resizes (checked)"] = restarting
+        fallbacks = sum(  # each logged by the workflow (``RollbackWorkflow._activity``)
+            c.log.read_text(errors="replace").count("kept failing locally") for c in workers
+        )
+        if fallbacks:
+            faults["local activities gone on as regular ones (fallback)"] = fallbacks
+        names = (*INVARIANTS, *(("moreUnavailable",) if self.in_place else ()))
+        return SoakResult(
+            len(self.workloads),
+            {n: counts[n] for n in names},
+            dict(examples),
+            faults,
+            outcomes,
+            relists,
+            sum(1 for _, holder in self.timeline.holders[1:] if holder),
+            {n: c.peak_rss_mib for n, c in self.children.items()} | {"soak": peak_rss(os.getpid())},
+            wall,
+            settled,
+            cluster=self.cluster,
+            fates=len({w.fate.name for w in self.workloads}),
+        )
+
+
+async def soak(
+    count: int, deadline: float = 900.0, seed: int = 1, in_place: bool = False
+) -> SoakResult:
+    """One cluster's soak; ``in_place``: its engine actuates in place (``moreUnavailable``)."""
+    Receiver.received = []
+    # A client that gave up on a slow answer (an injected timeout) hangs up: expected here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="rollback-soak-") as tmp:
+        result = await Soak(count, Path(tmp), seed, in_place=in_place).run(deadline)
+        if not result.passed:  # the processes' logs, and Temporal's histories, outlive the run
+            result.logs = tempfile.mkdtemp(prefix="rollback-soak-logs-")
+            for log_file in Path(tmp).glob("*.log"):
+                shutil.copy(log_file, result.logs)
+            # `rollbackctl dev-server --data-dir <logs>/temporal` serves them again to read
+            shutil.copytree(Path(tmp) / "temporal", Path(result.logs) / "temporal")
+        return result
+
+
+async def soak_fleet(count: int, clusters: int = 2, deadline: float = 900.0) -> list[SoakResult]:
+    """The soak in ``clusters`` clusters at once, ``count`` workloads each with the same names,
+    on one Temporal (restarted by the first cluster's script): each cluster's oracle, plus
+    ``crossedClusters``. Every second cluster actuates in place (``moreUnavailable``)."""
+    Receiver.received = []
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="rollback-soak-fleet-") as tmp:
+        server = DevServer(
+            Path(tmp) / "temporal", free_port(), headless=True, log_path=Path(tmp) / "temporal.log"
+        )
+        await asyncio.to_thread(server.start)
+        try:
+            soaks = [
+                Soak(count, Path(tmp), seed=i + 1, cluster=f"soak-{i}", temporal=server,
+                     restarts_temporal=i == 0, in_place=i % 2 == 1)
+                for i in range(clusters)
+            ]  # fmt: skip
+            results = list(await asyncio.gather(*(s.run(deadline) for s in soaks)))
+        finally:
+            await asyncio.to_thread(server.stop)
+        if not all(r.passed for r in results):
+            logs = tempfile.mkdtemp(prefix="rollback-soak-fleet-logs-")
+            for log_file in Path(tmp).glob("*.log"):
+                shutil.copy(log_file, logs)
+            for r in results:
+                r.logs = logs
+        return results
+
+
+def report(result: SoakResult) -> list[str]:
+    """The soak's lines for bench/RESULTS.md."""
+    lines = [
+        f"  cluster {result.cluster}: {result.workloads} workloads, {result.fates} scripted fates,"
+        " 2 workers + 2 intakes"
+        f" (leader-elected), wall time {result.wall:.0f}s"
+        + ("" if result.settled else " (NOT SETTLED: the story did not reach its end in time)"),
+        "  | invariant (must be 0) | count |",
+        "  |---|---|",
+        *(
+            f"  | {name} | {n}{'' if n == 0 else ' NOT MET'} |"
+            for name, n in result.invariants.items()
+        ),
+        "  faults injected: "
+        + ", ".join(f"{kind} {n}" for kind, n in sorted(result.faults.items())),
+        "  workloads by outcome: "
+        + ", ".join(f"{mode} {n}" for mode, n in sorted(result.outcomes.items())),
+        f"  intake relists (LISTs by the intakes): {result.relists}; the Lease changed hands"
+        f" {result.leaders} time(s)",
+        "  peak RSS (MiB): "
+        + ", ".join(f"{name} {mib:.0f}" for name, mib in sorted(result.rss.items())),
+    ]
+    for kind, found in result.examples.items():
+        lines += [f"  e.g. {kind}: {e}" for e in found]
+    if result.logs:
+        lines.append(f"  logs: {result.logs}")
+    return lines
