@@ -48,6 +48,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -386,125 +387,91 @@ class SimulatedCluster:
     # --- controllers and admission --------------------------------------------------------------
 
     def _control(self, workload: Workload, owner: Obj) -> None:
-        ns, name, spec = workload.namespace, workload.name, owner.get("spec") or {}
-        template = self._template(workload, owner)
-        labels = dict(dig(template, "metadata", "labels") or {})
-        match workload.kind:
-            case "Deployment" | "Rollout":
-                # One ReplicaSet per template, as the real controller names them: a template
-                # change (a rollout) replaces the old ReplicaSet's pods with the new one's.
-                rs_name = _rs_name(name, template)
-                for old in self._owned("ReplicaSet", ns, owner["metadata"]["uid"]):
-                    if old["metadata"]["name"] != rs_name:
-                        for pod in self._owned("Pod", ns, old["metadata"]["uid"]):
-                            self._delete_pod(pod)
-                        with contextlib.suppress(ApiError):
-                            self.store.delete(
-                                self.store.rtype("ReplicaSet"), ns, old["metadata"]["name"]
-                            )
-                rs = self._get("ReplicaSet", ns, rs_name)
-                if rs is None:
-                    rs = self.store.create(
-                        {
-                            "apiVersion": "apps/v1",
-                            "kind": "ReplicaSet",
-                            "metadata": {
-                                "name": rs_name,
-                                "namespace": ns,
-                                "labels": labels,
-                                "ownerReferences": [self._ref(owner)],
-                            },
-                            "spec": {
-                                "replicas": spec.get("replicas", 1),
-                                "selector": spec.get("selector"),
-                                "template": template,
-                            },
-                        }
-                    )
-                self._scale(
-                    workload, owner, rs, int(spec.get("replicas", 1)), template, labels, "random"
+        """What the workload's controller does each tick (``CONTROLLERS``, one per kind)."""
+        controller = CONTROLLERS.get(workload.kind)
+        if controller is not None:
+            template = self._template(workload, owner)
+            labels = dict(dig(template, "metadata", "labels") or {})
+            controller(self, workload, owner, template, labels)
+
+    def _deployment(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        """One ReplicaSet per template, as the real controller names them: a template change (a
+        rollout) replaces the old ReplicaSet's pods with the new one's (a Rollout alike)."""
+        ns, spec = workload.namespace, owner.get("spec") or {}
+        rs_name = _rs_name(workload.name, template)
+        for old in self._owned("ReplicaSet", ns, owner["metadata"]["uid"]):
+            if old["metadata"]["name"] != rs_name:
+                for pod in self._owned("Pod", ns, old["metadata"]["uid"]):
+                    self._delete_pod(pod)
+                with contextlib.suppress(ApiError):
+                    self.store.delete(self.store.rtype("ReplicaSet"), ns, old["metadata"]["name"])
+        rs = self._get("ReplicaSet", ns, rs_name)
+        if rs is None:
+            rs = self.store.create(
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                 "metadata": {"name": rs_name, "namespace": ns, "labels": labels,
+                              "ownerReferences": [self._ref(owner)]},
+                 "spec": {"replicas": spec.get("replicas", 1), "selector": spec.get("selector"),
+                          "template": template}}
+            )  # fmt: skip
+        replicas = int(spec.get("replicas", 1))
+        self._scale(workload, owner, rs, replicas, template, labels, "random")
+
+    def _stateful_set(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        replicas = int((owner.get("spec") or {}).get("replicas", 1))
+        self._scale(workload, owner, owner, replicas, template, labels, "ordinal")
+
+    def _daemon_set(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        """A pod on every node, and the status's count of them."""
+        ns, name = workload.namespace, workload.name
+        nodes = [n["metadata"]["name"] for n in self.store.items("Node")]
+        if dig(owner, "status", "desiredNumberScheduled") != len(nodes):
+            status = {"status": {"desiredNumberScheduled": len(nodes)}}
+            self.store.patch(self.store.rtype("DaemonSet"), ns, name, status, MERGE, "status")
+        have = {p["spec"].get("nodeName") for p in self._owned("Pod", ns, owner["metadata"]["uid"])}
+        for node in nodes:
+            if node not in have:
+                self._create_pod(owner, owner, template, labels, f"{name}-{node}", node)
+
+    def _strimzi_pod_set(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        """One pod per entry of ``spec.pods``, named by the entry."""
+        pods = self._owned("Pod", workload.namespace, owner["metadata"]["uid"])
+        existing = {p["metadata"]["name"]: p for p in pods}
+        wanted = [e for e in dig(owner, "spec", "pods") or [] if dig(e, "metadata", "name")]
+        for entry in wanted:
+            if entry["metadata"]["name"] not in existing:
+                meta, spec = entry.get("metadata") or {}, entry.get("spec") or {}
+                entry_labels = dict(dig(entry, "metadata", "labels") or {})
+                self._create_pod(
+                    owner, owner, {"metadata": meta, "spec": spec}, entry_labels, meta["name"]
                 )
-            case "StatefulSet":
-                self._scale(
-                    workload,
-                    owner,
-                    owner,
-                    int(spec.get("replicas", 1)),
-                    template,
-                    labels,
-                    "ordinal",
-                )
-            case "DaemonSet":
-                nodes = [n["metadata"]["name"] for n in self.store.items("Node")]
-                if dig(owner, "status", "desiredNumberScheduled") != len(nodes):
-                    self.store.patch(
-                        self.store.rtype("DaemonSet"),
-                        ns,
-                        name,
-                        {"status": {"desiredNumberScheduled": len(nodes)}},
-                        MERGE,
-                        "status",
-                    )
-                have = {
-                    p["spec"].get("nodeName")
-                    for p in self._owned("Pod", ns, owner["metadata"]["uid"])
-                }
-                for node in nodes:
-                    if node not in have:
-                        self._create_pod(owner, owner, template, labels, f"{name}-{node}", node)
-            case "StrimziPodSet":  # one pod per entry of spec.pods, named by the entry
-                entries = spec.get("pods") or []
-                existing = {
-                    p["metadata"]["name"]: p
-                    for p in self._owned("Pod", ns, owner["metadata"]["uid"])
-                }
-                wanted = [e for e in entries if dig(e, "metadata", "name")]
-                for entry in wanted:
-                    if entry["metadata"]["name"] not in existing:
-                        self._create_pod(
-                            owner,
-                            owner,
-                            {
-                                "metadata": entry.get("metadata") or {},
-                                "spec": entry.get("spec") or {},
-                            },
-                            dict(dig(entry, "metadata", "labels") or {}),
-                            entry["metadata"]["name"],
-                        )
-                for pod_name, pod in existing.items():
-                    if pod_name not in {e["metadata"]["name"] for e in wanted}:
-                        self._delete_pod(pod)
-            case "Job":
-                self._job(owner, template, labels)
-            case "CronJob":
-                if not self._owned("Job", ns, owner["metadata"]["uid"]):
-                    job_name = f"{name}-{int(time.time() // 60)}"
-                    job_template = dig(spec, "jobTemplate", "spec") or {}
-                    self.store.create(
-                        {
-                            "apiVersion": "batch/v1",
-                            "kind": "Job",
-                            "metadata": {
-                                "name": job_name,
-                                "namespace": ns,
-                                "ownerReferences": [self._ref(owner)],
-                            },
-                            "spec": {**copy.deepcopy(job_template), "template": template},
-                        }
-                    )
-                for job in self._owned("Job", ns, owner["metadata"]["uid"]):
-                    self._job(job, template, {**labels, "job-name": job["metadata"]["name"]}, owner)
-            case "Model":
-                labels = {**labels, "model": name}
-                self._scale(
-                    workload,
-                    owner,
-                    owner,
-                    int(spec.get("replicas") or spec.get("minReplicas") or 1),
-                    template,
-                    labels,
-                    "random",
-                )
+        for pod_name, pod in existing.items():
+            if pod_name not in {e["metadata"]["name"] for e in wanted}:
+                self._delete_pod(pod)
+
+    def _job_owner(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        self._job(owner, template, labels)
+
+    def _cron_job(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        """A Job a minute when none is there; each Job's pods run as a Job's do."""
+        ns, uid = workload.namespace, owner["metadata"]["uid"]
+        if not self._owned("Job", ns, uid):
+            job_template = dig(owner, "spec", "jobTemplate", "spec") or {}
+            self.store.create(
+                {"apiVersion": "batch/v1", "kind": "Job",
+                 "metadata": {"name": f"{workload.name}-{int(time.time() // 60)}", "namespace": ns,
+                              "ownerReferences": [self._ref(owner)]},
+                 "spec": {**copy.deepcopy(job_template), "template": template}}
+            )  # fmt: skip
+        for job in self._owned("Job", ns, uid):
+            self._job(job, template, {**labels, "job-name": job["metadata"]["name"]}, owner)
+
+    def _model(self, workload: Workload, owner: Obj, template: Obj, labels: Obj) -> None:
+        """A KubeAI Model: ``replicas`` (or ``minReplicas``) pods labelled with its name."""
+        spec = owner.get("spec") or {}
+        replicas = int(spec.get("replicas") or spec.get("minReplicas") or 1)
+        labels = {**labels, "model": workload.name}
+        self._scale(workload, owner, owner, replicas, template, labels, "random")
 
     def _job(self, job: Obj, template: Obj, labels: Obj, top: Obj | None = None) -> None:
         pods = self._owned("Pod", job["metadata"]["namespace"], job["metadata"]["uid"])
@@ -1098,3 +1065,17 @@ class SimulatedCluster:
         for cs in clean.get("containerStatuses") or []:
             (cs.get("state") or {}).get("running", {}).pop("startedAt", None)
         return json.dumps(clean, sort_keys=True)
+
+
+Controller = Callable[[SimulatedCluster, Workload, Obj, Obj, Obj], None]
+# What each kind's controller does each tick; a kind not here (AnalysisRun) is not simulated.
+CONTROLLERS: dict[str, Controller] = {
+    "Deployment": SimulatedCluster._deployment,
+    "Rollout": SimulatedCluster._deployment,
+    "StatefulSet": SimulatedCluster._stateful_set,
+    "DaemonSet": SimulatedCluster._daemon_set,
+    "StrimziPodSet": SimulatedCluster._strimzi_pod_set,
+    "Job": SimulatedCluster._job_owner,
+    "CronJob": SimulatedCluster._cron_job,
+    "Model": SimulatedCluster._model,
+}

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -747,130 +747,133 @@ class Member:
         namespace, kind, name = ref.split("/")
         return kind, namespace, name
 
-    def _edit(self, step: Step) -> None:
-        """The ``annotate``, ``pause``, ``unpause`` and ``rollout`` steps."""
-        store = self.api.store
-        line = self.recorder.on_line
-        edits: list[tuple[Target, dict[str, str | None], dict[str, str | None], str]] = []
-        if step.annotate is not None:
-            a = step.annotate
-            edits.append((a, a.annotations, a.labels, "annotated"))
-        if step.pause is not None:
-            p = step.pause
-            # RFC 3339 to the second, rounded up: the pause lasts at least ``for``.
-            until = INFINITE
-            if p.for_ != INFINITE:
-                ends = datetime.now(UTC) + timedelta(seconds=_seconds(p.for_) + 0.999999)
-                until = kube_time(ends)
-            pause = {PAUSE_UNTIL_ANNOTATION: until, PAUSE_REASON_ANNOTATION: p.reason}
-            edits.append((p, pause, {}, f"paused until {until}"))
-        if step.unpause is not None:
-            lifted: dict[str, str | None] = {
-                PAUSE_UNTIL_ANNOTATION: None,
-                PAUSE_REASON_ANNOTATION: None,
-            }
-            edits.append((step.unpause, lifted, {}, "unpaused"))
-        for obj, notes, labels, what in edits:
-            metadata = {"annotations": notes, "labels": labels}
-            store.patch(
-                store.rtype(obj.kind), obj.namespace, obj.name, {"metadata": metadata}, MERGE
-            )
-            line(f"{self.recorder.t():7.2f}s  {self._where()}step: {obj.kind} {obj.name} {what}")
-        if step.behave is not None:
-            b = step.behave
-            kind, ns, name = self._owner(b.workload)
-            changed = b.model_dump(exclude={"workload", "container"}, exclude_none=True)
-            self.sim.behave((kind, ns, name), b.container, **changed)
-            said = ", ".join(f"{to_camel(k)} {v}" for k, v in changed.items())
-            line(
-                f"{self.recorder.t():7.2f}s  {self.recorder.prefix}{b.workload}"
-                f"  step: {b.container} now {said}"
-            )
-        if step.rollout is not None:
-            kind, ns, name = self._owner(step.rollout.workload)
-            template = step.rollout.template or {
-                "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": kube_now()}}
-            }
-            store.patch(store.rtype(kind), ns, name, {"spec": {"template": template}}, MERGE)
-            line(
-                f"{self.recorder.t():7.2f}s  {self.recorder.prefix}{step.rollout.workload}"
-                "  step: template rolled out"
-            )
-
     def _where(self) -> str:
         return f"{self.name}: " if self.recorder.prefix else ""
 
-    async def run_step(self, step: Step) -> None:
-        store = self.api.store
-        t, line, prefix = self.recorder.t, self.recorder.on_line, self.recorder.prefix
-        if step.apply is not None:
-            kind, ns, name = self._owner(step.apply.workload)
-            owner = store.get(store.rtype(kind), ns, name)
-            current = owner["metadata"].get("annotations") or {}
-            source, digest = step.apply.source, step.apply.digest
-            wanted: dict[str, str | None] = {k: None for k in current if is_recommendation_key(k)}
-            if step.apply.requests:
-                key = recommendation_key(source, digest=digest)
-                wanted[key] = json.dumps(step.apply.requests)
-            if step.apply.limits:
-                key = recommendation_key(source, limits=True, digest=digest)
-                wanted[key] = json.dumps(step.apply.limits)
-            store.patch(store.rtype(kind), ns, name, {"metadata": {"annotations": wanted}}, MERGE)
-            line(f"{t():7.2f}s  {prefix}{step.apply.workload}  step: recommendation applied")
-        if step.delete_pod is not None:
-            kind, ns, name = self._owner(step.delete_pod["workload"])
-            pods = sorted(
-                self.owned_pods(step.delete_pod["workload"]), key=lambda p: p["metadata"]["name"]
-            )
-            for pod in pods[: int(step.delete_pod.get("count", 1))]:
-                with contextlib.suppress(ApiError):
-                    store.delete(store.rtype("Pod"), ns, pod["metadata"]["name"])
-            line(f"{t():7.2f}s  {prefix}{step.delete_pod['workload']}  step: pod deleted")
-        if step.scale is not None:
-            kind, ns, name = self._owner(step.scale["workload"])
-            replicas = {"spec": {"replicas": int(step.scale["replicas"])}}
-            store.patch(store.rtype(kind), ns, name, replicas, MERGE)
-        self._edit(step)
-        for obj in (step.apply_policy, step.apply_object):
-            if obj is None:
-                continue
-            meta = obj["metadata"]
-            rtype = store.rtype(obj["kind"])
-            try:
-                current = store.get(rtype, meta.get("namespace"), meta["name"])
-                store.replace(
-                    rtype,
-                    meta.get("namespace"),
-                    meta["name"],
-                    {**obj, "metadata": current["metadata"]},
-                )
-            except ApiError:
-                store.create(obj)
-        if step.delete is not None:
-            d = step.delete
-            store.delete(store.rtype(d["kind"]), d.get("namespace"), d["name"])
-            line(f"{t():7.2f}s  {self._where()}step: {d['kind']} {d['name']} deleted")
-        await self._disrupt(step)
+    def _said(self, what: str, who: str = "") -> None:
+        """A step's line on the timeline: about a workload (``who``), or the member's."""
+        where = f"{self.recorder.prefix}{who}  " if who else self._where()
+        self.recorder.on_line(f"{self.recorder.t():7.2f}s  {where}step: {what}")
 
-    async def _disrupt(self, step: Step) -> None:
-        """The ``killWorker`` and ``restartTemporal`` steps."""
-        t, line = self.recorder.t, self.recorder.on_line
-        if step.kill_worker is not None and self.worker is not None:
+    async def run_step(self, step: Step) -> None:
+        """Each action the step carries, in ``STEP_KINDS``'s order."""
+        for name, act in STEP_KINDS:
+            value = getattr(step, name)
+            if value is not None:
+                await act(self, value)
+
+    # --- step kinds: one each, in STEP_KINDS -----------------------------------------------------
+
+    async def _apply(self, apply: Apply) -> None:
+        """The recommendation's annotations, replacing the owner's previous ones."""
+        store = self.api.store
+        kind, ns, name = self._owner(apply.workload)
+        owner = store.get(store.rtype(kind), ns, name)
+        current = owner["metadata"].get("annotations") or {}
+        wanted: dict[str, str | None] = {k: None for k in current if is_recommendation_key(k)}
+        if apply.requests:
+            wanted[recommendation_key(apply.source, digest=apply.digest)] = json.dumps(
+                apply.requests
+            )
+        if apply.limits:
+            key = recommendation_key(apply.source, limits=True, digest=apply.digest)
+            wanted[key] = json.dumps(apply.limits)
+        store.patch(store.rtype(kind), ns, name, {"metadata": {"annotations": wanted}}, MERGE)
+        self._said("recommendation applied", apply.workload)
+
+    async def _delete_pod(self, spec: Obj) -> None:
+        """``count`` (1) of the workload's pods, by name."""
+        store = self.api.store
+        _, ns, _ = self._owner(spec["workload"])
+        pods = sorted(self.owned_pods(spec["workload"]), key=lambda p: p["metadata"]["name"])
+        for pod in pods[: int(spec.get("count", 1))]:
+            with contextlib.suppress(ApiError):
+                store.delete(store.rtype("Pod"), ns, pod["metadata"]["name"])
+        self._said("pod deleted", spec["workload"])
+
+    async def _scale(self, spec: Obj) -> None:
+        kind, ns, name = self._owner(spec["workload"])
+        replicas = {"spec": {"replicas": int(spec["replicas"])}}
+        self.api.store.patch(self.api.store.rtype(kind), ns, name, replicas, MERGE)
+
+    def _label(self, target: Target, notes: dict[str, str | None], labels: Obj, what: str) -> None:
+        metadata = {"annotations": notes, "labels": labels}
+        store = self.api.store
+        store.patch(store.rtype(target.kind), target.namespace, target.name,
+                    {"metadata": metadata}, MERGE)  # fmt: skip
+        self._said(f"{target.kind} {target.name} {what}")
+
+    async def _annotate(self, a: Annotate) -> None:
+        self._label(a, a.annotations, a.labels, "annotated")
+
+    async def _pause(self, p: PauseStep) -> None:
+        """Until ``for`` from now, RFC 3339 to the second rounded up (the pause lasts at least
+        that), or ``infinite``."""
+        until = INFINITE
+        if p.for_ != INFINITE:
+            until = kube_time(datetime.now(UTC) + timedelta(seconds=_seconds(p.for_) + 0.999999))
+        pause = {PAUSE_UNTIL_ANNOTATION: until, PAUSE_REASON_ANNOTATION: p.reason}
+        self._label(p, pause, {}, f"paused until {until}")
+
+    async def _unpause(self, target: Target) -> None:
+        lifted: dict[str, str | None] = {
+            PAUSE_UNTIL_ANNOTATION: None,
+            PAUSE_REASON_ANNOTATION: None,
+        }
+        self._label(target, lifted, {}, "unpaused")
+
+    async def _behave(self, b: Behave) -> None:
+        """A container of the workload behaves otherwise from now."""
+        changed = b.model_dump(exclude={"workload", "container"}, exclude_none=True)
+        self.sim.behave(self._owner(b.workload), b.container, **changed)
+        said = ", ".join(f"{to_camel(k)} {v}" for k, v in changed.items())
+        self._said(f"{b.container} now {said}", b.workload)
+
+    async def _rollout(self, rollout: Rollout) -> None:
+        """A new pod template (by default ``kubectl rollout restart``'s)."""
+        kind, ns, name = self._owner(rollout.workload)
+        template = rollout.template or {
+            "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": kube_now()}}
+        }
+        store = self.api.store
+        store.patch(store.rtype(kind), ns, name, {"spec": {"template": template}}, MERGE)
+        self._said("template rolled out", rollout.workload)
+
+    async def _put(self, obj: Obj) -> None:
+        """``applyPolicy`` and ``applyObject``: created, or replaced (its metadata kept)."""
+        store, meta = self.api.store, obj["metadata"]
+        rtype = store.rtype(obj["kind"])
+        try:
+            current = store.get(rtype, meta.get("namespace"), meta["name"])
+            changed = {**obj, "metadata": current["metadata"]}
+            store.replace(rtype, meta.get("namespace"), meta["name"], changed)
+        except ApiError:
+            store.create(obj)
+
+    async def _delete(self, d: Obj) -> None:
+        self.api.store.delete(self.api.store.rtype(d["kind"]), d.get("namespace"), d["name"])
+        self._said(f"{d['kind']} {d['name']} deleted")
+
+    async def _kill_worker(self, spec: Obj) -> None:
+        if self.worker is not None:
             self.worker.kill()
-            line(f"{t():7.2f}s  {self._where()}step: worker killed (SIGKILL)")
-            await asyncio.sleep(_seconds(step.kill_worker.get("for", "1s")))
+            self._said("worker killed (SIGKILL)")
+            await asyncio.sleep(_seconds(spec.get("for", "1s")))
             self.worker.start()
-            line(f"{t():7.2f}s  {self._where()}step: worker restarted")
-        if step.stop_prometheus is not None and self.world.prometheus is not None:
+            self._said("worker restarted")
+
+    async def _stop_prometheus(self, _: Obj) -> None:
+        if self.world.prometheus is not None:
             await asyncio.to_thread(self.world.prometheus.stop)
-            line(f"{t():7.2f}s  step: Prometheus stopped")
-        if step.restart_temporal is not None:
-            temporal = self.world.temporal
-            await asyncio.to_thread(temporal.stop)
-            line(f"{t():7.2f}s  step: Temporal server stopped")
-            await asyncio.sleep(_seconds(step.restart_temporal.get("for", "1s")))
-            await asyncio.to_thread(temporal.start)
-            line(f"{t():7.2f}s  step: Temporal server restarted (same SQLite file)")
+            self.recorder.on_line(f"{self.recorder.t():7.2f}s  step: Prometheus stopped")
+
+    async def _restart_temporal(self, spec: Obj) -> None:
+        t, line, temporal = self.recorder.t, self.recorder.on_line, self.world.temporal
+        await asyncio.to_thread(temporal.stop)
+        line(f"{t():7.2f}s  step: Temporal server stopped")
+        await asyncio.sleep(_seconds(spec.get("for", "1s")))
+        await asyncio.to_thread(temporal.start)
+        line(f"{t():7.2f}s  step: Temporal server restarted (same SQLite file)")
 
     # --- outcome --------------------------------------------------------------------------------
 
@@ -908,6 +911,27 @@ class Member:
 
     def owned_pods(self, ref: str) -> list[Obj]:
         return owned_pods(self.api.store, self.lookup, ref)
+
+
+StepKind = Callable[[Member, Any], Awaitable[None]]
+# Each action a step may carry (its field in ``Step``) and what carries it out, in the order they
+# run when one step carries several.
+STEP_KINDS: list[tuple[str, StepKind]] = [
+    ("apply", Member._apply),
+    ("delete_pod", Member._delete_pod),
+    ("scale", Member._scale),
+    ("annotate", Member._annotate),
+    ("pause", Member._pause),
+    ("unpause", Member._unpause),
+    ("behave", Member._behave),
+    ("rollout", Member._rollout),
+    ("apply_policy", Member._put),
+    ("apply_object", Member._put),
+    ("delete", Member._delete),
+    ("kill_worker", Member._kill_worker),
+    ("stop_prometheus", Member._stop_prometheus),
+    ("restart_temporal", Member._restart_temporal),
+]
 
 
 class World:

@@ -16,7 +16,16 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from activities.lookup import OwnerLookup
 from sim.apiserver import KubeEmulator
 from sim.expect import Expectation, Facts, check
-from sim.scenario import SCENARIOS, SCHEMA, Report, Scenario, owned_pods, scenario_schema
+from sim.scenario import (
+    SCENARIOS,
+    SCHEMA,
+    STEP_KINDS,
+    Report,
+    Scenario,
+    Step,
+    owned_pods,
+    scenario_schema,
+)
 from tests.conftest import ROOT
 from worker.kube import api_client
 
@@ -304,3 +313,12 @@ def test_a_policy_the_engine_would_ignore_is_refused_with_its_field() -> None:
     doc["steps"][-1]["applyPolicy"]["spec"] = {"monitoringPeriod": "2s"}
     with pytest.raises(ValueError, match="RollbackPolicy late is invalid"):
         Scenario.model_validate(doc)
+
+
+def test_every_step_action_has_one_step_kind() -> None:
+    """The scenario player carries out each action a ``Step`` may carry, through its table of
+    step kinds (``sim.scenario.STEP_KINDS``); an action added to the schema without one fails."""
+    timing = {"at", "name", "when", "after", "delay"}
+    actions = set(Step.model_fields) - timing
+    kinds = [name for name, _ in STEP_KINDS]
+    assert sorted(kinds) == sorted(actions) and len(kinds) == len(set(kinds))
