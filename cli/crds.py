@@ -25,9 +25,11 @@ from workflows.durations import (
     MAX_DURATION,
     MAX_DURATION_LENGTH,
     MAX_DURATION_TEXT,
+    format_duration,
 )
 from workflows.policy import (
     COMPARISONS,
+    DEFAULT_MAX_HOLD,
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
     INT32_MAX,
@@ -143,6 +145,7 @@ def _health_checks() -> Schema:
                 "enum": ["hold", "pass", "fail"],
                 "default": "hold",
             },
+            "maxHold": _duration() | {"default": format_duration(DEFAULT_MAX_HOLD)},
         },
         "x-kubernetes-validations": _rule(
             "has(self.cpuThrottling) || has(self.memoryHeadroom)"

@@ -201,3 +201,28 @@ def test_every_crd_field_has_a_description_from_the_models(filename: str) -> Non
     assert spec["backoff"]["properties"]["maxAttempts"]["description"] == (
         backoff["max_attempts"].description
     )
+
+
+def _model_paths(model: Any, path: str = "") -> Iterator[str]:
+    """Every field a model accepts, by its wire name, nested models' fields within."""
+    for name, info in model.model_fields.items():
+        wire = f"{path}.{info.alias or name}"
+        yield wire
+        for inner in crds._models_in(info.annotation):
+            yield from _model_paths(inner, f"{wire}[]" if _is_list(info.annotation) else wire)
+
+
+def _is_list(annotation: Any) -> bool:
+    return "list[" in str(annotation)
+
+
+@pytest.mark.parametrize("filename", sorted(CRDS))
+def test_the_crd_has_every_field_the_models_accept(filename: str) -> None:
+    """A field the models accept but the CRD's structural schema does not name is pruned by the
+    API server, silently: the policy as applied would not be the policy as written."""
+    schema = CRDS[filename]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec = schema["properties"]["spec"]
+    kind = CRDS[filename]["spec"]["names"]["kind"]
+    model = crds.ClusterRollbackPolicySpec if kind == "ClusterRollbackPolicy" else RollbackPolicySpec
+    named = {p for p, _ in _properties(spec)}
+    assert sorted(set(_model_paths(model)) - named) == []
