@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from activities.kubetime import parse_kube_time
 from activities.owners import JOB_NAME_LABEL, resources_of
 from workflows.activity_api import CohortQuery
-from workflows.contract import DEFAULT_MIN_READY, FailureReason, Obj
+from workflows.contract import CERTAIN_REASONS, DEFAULT_MIN_READY, FailureReason, Obj
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation, Resources, recommendations_from_annotations
 
@@ -58,6 +58,7 @@ class PodVerdict:
     reason: FailureReason | None  # None: healthy
     containers: tuple[str, ...] = ()  # the containers the reason is about
     ready_too_recently: bool = False  # NotReady only because Ready for less than the minimum
+    failing: bool = False  # for certain, now (``CERTAIN_REASONS``): what the early verdict counts
 
     @property
     def counts(self) -> bool:
@@ -200,7 +201,16 @@ def judge(
         reason = resize_blocked(pod)
     # NotReady while Ready: only because it turned Ready too recently (``health``).
     recent = reason is FailureReason.NOT_READY and is_ready(pod)
-    return PodVerdict(name, adopted, reason, containers, recent)
+    return PodVerdict(name, adopted, reason, containers, recent, failing_for_certain(pod, reason))
+
+
+def failing_for_certain(pod: Obj, reason: FailureReason | None) -> bool:
+    """Whether the pod, unhealthy for ``reason``, fails for certain now (what the early verdict
+    counts and the intake signals on): an OOM kill or a crash loop it has recovered from (Ready
+    again) is no certain failure now; a resize the node can never take is one, Ready or not."""
+    if reason is FailureReason.RESIZE_INFEASIBLE:
+        return True
+    return reason in CERTAIN_REASONS and not is_ready(pod)
 
 
 def in_cohort(pod: Obj, query: CohortQuery) -> bool:
@@ -219,6 +229,7 @@ class Tally:
     reasons: Counter[FailureReason] = field(default_factory=Counter)
     containers: dict[FailureReason, set[str]] = field(default_factory=dict)
     ready_too_recently: int = 0  # of the NotReady: Ready, for less than the minimum
+    failing: Counter[FailureReason] = field(default_factory=Counter)  # for certain, now
     min_ready: timedelta = DEFAULT_MIN_READY  # named in the message
 
     def add(self, verdict: PodVerdict) -> None:
@@ -228,6 +239,7 @@ class Tally:
         self.ready_too_recently += verdict.ready_too_recently
         if verdict.reason is not None:
             self.reasons[verdict.reason] += 1
+            self.failing[verdict.reason] += verdict.failing
             self.containers.setdefault(verdict.reason, set()).update(verdict.containers)
 
     def message(self) -> str:

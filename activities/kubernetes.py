@@ -129,6 +129,7 @@ def cohort_sample(
         adopted=tally.adopted,
         adopted_healthy=tally.adopted_healthy,
         unhealthy=dict(tally.reasons),
+        failing={reason: n for reason, n in tally.failing.items() if n},
         message=tally.message(),
         observed_at=now,
         cohort=query,

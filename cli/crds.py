@@ -29,6 +29,7 @@ from workflows.durations import (
 )
 from workflows.policy import (
     COMPARISONS,
+    DEFAULT_CONFIRMATION,
     DEFAULT_MAX_HOLD,
     DNS_LABEL_PATTERN,
     DNS_SUBDOMAIN_PATTERN,
@@ -269,6 +270,13 @@ def spec_schema(cluster: bool) -> Schema:
             },
             "enableMonitoringReopen": {"type": "boolean", "default": True},
             "healthChecks": _health_checks(),
+            "earlyVerdict": {
+                "type": "object",
+                "properties": {
+                    "confirmationPeriod": _duration()
+                    | {"default": format_duration(DEFAULT_CONFIRMATION)}
+                },
+            },
         },
     }
     return described(schema, ClusterRollbackPolicySpec if cluster else RollbackPolicySpec)

@@ -288,6 +288,13 @@ class Informer:
                 response.release_conn()
 
 
+def identity(obj: Obj) -> Obj:
+    """An object's identity alone, for a cache that needs no more (``project``): enough to
+    report its deletion after a relist."""
+    meta = obj["metadata"]
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
+
+
 class Informers:
     """The informers of one term (a leader's): each started unless the term ended meanwhile (a
     start racing a lost Lease must not bring up what ``stop`` already took down), stopped

@@ -57,6 +57,7 @@ from workflows.rollback import (
     RollbackInput,
     RollbackResult,
     RollbackWorkflow,
+    SuspectSignal,
 )
 from workflows.wake import Trigger
 
@@ -263,10 +264,30 @@ async def resume(
     client: Client, cluster: str, owner: OwnerRef, rpc_timeout: timedelta | None = None
 ) -> None:
     """Signal ``resume`` to the owner's running attempt (a pause annotation went: a held step
-    looks again); an owner without a running attempt is left alone."""
+    looks again)."""
+    await _signal_running(client, cluster, owner, "resume", ResumeSignal(), rpc_timeout)
+
+
+async def suspect(
+    client: Client, cluster: str, owner: OwnerRef, pod: str, rpc_timeout: timedelta | None = None
+) -> None:
+    """Signal ``suspect`` to the owner's running attempt: ``pod`` fails for certain now, and
+    under an early verdict the run samples (``machine.Suspected``)."""
+    await _signal_running(client, cluster, owner, "suspect", SuspectSignal(pod=pod), rpc_timeout)
+
+
+async def _signal_running(
+    client: Client,
+    cluster: str,
+    owner: OwnerRef,
+    signal: str,
+    arg: Any,
+    rpc_timeout: timedelta | None,
+) -> None:
+    """``signal`` to the owner's running attempt; an owner without one is left alone."""
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     try:
-        await handle.signal(RollbackWorkflow.resume, ResumeSignal(), rpc_timeout=rpc_timeout)
+        await handle.signal(signal, arg, rpc_timeout=rpc_timeout)
     except RPCError as exc:
         if exc.status is not RPCStatusCode.NOT_FOUND:
             raise

@@ -151,6 +151,9 @@ class CohortSample(CamelModel):
     adopted: int = Field(ge=0, description="pods carrying the fingerprint on actual resources")
     adopted_healthy: int = Field(ge=0)
     unhealthy: dict[FailureReason, int] = Field(default_factory=dict)
+    # Of the unhealthy, the pods failing for certain now (``contract.CERTAIN_REASONS``, not
+    # Ready): what the early verdict counts. Absent from samples recorded before it.
+    failing: dict[FailureReason, int] = Field(default_factory=dict)
     message: str = ""
     cohort: CohortQuery | None = None
     observed_at: datetime | None = None

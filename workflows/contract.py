@@ -157,6 +157,19 @@ class FailureReason(StrEnum):
     HEALTH_CHECK_FAILED = "healthCheckFailed"  # a query of the policy's, or Prometheus (fail)
 
 
+# Failures no wait cures within a window: a container OOM-killed or crash-looping and not Ready,
+# a resize the node can never take, a pod no node can take. The early verdict counts only these
+# (``workflows.machine.early_failure``; the intake signals on them).
+CERTAIN_REASONS = frozenset(
+    {
+        FailureReason.OOM_KILLED,
+        FailureReason.CRASH_LOOP_BACK_OFF,
+        FailureReason.RESIZE_INFEASIBLE,
+        FailureReason.UNSCHEDULABLE,
+    }
+)
+
+
 class EventReason(StrEnum):
     PAUSED = "RollbackPaused"  # a verdict or an actuation held by a pause (workflows.pause)
     # an in-place batch held by a PodDisruptionBudget that allows no disruption now

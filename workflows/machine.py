@@ -10,9 +10,12 @@ Modes and transitions: ``TRANSITIONS`` below, the table the docs draw the diagra
 
 One authoritative sample decides, at the end of the window. The baseline comes from the owner
 read when the window opens (``AttemptStarted.loaded.desired``); only a kind without a desired
-count (an AnalysisRun) or a reopened window is sampled when it opens as well. Nothing is sampled
-in between, so an attempt costs the same whatever its window (docs/concepts/workflow.md, "The
-RollbackWorkflow").
+count (an AnalysisRun) or a reopened window is sampled when it opens as well. Nothing else is
+sampled in between, so an attempt costs the same whatever its window (docs/concepts/workflow.md,
+"The RollbackWorkflow"); except under a policy with an ``earlyVerdict``, when the intake sees a
+pod of the cohort fail for certain (``Suspected``): then a sample, and if certain failures lose
+the window (``early_failure``), another after the confirmation period, which decides it early
+as its end would (docs/concepts/early-verdict.md).
 
 Adoption threshold, evaluated once at the end of the window against the *baseline cohort* (the
 desired replicas when the attempt's window opened), with integer math so that no float rounding
@@ -33,6 +36,7 @@ count for it. Transient restarts during the window do not fail it; only health a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -50,7 +54,7 @@ from workflows.activity_api import (
     ResolvePolicyResult,
 )
 from workflows.backoff import backoff_wait
-from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
+from workflows.contract import CERTAIN_REASONS, EventReason, FailureReason, Mode, RollbackTarget
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation
 from workflows.pause import Pause
@@ -111,6 +115,18 @@ def dominant_reason(unhealthy: dict[FailureReason, int]) -> FailureReason | None
     return max(present, key=lambda r: (unhealthy[r], -REASON_PRIORITY.index(r)))
 
 
+def early_failure(
+    failing: Mapping[FailureReason, int], baseline: int, percent: int
+) -> FailureReason | None:
+    """The early verdict's rule: the dominant certain reason when the pods failing for certain
+    (``contract.CERTAIN_REASONS``) leave fewer than the threshold requires even if every other
+    pod of the baseline adopted and was healthy; None while the window can still pass."""
+    certain = {r: n for r, n in failing.items() if r in CERTAIN_REASONS and n > 0}
+    if not certain or baseline - sum(certain.values()) >= required_adopters(baseline, percent):
+        return None
+    return dominant_reason(certain)
+
+
 class RollbackState(CamelModel):
     """Everything the workflow knows; carried across continue-as-new and returned by ``status``."""
 
@@ -138,6 +154,9 @@ class RollbackState(CamelModel):
     # own outcome ("restoring X" while rolling back, "rolled back to X" once the turn is over).
     problem: str | None = None
     restore: str | None = None
+    # When certain failures were first seen to lose this window (``early_failure``): the early
+    # verdict's confirmation runs from it; None while they do not (or without one).
+    early_since: datetime | None = None
 
     @property
     def required(self) -> int | None:
@@ -246,6 +265,13 @@ class Cancel:
 
 
 @dataclass(frozen=True)
+class Suspected:
+    """The intake saw a pod of the cohort fail for certain: under an early verdict, sample now."""
+
+    now: datetime
+
+
+@dataclass(frozen=True)
 class Reopen:
     now: datetime
 
@@ -303,6 +329,7 @@ Observation = (
     | Observed
     | Aborted
     | PauseSeen
+    | Suspected
 )
 
 
@@ -448,6 +475,8 @@ def decide(state: RollbackState, obs: Observation) -> Decision:
             return _aborted(state, obs)
         case PauseSeen():
             return _held(state, obs)
+        case Suspected():
+            return _suspected(state, obs)
 
 
 def _held(state: RollbackState, obs: PauseSeen) -> Decision:
@@ -480,6 +509,7 @@ def _transition(
             "failure_message": failure_message,
             "last_transition_time": now,
             "transitions": state.transitions + 1,
+            "early_since": None,
             **changes,
         }
     )
@@ -695,8 +725,48 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
         }
     )
     if obs.now < window_ends_at:
-        return Decision(state)
+        return _early(state, policy, sample, obs.now)
     return _evaluate(state, policy, sample, obs.now, obs.health)
+
+
+def _suspected(state: RollbackState, obs: Suspected) -> Decision:
+    """A certain failure seen by the intake: sample now, under a policy with an early verdict
+    and unless a confirmation is already under way (its sample is due at its end)."""
+    policy, due = state.policy, state.next_sample_at
+    if state.mode is not Mode.MONITORING or policy is None or policy.early_verdict is None:
+        return Decision(state, note="no early verdict in this mode or policy: ignored")
+    if state.early_since is not None or due is None or due <= obs.now:
+        return Decision(state, note="a sample is due already")
+    return Decision(state.model_copy(update={"next_sample_at": obs.now}), note="sample now")
+
+
+def _early(
+    state: RollbackState, policy: PolicySettings, sample: CohortSample, now: datetime
+) -> Decision:
+    """A sample inside the window, under a policy with an early verdict: certain failures that
+    lose the window (``early_failure``) are confirmed ``confirmationPeriod`` later, then decide
+    it now, as its end would; a cohort that recovered meanwhile waits for the end."""
+    early = policy.early_verdict
+    baseline = state.baseline or 0
+    reason = None
+    if early is not None:
+        reason = early_failure(sample.failing, baseline, policy.adoption_threshold_percent)
+    if early is None or reason is None:
+        return Decision(state.model_copy(update={"early_since": None}))
+    since = state.early_since or now
+    confirmed_at = since + early.confirmation_period
+    if now < confirmed_at:
+        waiting = state.model_copy(update={"early_since": since, "next_sample_at": confirmed_at})
+        return Decision(waiting, note=f"{reason}: confirm at {confirmed_at.isoformat()}")
+    required = required_adopters(baseline, policy.adoption_threshold_percent)
+    failing = sum(n for r, n in sample.failing.items() if r in CERTAIN_REASONS)
+    problem = (
+        f"decided early ({failing}/{baseline} pods failing for certain since"
+        f" {format_duration(timedelta(seconds=round((now - since).total_seconds())))} ago,"
+        f" {required} required healthy):"
+        f" {sample.message} on recommendation {state.fingerprint}"
+    )
+    return _failed_verdict(state, policy, now, reason, problem)
 
 
 def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> bool:

@@ -473,6 +473,21 @@ class HealthChecks(Model):
         return self
 
 
+DEFAULT_CONFIRMATION = timedelta(seconds=5)
+
+
+class EarlyVerdict(Model):
+    """Decide a window before its end when certain failures already lose it."""
+
+    confirmation_period: Duration = Field(
+        default=DEFAULT_CONFIRMATION,
+        description="How long certain failures (OOMKilled, CrashLoopBackOff, an Infeasible"
+        " resize, Unschedulable) must keep the cohort below the adoption threshold before the"
+        " window is decided early, e.g. 10s: a pod that recovers within it is not rolled back"
+        " early.",
+    )
+
+
 class PolicyBehaviour(Model):
     """The spec fields that drive an attempt: everything but ``scope`` and ``weight`` (which only
     choose the policy). The workflow carries exactly these (``PolicySettings``)."""
@@ -499,6 +514,13 @@ class PolicyBehaviour(Model):
         default=None,
         description="Checks from Prometheus at the window's end: CPU throttling, memory"
         " headroom, queries of your own; an optional field beyond Kubex's policies.",
+    )
+    early_verdict: EarlyVerdict | None = Field(
+        default=None,
+        description="Roll back before the window's end when certain failures leave too few"
+        " healthy pods to meet the threshold, confirmed for confirmationPeriod; absent, the"
+        " verdict is taken at the window's end only (Kubex's behaviour; an optional field"
+        " beyond Kubex's policies).",
     )
 
 

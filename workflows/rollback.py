@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import Field, field_validator
 from temporalio import workflow
@@ -105,6 +105,7 @@ with workflow.unsafe.imports_passed_through():
         SampleFailed,
         StartOver,
         Step,
+        Suspected,
         baseline_at,
         control_refusal,
         decide,
@@ -244,6 +245,12 @@ class ResumeSignal(CamelModel):
     reason: str = ""
 
 
+class SuspectSignal(CamelModel):
+    """From the intake: a pod of the cohort failing for certain (under an early verdict)."""
+
+    pod: str = ""
+
+
 class RollbackResult(CamelModel):
     owner: OwnerRef
     mode: Mode
@@ -334,6 +341,10 @@ class RollbackWorkflow:
     @workflow.signal
     def resume(self, signal: ResumeSignal) -> None:
         self._resumes += 1
+
+    @workflow.signal
+    def suspect(self, signal: SuspectSignal) -> None:
+        self._pending.append(Suspected(workflow.now()))
 
     # The controls as Updates: judged by the same function as their signals
     # (``machine.control_refusal``), and the caller gets the answer: the state the control was
@@ -486,17 +497,20 @@ class RollbackWorkflow:
             else:
                 continue
             if state.wake(sighting).wakes:
-                workflow.continue_as_new(
-                    self._input.model_copy(
-                        update={
-                            "recommendation": recommendation,
-                            "trigger": sighting.trigger,
-                            "observed_pod_created_at": sighting.pod_created_at,
-                            "resume": None,
-                        }
-                    ),
-                    initial_versioning_behavior=NEW_ATTEMPT,
+                self._new_attempt(
+                    recommendation=recommendation,
+                    trigger=sighting.trigger,
+                    observed_pod_created_at=sighting.pod_created_at,
                 )
+
+    def _new_attempt(self, **changes: Any) -> NoReturn:
+        """Continue-as-new onto a new attempt, on the current version: its start reads the owner
+        and resolves the policy afresh (a policy the first start carried was that attempt's)."""
+        assert self._input is not None
+        workflow.continue_as_new(
+            self._input.model_copy(update={**changes, "resume": None, "policy": None}),
+            initial_versioning_behavior=NEW_ATTEMPT,
+        )
 
     async def _wait(self, until: datetime, summary: str) -> None:
         """Sleep on a durable timer until ``until``, waking early for a signal."""
@@ -517,7 +531,9 @@ class RollbackWorkflow:
             await self._wait(due, "window ends" if final else "next cohort sample")
             return
         resumes = self._resumes
-        sampled = await self._sample(final=workflow.now() >= state.window_ends_at)
+        final = workflow.now() >= state.window_ends_at
+        # An early verdict's confirmation decides too: it reads the pause, as the end's does.
+        sampled = await self._sample(final, verdict=final or state.early_since is not None)
         if isinstance(sampled, Sampled) and (pause := sampled.sample.paused) is not None:
             await self._held(PauseSeen(workflow.now(), Step.VERDICT, pause, resumes))
         elif isinstance(sampled, Sampled) and health_due(state, sampled.sample, sampled.now):
@@ -528,6 +544,11 @@ class RollbackWorkflow:
             await self._step(state, sampled)
         self._samples_this_run += 1
         self._maybe_continue_as_new()
+
+    def _control_pending(self) -> bool:
+        """A signal that ends a hold: any but an early verdict's ``suspect`` (a held step is
+        taken again, sampled afresh, when its hold ends anyway)."""
+        return any(not isinstance(o, Suspected) for o in self._pending)
 
     def _cancel_pending(self) -> bool:
         return any(isinstance(o, Cancel) for o in self._pending)
@@ -557,7 +578,7 @@ class RollbackWorkflow:
             await workflow.wait_condition(
                 lambda: (
                     self._resumes > resumes
-                    or (HoldEnds.CONTROL in hold.ends and bool(self._pending))
+                    or (HoldEnds.CONTROL in hold.ends and self._control_pending())
                     or (HoldEnds.CANCEL in hold.ends and self._cancel_pending())
                 ),
                 timeout=hold.until - workflow.now(),
@@ -617,7 +638,9 @@ class RollbackWorkflow:
         await self._wait(workflow.now() + hold.recheck, "ask Prometheus again")
         return None
 
-    async def _sample(self, final: bool) -> Sampled | SampleFailed:
+    async def _sample(self, final: bool, verdict: bool) -> Sampled | SampleFailed:
+        """``final``: the window's end (retried until it answers, or the attempt aborts);
+        ``verdict``: a sample that may decide, which reads the pause in force."""
         state = self.state
         assert state.window_started_at is not None
         request = SampleCohortInput(
@@ -626,9 +649,13 @@ class RollbackWorkflow:
             recommendation=state.recommendation,
             window_started_at=state.window_started_at,
             cohort=state.last_sample.cohort if state.last_sample else None,
-            final=final,
+            final=verdict,
         )
-        what = "final sample: evaluate adoption" if final else "sample cohort health"
+        what = (
+            "final sample: evaluate adoption" if final
+            else "early verdict: confirm the certain failures" if verdict
+            else "sample cohort health"
+        )  # fmt: skip
         try:
             sample = await self._activity(
                 SAMPLE_COHORT,
@@ -707,17 +734,7 @@ class RollbackWorkflow:
                 case RollBack() | Reapply():
                     follow = await self._actuation(effect)
                 case StartOver():
-                    assert self._input is not None
-                    workflow.continue_as_new(
-                        self._input.model_copy(
-                            update={
-                                "recommendation": effect.recommendation,
-                                "trigger": Trigger.OBSERVE,
-                                "resume": None,
-                            }
-                        ),
-                        initial_versioning_behavior=NEW_ATTEMPT,
-                    )
+                    self._new_attempt(recommendation=effect.recommendation, trigger=Trigger.OBSERVE)
         if transitioned:
             await self._notify(decision)
         return follow

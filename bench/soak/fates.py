@@ -50,6 +50,7 @@ class Fate:
     paused_in: str | None = None
     in_place_only: bool = False  # dealt only where the engine actuates in place
     budget: bool = False  # a disruption budget that allows nothing while it rolls back
+    early: bool = False  # its own policy: a 1-hour window, decided early (``earlyVerdict``)
 
 
 # Fates that end as ``oom``'s (turn 2 rolled back, failed for good), or as ``partial-below``'s
@@ -136,6 +137,9 @@ FATES = [
         budget=True,
     ),
     Fate(name="policy-deleted", memory=OOM, mode=None, pods=OOM, own_policy=True),
+    # Its window is an hour; its OOMs are certain failures, so each turn is decided early (the
+    # intake's suspect, a confirmation, the rollback) and it ends as oom's, in seconds.
+    _as_oom(name="early-oom", own_policy=True, early=True),
     Fate(name="cancel", memory=HEALTHY, mode="cancelled", turn=1, pods=HEALTHY, long_window=True),
     Fate(
         name="reopen",

@@ -56,6 +56,7 @@ from workflows.notify import NOTIFY_WORKFLOW
 from workflows.rollback import WORKFLOW_NAME
 
 WORKING_SET = "300Mi"
+EARLY_CONFIRM = "2s"  # the early-oom fate's confirmation period
 ACTED_IN = ("rollingBack", "backingOff")  # when the policy-changed/-deleted fates act (turn 1)
 
 
@@ -159,7 +160,13 @@ class Soak:
                      "status": {"allocatable": {"cpu": "64", "memory": f"{grown}Mi",
                                                 "pods": "110"}}}
                 )  # fmt: skip
-            if w.fate.own_policy:
+            if w.fate.early:
+                store.create(
+                    policy_doc("RollbackPolicy", w.name, w.namespace,
+                               {"labelSelector": {"matchLabels": {"app": w.name}}}, "1h",
+                               self.backoff, earlyVerdict={"confirmationPeriod": EARLY_CONFIRM})
+                )  # fmt: skip
+            elif w.fate.own_policy:
                 store.create(
                     policy_doc("RollbackPolicy", w.name, w.namespace,
                             {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,

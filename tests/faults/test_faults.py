@@ -245,7 +245,7 @@ async def story(faults: bool, actuation: str = "annotations") -> dict[str, Any]:
             await asyncio.sleep(0.5)
         # No stuck workflow: every run ends within a bounded time (activity retries included).
         assert world.intake is not None
-        client = world.intake.intake.temporal
+        client = world.intake.intake.delivery.client
         running: list[str] = []
         for _ in range(60):
             running = [

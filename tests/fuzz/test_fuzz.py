@@ -32,9 +32,8 @@ from activities.owners import cohort_query, desired_replicas, manifest_resources
 from cli.policyfiles import parse_policy
 from sim.apiserver import KubeEmulator
 from tests import CLUSTER
-from worker.informer import Informer
+from worker.informer import Informer, identity
 from worker.intake import Intake, adopted_recommendation
-from worker.intake.watching import _pod_key
 from worker.kube import api_client
 from workflows.contract import GROUP_VERSION, ROLLBACK_STATE_ANNOTATION, Mode, WorkloadKind
 from workflows.durations import parse_duration
@@ -306,7 +305,7 @@ def test_intake_handlers_never_raise(
         lambda **_: None,
         intake._on_pod,
         on_bad_object=lambda obj, exc: bad.append((obj, exc)),
-        project=_pod_key,
+        project=identity,
         type_meta=("v1", "Pod"),
     )
     pods._handle("ADDED", pod, True)

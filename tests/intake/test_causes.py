@@ -7,22 +7,23 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from activities.kubetime import kube_time
 from tests.activity.builders import NS, owner, pod, policy
 from tests.workflow.helpers import rec
 from worker.intake.causes import (
-    ControlAction,
     Notice,
     PolicyAction,
     Sighted,
     adopted_recommendation,
     adoption,
     backed_off,
-    control_change,
     held,
+    might_fail,
     pause_change,
     policy_change,
-    unknown_control,
+    suspect,
 )
+from worker.intake.controls import ControlAction, control_change, unknown_control
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
     PAUSE_REASON_ANNOTATION,
@@ -198,3 +199,40 @@ def test_an_unknown_control_is_refused_with_the_known_ones() -> None:
     obj["metadata"] |= {"uid": "u1", "resourceVersion": "7"}
     notice = Notice.control_refused(obj, "pause", refusal)
     assert notice.reason is EventReason.CONTROL_REJECTED and notice.identity == "u1/7/control"
+
+
+# --- the early verdict ------------------------------------------------------------------------
+
+
+def in_window(mode: Mode = Mode.MONITORING) -> dict:  # type: ignore[type-arg]
+    obj = owner("Deployment")
+    obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: stored(mode).to_json()}
+    return obj
+
+
+def oom_killed(ready: bool = False, finished: datetime = NOW) -> dict:  # type: ignore[type-arg]
+    killed = {"terminated": {"reason": "OOMKilled", "finishedAt": kube_time(finished)}}
+    return pod("web-0", {"app": "web"}, ready=ready, last_state=killed)
+
+
+EARLY = RollbackPolicy.model_validate(policy(earlyVerdict={"confirmationPeriod": "3s"}))
+
+
+def test_a_pod_failing_for_certain_in_an_early_verdicts_window_is_suspected() -> None:
+    assert suspect(oom_killed(), in_window(), EARLY)
+    unschedulable = pod("web-1", {"app": "web"}, phase="Pending", conditions=[
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}])  # fmt: skip
+    assert suspect(unschedulable, in_window(), EARLY)
+
+
+def test_no_suspicion_without_an_early_verdict_a_window_or_a_certain_failure() -> None:
+    assert not suspect(oom_killed(), in_window(), POLICY)  # no earlyVerdict: Kubex's behaviour
+    assert not suspect(oom_killed(), in_window(Mode.BACKING_OFF), EARLY)
+    assert not suspect(oom_killed(), owner("Deployment"), EARLY)  # no state: no window
+    # Recovered (Ready again), or killed before this window opened: no certain failure now.
+    assert not suspect(oom_killed(ready=True), in_window(), EARLY)
+    before = NOW - timedelta(hours=1)
+    assert not suspect(oom_killed(finished=before), in_window(), EARLY)
+    starting = pod("web-0", {"app": "web"}, ready=False)  # not Ready, nothing certain
+    assert might_fail(starting) and not suspect(starting, in_window(), EARLY)
+    assert not might_fail(pod("web-0", {"app": "web"}))  # Ready: out before any lookup

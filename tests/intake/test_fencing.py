@@ -130,7 +130,8 @@ async def test_a_fenced_intake_signals_and_writes_nothing(
             await eventually(lambda: not intake.delivery.pending)
             assert [r for r in api.journal if r.method in WRITES] == []
             # Its namespaces informer reports what it skips, as every other informer does.
-            assert all(i.on_bad_object == intake._bad_object for i in intake.informers.running)
+            reported = intake.delivery.bad_object
+            assert all(i.on_bad_object == reported for i in intake.informers.running)
             query = f'TaskQueue = "{queue}"'
             assert [wf async for wf in temporal_env.client.list_workflows(query)] == []
         finally:
@@ -183,7 +184,7 @@ def test_an_object_listed_without_kind_is_reported_under_its_own_kind(
         raise KeyError("a bug met on this object")
 
     informer = Informer(
-        "namespaces", listing, handler, on_bad_object=intake._bad_object,
+        "namespaces", listing, handler, on_bad_object=intake.delivery.bad_object,
         type_meta=("v1", "Namespace"),
     )  # fmt: skip
     assert informer._relist()

@@ -223,6 +223,8 @@ def test_the_crd_has_every_field_the_models_accept(filename: str) -> None:
     schema = CRDS[filename]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec = schema["properties"]["spec"]
     kind = CRDS[filename]["spec"]["names"]["kind"]
-    model = crds.ClusterRollbackPolicySpec if kind == "ClusterRollbackPolicy" else RollbackPolicySpec
+    model = (
+        crds.ClusterRollbackPolicySpec if kind == "ClusterRollbackPolicy" else RollbackPolicySpec
+    )
     named = {p for p, _ in _properties(spec)}
     assert sorted(set(_model_paths(model)) - named) == []

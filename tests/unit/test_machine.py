@@ -39,13 +39,15 @@ from workflows.machine import (
     Sampled,
     StartOver,
     Step,
+    Suspected,
     decide,
     dominant_reason,
+    early_failure,
     initial_state,
     required_adopters,
 )
 from workflows.pause import Pause, PauseScope
-from workflows.policy import Backoff
+from workflows.policy import Backoff, EarlyVerdict
 from workflows.state import OwnerState, PolicyRef, ResourceSnapshot
 from workflows.wake import Trigger
 
@@ -620,3 +622,76 @@ def test_every_drawn_transition_is_taken() -> None:
     if not others <= RAN:
         pytest.skip("needs the whole module (it counts the transitions its tests take)")
     assert set() == DRAWN - TAKEN
+
+
+# --- the early verdict (docs/concepts/early-verdict.md) --------------------------------------
+
+
+def early_policy(confirm: timedelta = timedelta(seconds=10)) -> PolicySettings:
+    return policy().model_copy(update={"early_verdict": EarlyVerdict(confirmation_period=confirm)})
+
+
+def failing(adopted_healthy: int, desired: int = 5, **now: int) -> CohortSample:
+    """A sample whose pods fail now for the reasons given (each also among the unhealthy)."""
+    reasons = {FailureReason(k): v for k, v in now.items()}
+    return sample(adopted_healthy, desired, **now).model_copy(update={"failing": reasons})
+
+
+@pytest.mark.parametrize(
+    ("failing_now", "baseline", "percent", "reason"),
+    [
+        ({FailureReason.OOM_KILLED: 2}, 5, 80, FailureReason.OOM_KILLED),  # 3 left, 4 required
+        ({FailureReason.OOM_KILLED: 1}, 5, 80, None),  # 4 left: the window can still pass
+        ({FailureReason.NOT_READY: 5}, 5, 80, None),  # not a certain failure
+        ({FailureReason.UNSCHEDULABLE: 1, FailureReason.CRASH_LOOP_BACK_OFF: 2}, 5, 80,
+         FailureReason.CRASH_LOOP_BACK_OFF),
+        ({FailureReason.RESIZE_INFEASIBLE: 1}, 1, 1, FailureReason.RESIZE_INFEASIBLE),
+        ({}, 0, 100, None),
+    ],
+)  # fmt: skip
+def test_early_failure_counts_only_certain_failures_that_lose_the_window(
+    failing_now: dict[FailureReason, int], baseline: int, percent: int, reason: FailureReason
+) -> None:
+    assert early_failure(failing_now, baseline, percent) is reason
+
+
+def test_a_policy_without_an_early_verdict_ignores_suspicion_and_decides_at_the_end() -> None:
+    state = monitoring()
+    seen = decide(state, Suspected(T0 + timedelta(seconds=30)))
+    assert seen.state == state and seen.effects == []
+    mid = decide(state, Sampled(T0 + timedelta(seconds=30), failing(0, oomKilled=5)))
+    assert mid.state.mode is Mode.MONITORING and mid.state.early_since is None
+
+
+def test_a_certain_failure_confirmed_decides_the_window_early() -> None:
+    state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state  # baseline 5
+    t1 = T0 + timedelta(seconds=30)
+    suspected = decide(state, Suspected(t1)).state
+    assert suspected.next_sample_at == t1  # sample now
+    crossing = decide(suspected, Sampled(t1, failing(0, oomKilled=3)))
+    assert crossing.state.mode is Mode.MONITORING and crossing.effects == []
+    assert crossing.state.early_since == t1
+    assert crossing.state.next_sample_at == t1 + timedelta(seconds=10)  # the confirmation
+    # A suspicion meanwhile changes nothing: the confirmation's sample is due at its end.
+    assert decide(crossing.state, Suspected(t1 + timedelta(seconds=2))).state == crossing.state
+    t2 = t1 + timedelta(seconds=10)
+    decided = decide(crossing.state, Sampled(t2, failing(0, oomKilled=3)))
+    assert decided.state.mode is Mode.ROLLING_BACK
+    assert decided.state.failure_reason is FailureReason.OOM_KILLED
+    assert decided.state.early_since is None
+    message = decided.state.failure_message or ""
+    assert message.startswith("decided early (3/5 pods failing for certain since 10s ago")
+    assert [type(e).__name__ for e in decided.effects] == [
+        type(e).__name__ for e in end_window(monitoring(), sample(0, oomKilled=3)).effects
+    ]  # the same Record and rollback as at the window's end
+
+
+def test_a_pod_that_recovers_within_the_confirmation_is_not_rolled_back_early() -> None:
+    state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state
+    t1 = T0 + timedelta(seconds=30)
+    crossing = decide(state, Sampled(t1, failing(3, oomKilled=2))).state
+    assert crossing.early_since == t1
+    # Restarted and Ready again: an OOM kill in the window, no certain failure now.
+    recovered = decide(crossing, Sampled(t1 + timedelta(seconds=10), sample(5, oomKilled=2)))
+    assert recovered.state.mode is Mode.MONITORING and recovered.state.early_since is None
+    assert recovered.state.next_sample_at == recovered.state.window_ends_at

@@ -184,6 +184,7 @@ class FakeCluster:
             adopted=len(adopted),
             adopted_healthy=len(healthy_adopted),
             unhealthy=unhealthy,
+            failing=unhealthy,  # an OOM-killed pod of the fake never gets Ready again
             message=message,
             observed_at=datetime.now(UTC),
         )

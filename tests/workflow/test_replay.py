@@ -49,6 +49,7 @@ STORIES = {
     "lost-task-after-record", "lost-verdict-decided-again", "health-held-then-decided",
     "health-hold-bounded", "cancel-while-rollback-held", "paused-backoff-end-lifted",
     "paused-backoff-end-cancelled", "control-updates", "success-carried-policy",
+    "early-verdict",
 }  # fmt: skip
 # The changes since 1.0 guarded by ``workflow.patched``: the stories recorded on each one's new
 # branch (the others, recorded before it, replay its old branch).

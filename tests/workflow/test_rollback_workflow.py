@@ -50,12 +50,14 @@ from workflows.activity_api import LOAD_OWNER, ROLL_BACK, OwnerRef, rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.notify import Severity
 from workflows.pause import Pause, PauseScope
+from workflows.policy import EarlyVerdict
 from workflows.rollback import (
     CancelSignal,
     ReopenSignal,
     ResumeSignal,
     RollbackInput,
     RollbackWorkflow,
+    SuspectSignal,
 )
 from workflows.state import OwnerState, ResourceSnapshot
 from workflows.wake import Trigger
@@ -934,3 +936,31 @@ async def test_a_cancel_is_taken_at_once_while_the_rollback_is_held(
     cancelled = [m for r, m, _ in owner.events.values() if r == EventReason.MONITORING_CANCELLED]
     assert len(cancelled) == 1 and "cancelled in mode rollingBack" in cancelled[0]
     await check_replay(client, rollback_id(CLUSTER, ref), "cancel-while-rollback-held")
+
+
+async def test_an_early_verdict_rolls_back_a_certain_failure_long_before_the_windows_end(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """A 1-hour window under an early verdict (confirmation 1 s): the intake's ``suspect`` for an
+    OOM-killed pod makes the run sample, confirm a second later, and roll back then, with the
+    same reason as the window's end would give; the run ends in seconds, not an hour."""
+    early = EarlyVerdict(confirmation_period=timedelta(seconds=1))
+    policy = settings(window=3600.0, target=RollbackTarget.MANIFEST, max_attempts=1).model_copy(
+        update={"early_verdict": early}
+    )
+    ref, owner = new_owner(cluster, policy)
+    owner.apply(OOM)
+    handle = await observe(client, CLUSTER, task_queue, ref, OOM, turn=1, policy=policy)
+    await wait_for(handle, lambda s: s.mode is Mode.MONITORING and s.baseline is not None)
+    await handle.signal(RollbackWorkflow.suspect, SuspectSignal(pod="web-0"))
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
+    assert cluster.calls.get("roll_back") == 1
+    assert cluster.calls.get("sample_cohort") == 2  # the suspicion's, the confirmation's
+    events = list(owner.events.values())
+    assert [reason for reason, _, _ in events[:2]] == [
+        EventReason.MONITORING_STARTED,
+        EventReason.ROLLING_BACK_STARTED,
+    ]
+    assert "decided early (5/5 pods failing for certain" in events[1][1]
+    await check_replay(client, rollback_id(CLUSTER, ref), "early-verdict")

@@ -9,15 +9,16 @@ attempt it opens. The workflow decides what that means: join the current window,
 with a new fingerprint, reopen a succeeded turn for a newer pod, or start the next turn after
 ``backedOff``.
 
-Three modules, importing downward only (the import-linter contracts in pyproject.toml), along
+Four modules, importing downward only (the import-linter contracts in pyproject.toml), along
 the seams of kopf's reactor:
 
 - ``watching`` (``Intake``): the informers, what they last showed, per-owner queueing; the one
   owner of that state.
+- ``controls`` (``Controls``): the kubectl control annotation, carried out once.
+- ``delivery`` (``Delivery``): signals, Updates and resumes to Temporal, Events on the cluster;
+  the one owner of what is in flight.
 - ``causes``: what a change means, one pure function per cause (adoption, a backed-off turn
-  going on, pause, policy, control), tested without a cluster.
-- ``delivery`` (``Delivery``): signals, Updates and resumes to Temporal, Events and the control
-  annotation's removal on the cluster; the one owner of what is in flight.
+  going on, a pause, a pod failing for certain, a policy event), tested without a cluster.
 
 What the intake promises:
 

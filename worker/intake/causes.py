@@ -1,19 +1,8 @@
-"""What a change means: one pure function per cause the intake reacts to.
-
-The watching side (``worker.intake.watching``) holds what was last seen and hands it here with
-the new object; these functions say what follows, with no I/O, no lock and no clock of their
-own (``now`` is passed), so each is tested without a cluster (tests/intake/test_causes.py).
-
-- ``adoption``: whether a pod's adoption of a recommendation is signalled to its owner's run.
-- ``backed_off``: which of an owner's pods, still on the recommendation its ``backedOff`` turn
-  re-applies, goes on with it.
-- ``pause_change`` / ``held``: whether a pause went or changed (a held run looks again), and
-  whether one holds an owner now.
-- ``policy_change``: what a policy event does to the index.
-- ``control_change``: what a control annotation's event asks of the intake.
-- ``Notice``: the Warning Event a change deserves (an invalid policy, a malformed
-  recommendation, an object skipped, a control refused), named after its cause.
-"""
+"""What a change means: one pure function per cause the intake reacts to (adoption, a backed-off
+turn going on, a pause, a pod failing for certain, a policy event, a control annotation, the
+Warning Event a change deserves). The watching side holds what was last seen and hands it here
+with the new object; no I/O, no lock, no clock of their own (``now`` is passed), so each is
+tested without a cluster (tests/intake/test_causes.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +13,13 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from activities.cohort import actual_resources
+from activities.cohort import (
+    actual_resources,
+    failing_for_certain,
+    health,
+    is_ready,
+    resize_blocked,
+)
 from activities.errors import first_line
 from activities.kubetime import parse_kube_time
 from activities.lookup import read_state
@@ -33,8 +28,8 @@ from workflows.contract import (
     CONTROL_ANNOTATION,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
-    Control,
     EventReason,
+    FailureReason,
     Mode,
     Obj,
 )
@@ -148,6 +143,25 @@ def backed_off(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
     return max(running, key=by_pod_creation) if running else None
 
 
+def might_fail(pod: Obj) -> bool:
+    """Whether ``pod`` may fail for certain (not Ready, or a resize Infeasible): the cheap test
+    every pod event passes through before its owner is looked up."""
+    return not is_ready(pod) or resize_blocked(pod) is FailureReason.RESIZE_INFEASIBLE
+
+
+def suspect(pod: Obj, owner: Obj, policy: AnyPolicy | None) -> bool:
+    """Whether ``pod`` fails for certain now (``failing_for_certain``, the rule the run's sample
+    applies) while its owner's window runs under an early verdict: its run is told to sample
+    (``machine.Suspected``)."""
+    if not might_fail(pod) or policy is None or policy.spec.early_verdict is None:
+        return False
+    state, _ = read_state(owner)
+    if state is None or state.mode is not Mode.MONITORING or state.last_transition_time is None:
+        return False
+    reason = health(pod, state.last_transition_time)[0] or resize_blocked(pod)
+    return failing_for_certain(pod, reason)
+
+
 def active(owner: Obj) -> bool:
     """Whether the owner's stored state is in an active mode (a run may be held)."""
     state, _ = read_state(owner)
@@ -219,35 +233,6 @@ def policy_change(event: str, obj: Obj, before: tuple[object, ...] | None) -> Po
     except Exception as exc:  # KeyError, or worse: this policy only
         return PolicyChange(PolicyAction.INVALID, handled, error=first_line(exc))
     return PolicyChange(PolicyAction.VALID, handled, policy)
-
-
-# --- controls ----------------------------------------------------------------------------------
-
-
-class ControlAction(enum.Enum):
-    FORGET = "forget"  # the owner is gone
-    DONE = "done"  # no annotation (any more): a control carried out is over once seen removed
-    BUSY = "busy"  # being carried out already
-    CARRY_OUT = "carry out"
-
-
-def control_change(event: str, value: str | None, busy: bool) -> ControlAction:
-    """What an owner event asks of its control annotation ``value``. A control is carried out
-    once its removal shows in the watch: events older than the removal (the watch delivers
-    them in order) still hold it, and are ``BUSY``."""
-    if event == "DELETED":
-        return ControlAction.FORGET
-    if value is None:
-        return ControlAction.DONE
-    return ControlAction.BUSY if busy else ControlAction.CARRY_OUT
-
-
-def unknown_control(value: str) -> str | None:
-    """The refusal of a value that is no control, or None."""
-    if value in {c.value for c in Control}:
-        return None
-    known = ", ".join(c.value for c in Control)
-    return f"unknown value {value!r} (expected one of: {known})"
 
 
 # --- Warning Events ----------------------------------------------------------------------------

@@ -20,20 +20,18 @@ from typing import Any
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
+from temporalio.common import MetricMeter
 
-from activities.writes import emit_once, event_body, reference, remove_annotation
+from activities.writes import emit_once, event_body, reference
 from worker import temporal
 from worker.intake.causes import (
-    ControlAction,
     Notice,
     Sighted,
     Signalled,
     adoption,
-    control_change,
-    unknown_control,
 )
 from workflows.activity_api import OwnerRef
-from workflows.contract import CONTROL_ANNOTATION, Control, Obj
+from workflows.contract import Obj
 from workflows.policy import AnyPolicy
 from workflows.state import OwnerState
 
@@ -43,7 +41,7 @@ MAX_CONCURRENT_SIGNALS = 32  # signal-with-starts in flight at once (a burst que
 SIGNAL_BACKOFF_BASE = 0.5  # seconds, doubling per failure up to the cap; never given up
 SIGNAL_BACKOFF_CAP = 30.0
 SIGNAL_TIMEOUT = 10.0  # seconds one signal may take before it counts as failed, at the most
-CONTROL_REASON = f"requested with the annotation {CONTROL_ANNOTATION}"
+SUSPECT_DEBOUNCE = 1.0  # seconds between two suspect signals to one owner, at least
 
 
 def backoff(failures: int) -> float:
@@ -63,6 +61,7 @@ class Delivery:
         acting: Callable[[], bool],
         fence: Callable[[], float],
         stats: Counter[str],
+        meter: MetricMeter,
     ) -> None:
         # Every run it starts or signals is its own cluster's (``rollback_id``): in a fleet on
         # one Temporal, it never wakes another cluster's run.
@@ -75,9 +74,12 @@ class Delivery:
         self._signalled: dict[OwnerRef, Signalled] = {}  # one signal per owner, basis and all
         self._delivering: set[OwnerRef] = set()
         self._sending: asyncio.Semaphore | None = None  # made on the loop, in _deliver
-        self._controlling: set[OwnerRef] = set()  # control annotations being carried out
-        # Controls carried out whose annotation is not yet seen removed: not carried out twice.
-        self._carried_out: dict[OwnerRef, str] = {}
+        self._failing: set[str] = set()  # pods failing for certain, by uid (``suspect``)
+        self._suspecting: set[OwnerRef] = set()  # a suspect sent within its debounce
+        self._suspect_again: set[OwnerRef] = set()  # another pod failed meanwhile
+        self._bad_objects = meter.create_counter(
+            "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
+        )
 
     def rpc_timeout(self) -> timedelta:
         """A send's deadline: ``SIGNAL_TIMEOUT``, or less, so that it ends within the term."""
@@ -176,96 +178,56 @@ class Delivery:
             return
         await self._send_resumes([owner for owner in listed if not held(owner)])
 
-    # --- controls ----------------------------------------------------------------------------
+    # --- the early verdict ---------------------------------------------------------------------
 
-    def owner_seen(self, owner: OwnerRef, obj: Obj | None) -> None:
-        """An owner's event (``obj`` None: the owner went): its control annotation carried out
-        once, until its removal shows (``causes.control_change``)."""
-        annotations = {} if obj is None else obj["metadata"].get("annotations") or {}
-        value = annotations.get(CONTROL_ANNOTATION)
+    def suspect(self, owner: OwnerRef | None, pod: Obj, failing: bool) -> None:
+        """A pod's certain failure as each of its events shows it (``causes.suspect``): its
+        owner's run is told as the pod starts failing; at most once per owner a
+        ``SUSPECT_DEBOUNCE``, a failure meanwhile told at the end of it."""
+        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
         with self._lock:
-            event = "DELETED" if obj is None else "MODIFIED"
-            action = control_change(event, value, owner in self._controlling)
-            if action is ControlAction.BUSY:
+            was = uid in self._failing
+            (self._failing.add if failing else self._failing.discard)(uid)
+            if owner is None or not failing or was:
                 return
-            if action is ControlAction.FORGET:  # what was signalled for it no longer matters
-                self._signalled.pop(owner, None)
-            if action is not ControlAction.CARRY_OUT:
-                self._controlling.discard(owner)
-                self._carried_out.pop(owner, None)
+            if owner in self._suspecting:
+                self._suspect_again.add(owner)
                 return
-            self._controlling.add(owner)
-        assert obj is not None and value is not None
-        self.spawn(self._control(owner, value, obj))
+            self._suspecting.add(owner)
+        self.spawn(self._suspect(owner, pod["metadata"]["name"]))
 
-    async def _control(self, owner: OwnerRef, value: str, obj: Obj) -> None:
-        """Carry out a control annotation once: the Update, an Event when it changed nothing
-        (the workflow's reason), then the annotation's removal."""
-        cleared, newer = False, None
-        with self._lock:  # carried out already, only its removal failed: not carried out twice
-            done = self._carried_out.get(owner) == value
+    async def _suspect(self, owner: OwnerRef, pod: str) -> None:
         try:
-            if not done:
-                answered, refusal = await self._send_control(owner, value, obj)
-                if not answered:
-                    return  # deposed: the next leader carries it out (the annotation stays)
-                self.stats["controls"] += 1
+            while self.acting():
+                try:
+                    await temporal.suspect(
+                        self.client, self.cluster, owner, pod, self.rpc_timeout()
+                    )
+                    self.stats["suspects"] += 1
+                except Exception as exc:  # RPC errors of every kind: the window's end decides
+                    log.warning("%s: suspect not sent (%s)", owner, exc)
+                await asyncio.sleep(SUSPECT_DEBOUNCE)
                 with self._lock:
-                    self._carried_out[owner] = value
-                if refusal is not None:
-                    log.info("%s: control %s changed nothing: %s", owner, value, refusal)
-                    notice = Notice.control_refused(obj, value, refusal)
-                    await asyncio.to_thread(self.warn, obj, notice)
-                else:
-                    log.info("%s: control %s taken", owner, value)
-            if self.acting():
-                cleared, newer = await asyncio.to_thread(
-                    remove_annotation, self.custom, owner, CONTROL_ANNOTATION, value, self.acting
-                )
-        except Exception as exc:  # an Event or the removal failed: a later event tries again
-            log.warning("%s: control %s not completed: %s", owner, value, exc)
+                    if owner not in self._suspect_again:
+                        return
+                    self._suspect_again.discard(owner)
         finally:
-            if not cleared:  # still annotated: a later event tries again
-                with self._lock:
-                    self._controlling.discard(owner)
-        if newer is not None:  # set to another value meanwhile: carried out next
-            self.spawn(
-                self._control(owner, newer["metadata"]["annotations"][CONTROL_ANNOTATION], newer)
-            )
+            with self._lock:
+                self._suspecting.discard(owner)
 
-    async def _send_control(self, owner: OwnerRef, value: str, obj: Obj) -> tuple[bool, str | None]:
-        """(answered, the workflow's refusal or None); not answered when this intake stopped
-        leading first."""
-        unknown = unknown_control(value)
-        if unknown is not None:
-            return True, unknown
-        # One request however often it is retried: the workflow answers a repeated ID once.
-        request = f"{value}@{obj['metadata'].get('resourceVersion', '')}"
-        failures = 0
-        while self.acting():
-            try:
-                if value == Control.CANCEL:
-                    await temporal.cancel(
-                        self.client, self.cluster, owner, CONTROL_REASON, self.rpc_timeout(),
-                        self.acting, request,
-                    )  # fmt: skip
-                else:
-                    await temporal.reopen(
-                        self.client, self.cluster, self.task_queue, owner, self.rpc_timeout(),
-                        self.acting, request,
-                    )  # fmt: skip
-                return True, None
-            except temporal.ControlRefusedError as exc:
-                return True, str(exc)
-            except temporal.FencedError:
-                return False, None  # deposed right before the send
-            except Exception as exc:  # Temporal unreachable or failing: the annotation stays
-                failures += 1
-                log.warning("%s: control %s failed (%s), retrying", owner, value, exc)
-                await asyncio.sleep(backoff(failures))
-        return False, None
+    def forget(self, owner: OwnerRef) -> None:
+        """The owner went: what was signalled for it no longer matters."""
+        with self._lock:
+            self._signalled.pop(owner, None)
 
     # --- Events ------------------------------------------------------------------------------
+
+    def bad_object(self, obj: Obj, exc: Exception) -> None:
+        """What an informer could not handle (a bug met on this object): counted, reported on
+        the object itself, skipped. The informer already logged it with its traceback."""
+        self.stats["bad_objects"] += 1
+        self._bad_objects.add(1, {"kind": str(obj.get("kind", "unknown"))})
+        self.warn(obj, Notice.skipped(obj, exc))
 
     def warn(self, obj: Obj, notice: Notice) -> None:
         """``notice`` as a Warning Event on ``obj``; an error is the informer's to retry."""

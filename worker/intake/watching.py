@@ -19,15 +19,17 @@ from temporalio.client import Client
 from temporalio.common import MetricMeter
 
 from activities.lookup import read_state
-from worker.informer import Informer, Informers
+from worker.informer import Informer, Informers, identity
 from worker.intake import causes
 from worker.intake.causes import Adoption, PauseSeen, Sighted
+from worker.intake.controls import Controls
 from worker.intake.delivery import Delivery
 from worker.status import StatusWriter
 from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
 from workflows.contract import API_GROUP, API_VERSION, GROUP_VERSION, PAUSE_UNTIL_ANNOTATION, Obj
 from workflows.fingerprint import MalformedRecommendationError
+from workflows.policy import AnyPolicy
 from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
 
 log = logging.getLogger(__name__)
@@ -54,11 +56,13 @@ class Intake:
         self._fence = fence
         self.informers = Informers()
         self.stats: Counter[str] = Counter()
+        kube = (core, custom)
         self.delivery = Delivery(
-            temporal, cluster, task_queue, loop, (core, custom), self.acting, fence, self.stats
+            temporal, cluster, task_queue, loop, kube, self.acting, fence, self.stats, meter
         )
+        self.controls = Controls(self.delivery, custom)
         self.owners = WorkloadCache(
-            core, custom, self._on_owner, self._bad_object, on_change=self._owners_changed
+            core, custom, self._on_owner, self.delivery.bad_object, on_change=self._owners_changed
         )
         self.status = StatusWriter(
             custom, self.owners.views, meter=meter, fence=self.acting, protection=protection,
@@ -74,9 +78,6 @@ class Intake:
         # Pause annotations as last seen, of the objects that carry one (bounded by them).
         self._pauses: dict[ObjectKey, PauseSeen] = {}
         self._paused_pods: dict[OwnerRef, set[str]] = {}  # owner -> its pods that carry one
-        self._bad_objects = meter.create_counter(
-            "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
-        )
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -85,7 +86,7 @@ class Intake:
         return not self.informers.ended.is_set() and self._fence() > 0
 
     def _informer(self, name: str, listing: Callable[..., Any], on: Any, **kw: Any) -> Informer:
-        return Informer(name, listing, on, on_bad_object=self._bad_object, **kw)
+        return Informer(name, listing, on, on_bad_object=self.delivery.bad_object, **kw)
 
     def start(self) -> None:
         """Sync policies and namespaces first, so pods are resolved against a full index.
@@ -109,7 +110,7 @@ class Intake:
             self.status.start()
         pods = self._informer(
             "pods", self.core.list_pod_for_all_namespaces, self._on_pod,
-            on_synced=self._flush_batch, project=_pod_key, type_meta=("v1", "Pod"),
+            on_synced=self._flush_batch, project=identity, type_meta=("v1", "Pod"),
         )  # fmt: skip
         if not self.informers.launch(pods):
             return
@@ -175,7 +176,7 @@ class Intake:
             going_on = causes.backed_off(obj, adopters)
             if going_on is not None:
                 self._consider(going_on)
-        self.delivery.owner_seen(owner, None if event == "DELETED" else obj)
+        self.controls.owner_seen(owner, None if event == "DELETED" else obj)
 
     def _owners_changed(self) -> None:
         self.status.changed()
@@ -183,6 +184,7 @@ class Intake:
     def _on_pod(self, event: str, pod: Obj, initial: bool) -> None:
         meta = pod["metadata"]
         self._pod_pause(event, pod)
+        self._suspect(event, pod)
         uid = meta.get("uid") or meta["name"]
         try:
             rec = None if event == "DELETED" else causes.adopted_recommendation(pod)
@@ -235,12 +237,21 @@ class Intake:
         obj = self.owners.get(seen.owner)
         if obj is not None:
             state, _ = read_state(obj)  # unreadable: the workflow reports and replaces it
-            labels = obj["metadata"].get("labels") or {}
-            owner = seen.owner
-            with self._lock:
-                workload = WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
-                policy = self.index.resolve(workload).policy
-            self.delivery.offer(seen, state, policy)
+            self.delivery.offer(seen, state, self._policy(seen.owner, obj))
+
+    def _policy(self, owner: OwnerRef, obj: Obj) -> AnyPolicy | None:
+        labels = obj["metadata"].get("labels") or {}
+        with self._lock:
+            return self.index.resolve(
+                WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
+            ).policy
+
+    def _suspect(self, event: str, pod: Obj) -> None:
+        """A pod failing for certain under an early verdict (``causes.suspect``): run told."""
+        owner = self.owners.owner_of(pod) if event != "DELETED" and causes.might_fail(pod) else None
+        obj = self.owners.get(owner) if owner else None
+        failing = bool(owner and obj and causes.suspect(pod, obj, self._policy(owner, obj)))
+        self.delivery.suspect(owner, pod, failing)
 
     # --- pauses --------------------------------------------------------------------------------
 
@@ -284,16 +295,3 @@ class Intake:
             on_pods = self._paused_pods.get(owner, ())
             pods = [(pod, self._pauses.get(("Pod", owner.namespace, pod))) for pod in on_pods]
         return causes.held(owner, mine, namespace, pods, datetime.now(UTC))
-
-    def _bad_object(self, obj: Obj, exc: Exception) -> None:
-        """What an informer could not handle (a bug met on this object): counted, reported on
-        the object itself, skipped. The informer already logged it with its traceback."""
-        self.stats["bad_objects"] += 1
-        self._bad_objects.add(1, {"kind": str(obj.get("kind", "unknown"))})
-        self.delivery.warn(obj, causes.Notice.skipped(obj, exc))
-
-
-def _pod_key(pod: Obj) -> Obj:
-    """All the pods informer keeps of a pod: enough to report its deletion after a relist."""
-    meta = pod["metadata"]
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid")}}
