@@ -51,6 +51,10 @@ class Fate:
     in_place_only: bool = False  # dealt only where the engine actuates in place
     budget: bool = False  # a disruption budget that allows nothing while it rolls back
     early: bool = False  # its own policy: a 1-hour window, decided early (``earlyVerdict``)
+    # Another reason this end may be given anywhere: an early verdict decides within seconds of
+    # its window's start, when a pod crash-looping since before it (a turn-2 pod that never
+    # left the cut) shows CrashLoopBackOff with no OOM kill in this window yet.
+    reason_too: str | None = None
 
 
 # Fates that end as ``oom``'s (turn 2 rolled back, failed for good), or as ``partial-below``'s
@@ -139,7 +143,7 @@ FATES = [
     Fate(name="policy-deleted", memory=OOM, mode=None, pods=OOM, own_policy=True),
     # Its window is an hour; its OOMs are certain failures, so each turn is decided early (the
     # intake's suspect, a confirmation, the rollback) and it ends as oom's, in seconds.
-    _as_oom(name="early-oom", own_policy=True, early=True),
+    _as_oom(name="early-oom", own_policy=True, early=True, reason_too="crashLoopBackOff"),
     Fate(name="cancel", memory=HEALTHY, mode="cancelled", turn=1, pods=HEALTHY, long_window=True),
     Fate(
         name="reopen",

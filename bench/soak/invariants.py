@@ -204,7 +204,8 @@ def wrong_end(ev: Evidence, w: Workload, in_place: bool) -> str | None:
         have = (state.get("mode"), state.get("turn"), state.get("failureReason"))
         want = (fate.mode, fate.turn, fate.reason)
         also = (fate.mode, fate.turn, fate.in_place_reason) if in_place else None
-        if have not in (want, also):
+        too = (fate.mode, fate.turn, fate.reason_too)
+        if have not in (want, also, too):
             return f"{have}, expected {want}"
     memory = sorted(str((r.get("requests") or {}).get("memory"))
                     for p in w.pods(ev.store) for r in running_resources(p).values())  # fmt: skip
