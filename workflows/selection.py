@@ -200,11 +200,15 @@ class PolicyIndex:
         self._namespaced: dict[str, dict[str, RollbackPolicy]] = {}
         self._cluster: dict[str, ClusterRollbackPolicy] = {}
         self._cluster_for: dict[str, list[ClusterRollbackPolicy]] = {}
+        # The winner per workload and labels, until a policy changes: every pod event of a
+        # workload asks (``policy_of``), policies change rarely.
+        self._won: dict[tuple[str, frozenset[tuple[str, str]]], AnyPolicy | None] = {}
 
     def __len__(self) -> int:
         return len(self._cluster) + sum(len(p) for p in self._namespaced.values())
 
     def upsert(self, policy: AnyPolicy) -> None:
+        self._won.clear()
         if isinstance(policy, RollbackPolicy):
             namespace = policy.metadata.namespace or "default"
             self._namespaced.setdefault(namespace, {})[policy.metadata.name] = policy
@@ -213,12 +217,14 @@ class PolicyIndex:
             self._cluster_for.clear()
 
     def remove(self, kind: str, namespace: str | None, name: str) -> None:
+        self._won.clear()
         if kind == "RollbackPolicy":
             self._namespaced.get(namespace or "default", {}).pop(name, None)
         elif self._cluster.pop(name, None) is not None:
             self._cluster_for.clear()
 
     def forget_namespace(self, namespace: str) -> None:
+        self._won.clear()
         self._namespaced.pop(namespace, None)
         self._cluster_for.pop(namespace, None)
 
@@ -235,3 +241,11 @@ class PolicyIndex:
 
     def resolve(self, workload: WorkloadRef) -> Resolution:
         return resolve(self.candidates(workload.namespace), workload, self.protection)
+
+    def policy_of(self, workload: WorkloadRef) -> AnyPolicy | None:
+        """The policy that applies to ``workload`` (``resolve``'s winner), remembered until a
+        policy or a namespace changes."""
+        key = (workload.key, frozenset(workload.labels.items()))
+        if key not in self._won:
+            self._won[key] = self.resolve(workload).policy
+        return self._won[key]

@@ -230,11 +230,14 @@ def test_policy_index_matches_a_linear_resolve() -> None:
         for labels in (STOREFRONT, {"tier": "api"}):
             w = workload(namespace=ns, **labels)
             assert index.resolve(w).policy is resolve(policies, w).policy, (ns, labels)
+            assert index.policy_of(w) is resolve(policies, w).policy, (ns, labels)
     assert all(c.metadata.name != "elsewhere" for c in index.candidates("production"))
     index.remove("ClusterRollbackPolicy", None, "all")
     assert index.resolve(workload(namespace="dev")).policy is None
+    assert index.policy_of(workload(namespace="dev")) is None  # not remembered past a change
     index.forget_namespace("production")
     assert index.resolve(workload(namespace="production")).policy is None
+    assert index.policy_of(workload(namespace="production")) is None
 
 
 # --- protected namespaces ----------------------------------------------------------------------

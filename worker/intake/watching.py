@@ -242,9 +242,9 @@ class Intake:
     def _policy(self, owner: OwnerRef, obj: Obj) -> AnyPolicy | None:
         labels = obj["metadata"].get("labels") or {}
         with self._lock:
-            return self.index.resolve(
+            return self.index.policy_of(
                 WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
-            ).policy
+            )
 
     def _suspect(self, event: str, pod: Obj) -> None:
         """A pod failing for certain under an early verdict (``causes.suspect``): run told."""
