@@ -50,7 +50,7 @@ class Fate:
     paused_in: str | None = None
     in_place_only: bool = False  # dealt only where the engine actuates in place
     budget: bool = False  # a disruption budget that allows nothing while it rolls back
-    early: bool = False  # its own policy: a 1-hour window, decided early (``earlyVerdict``)
+    early: bool = False  # under soak-early: a 1-hour window, decided early (``earlyVerdict``)
     # Another reason this end may be given anywhere: an early verdict decides within seconds of
     # its window's start, when a pod crash-looping since before it (a turn-2 pod that never
     # left the cut) shows CrashLoopBackOff with no OOM kill in this window yet.
@@ -143,7 +143,7 @@ FATES = [
     Fate(name="policy-deleted", memory=OOM, mode=None, pods=OOM, own_policy=True),
     # Its window is an hour; its OOMs are certain failures, so each turn is decided early (the
     # intake's suspect, a confirmation, the rollback) and it ends as oom's, in seconds.
-    _as_oom(name="early-oom", own_policy=True, early=True, reason_too="crashLoopBackOff"),
+    _as_oom(name="early-oom", early=True, reason_too="crashLoopBackOff"),
     Fate(name="cancel", memory=HEALTHY, mode="cancelled", turn=1, pods=HEALTHY, long_window=True),
     Fate(
         name="reopen",
@@ -247,6 +247,8 @@ def manifest(w: Workload, in_place: bool = False) -> Obj:
     labels = {"app": w.name, "policy": "own" if w.fate.own_policy else w.policy_kind}
     if w.fate.long_window:
         labels["policy"] = "long"
+    if w.fate.early:
+        labels["policy"] = "early"
     spec: Obj = {
         "replicas": w.fate.replicas,
         "selector": {"matchLabels": {"app": w.name}},

@@ -140,6 +140,12 @@ class Soak:
                      "labelSelector": {"matchLabels": {"policy": "ClusterRollbackPolicy"}}},
                     self.window, self.backoff)
         )  # fmt: skip
+        store.create(  # the early-oom fates': an hour's window, decided early
+            policy_doc("ClusterRollbackPolicy", "soak-early", None,
+                       {"namespaceSelector": {"operator": "In", "values": ["soak-*"]},
+                        "labelSelector": {"matchLabels": {"policy": "early"}}},
+                       "1h", self.backoff, earlyVerdict={"confirmationPeriod": EARLY_CONFIRM})
+        )  # fmt: skip
         for ns in sorted({w.namespace for w in self.workloads}):
             store.create(
                 policy_doc("RollbackPolicy", "soak-ns", ns,
@@ -160,13 +166,7 @@ class Soak:
                      "status": {"allocatable": {"cpu": "64", "memory": f"{grown}Mi",
                                                 "pods": "110"}}}
                 )  # fmt: skip
-            if w.fate.early:
-                store.create(
-                    policy_doc("RollbackPolicy", w.name, w.namespace,
-                               {"labelSelector": {"matchLabels": {"app": w.name}}}, "1h",
-                               self.backoff, earlyVerdict={"confirmationPeriod": EARLY_CONFIRM})
-                )  # fmt: skip
-            elif w.fate.own_policy:
+            if w.fate.own_policy:
                 store.create(
                     policy_doc("RollbackPolicy", w.name, w.namespace,
                             {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
