@@ -213,8 +213,11 @@ async def adopt_if_first(
     client: Client, version: WorkerDeploymentVersion, within: float = 60
 ) -> bool:
     """Make ``version`` current when its deployment has no current version yet. The version
-    exists only once this worker has polled, hence the retries. True when it became current."""
-    deadline = asyncio.get_running_loop().time() + within
+    exists only once this worker has polled, hence the retries. True when it became current.
+    One budget, ``within``, for the lookups and the change (``set_current`` waits only what is
+    left of it)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
     while True:
         try:
             routing = (
@@ -222,7 +225,7 @@ async def adopt_if_first(
             ).worker_deployment_info.routing_config
             if routing.current_deployment_version.build_id:
                 return False  # a later version: promoted on purpose (rollbackctl versions)
-            await set_current(client, version)
+            await set_current(client, version, max(0.0, deadline - loop.time()))
             log.info(
                 "%s: first version of %s, now current", version.build_id, version.deployment_name
             )
@@ -230,7 +233,7 @@ async def adopt_if_first(
         except RPCError as exc:
             if exc.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
                 raise
-            if asyncio.get_running_loop().time() > deadline:
+            if loop.time() > deadline:
                 log.warning("%s: could not make it current: %s", version.build_id, exc.message)
                 return False
             await asyncio.sleep(0.5)
