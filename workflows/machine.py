@@ -233,8 +233,9 @@ class Sampled:
 
 @dataclass(frozen=True)
 class SampleFailed:
-    """A window's opening sample (taken only when its baseline is not known yet) failed after
-    its retries: only informative, the final sample decides."""
+    """A sample inside the window failed after its retries: an opening one (taken only when
+    the baseline is not known yet) is only informative, the final sample decides; an early
+    verdict's confirming one is taken again (``_sample_failed``)."""
 
     now: datetime
     error: str = ""
@@ -862,10 +863,17 @@ def health_hold(state: RollbackState, why: str, now: datetime, bounded: bool = T
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
     """Skip a failed opening sample: the final one decides (and sets the baseline this one was
-    to)."""
-    if state.mode is not Mode.MONITORING or state.policy is None or state.window_ends_at is None:
+    to). A failed confirming sample is taken again a confirmation period later, the
+    confirmation still under way: nothing else would (the intake tells a certain failure once,
+    when the pod's status changes), so skipping it would leave the window to its end."""
+    policy, ends = state.policy, state.window_ends_at
+    if state.mode is not Mode.MONITORING or policy is None or ends is None:
         return Decision(state, note="sample failure outside a window ignored")
-    later = state.model_copy(update={"next_sample_at": state.window_ends_at})
+    if state.early_since is not None and policy.early_verdict is not None:
+        again = min(obs.now + policy.early_verdict.confirmation_period, ends)
+        note = f"confirming sample failed, taken again at {again.isoformat()}: {obs.error}"
+        return Decision(state.model_copy(update={"next_sample_at": again}), note=note)
+    later = state.model_copy(update={"next_sample_at": ends})
     return Decision(later, note=f"opening sample failed, skipped: {obs.error}")
 
 

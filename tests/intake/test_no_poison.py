@@ -160,10 +160,13 @@ async def test_no_adoption_is_lost_while_temporal_is_away(
             assert intake.stats["delivered"] == 0
             outage["on"] = False  # Temporal is back
             await eventually(lambda: intake.stats["delivered"] == 3)
-            ids = {
-                wf.id async for wf in temporal_env.client.list_workflows(f'TaskQueue = "{queue}"')
-            }
-            assert ids == {f"rollback/{CLUSTER}/{NS}/Deployment/{n}" for n in names}
+            # Described by id (read from the history, strongly consistent), not listed: a
+            # visibility query may not show a workflow started a moment ago yet.
+            for n in names:
+                handle = temporal_env.client.get_workflow_handle(
+                    f"rollback/{CLUSTER}/{NS}/Deployment/{n}"
+                )
+                assert (await handle.describe()).task_queue == queue
         finally:
             await asyncio.to_thread(intake.stop)
             await terminate_running(temporal_env.client, queue)

@@ -36,6 +36,7 @@ from workflows.machine import (
     RollBack,
     RollbackState,
     RolledBack,
+    SampleFailed,
     Sampled,
     StartOver,
     Step,
@@ -684,6 +685,28 @@ def test_a_certain_failure_confirmed_decides_the_window_early() -> None:
     assert [type(e).__name__ for e in decided.effects] == [
         type(e).__name__ for e in end_window(monitoring(), sample(0, oomKilled=3)).effects
     ]  # the same Record and rollback as at the window's end
+
+
+def test_a_confirming_sample_that_fails_is_taken_again_the_confirmation_kept() -> None:
+    """The API refuses the confirming sample (a 503 burst): the confirmation is not dropped to
+    the window's end (the intake does not tell the same failure twice), it is sampled again."""
+    state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state
+    t1 = T0 + timedelta(seconds=30)
+    crossing = decide(state, Sampled(t1, failing(0, oomKilled=3))).state
+    t2 = t1 + timedelta(seconds=12)  # the confirmation's sample, after its own retries
+    refused = decide(crossing, SampleFailed(t2, "ServiceException: (503)"))
+    assert refused.state.early_since == t1
+    assert refused.state.next_sample_at == t2 + timedelta(seconds=10)
+    assert refused.note is not None and refused.note.startswith("confirming sample failed")
+    decided = decide(refused.state, Sampled(t2 + timedelta(seconds=10), failing(0, oomKilled=3)))
+    assert decided.state.mode is Mode.ROLLING_BACK
+    # Near the window's end, the next try is the end's own sample.
+    late = T0 + timedelta(minutes=4, seconds=55)  # the window is 5 minutes
+    near_end = decide(crossing, SampleFailed(late, "ServiceException: (503)")).state
+    assert near_end.next_sample_at == near_end.window_ends_at
+    # An opening sample that fails is skipped: the window's end decides.
+    opening = decide(monitoring(early_policy()), SampleFailed(T0, "timeout")).state
+    assert opening.early_since is None and opening.next_sample_at == opening.window_ends_at
 
 
 def test_a_pod_that_recovers_within_the_confirmation_is_not_rolled_back_early() -> None:
