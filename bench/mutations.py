@@ -1,7 +1,7 @@
 """``python -m bench.mutations [NAME ...]``: does the soak catch what it claims to? Each mutation
 puts a known defect into a copy of the product (a git worktree of HEAD, texts replaced), runs
-the CI-size soak there (100 workloads, as ``tests/bench/test_soak.py``; on a cluster whose engine
-actuates in place for a defect only in-place work can show), and checks that the invariant meant
+a one-cluster soak of 100 workloads there (on a cluster whose engine actuates in place for a
+defect only in-place work can show), and checks that the invariant meant
 for that defect fires. Prints a line per mutation and exits 1 if any was missed.
 About 2 minutes a mutation; run alone, not in CI."""
 

@@ -4,7 +4,7 @@ A package: ``fates`` (the scripts), ``supervisor`` (the engine's processes), ``f
 schedule), ``invariants`` (the oracle, one function each) and ``script`` (the story that plays
 them).
 
-N workloads (default 1,000; the CI test runs 100) across namespaces, two owner kinds
+N workloads (default 1,000; the CI test runs a fleet of two clusters of 72) across namespaces, two owner kinds
 (Deployment, StatefulSet) and both policy kinds, on the simulated cluster, each with a scripted
 fate and so a known end (``FATES``). The engine runs as in production, as separate processes:
 two workers and two intakes electing a leader on a Lease in the emulator, against the real
