@@ -10,7 +10,9 @@ plain exceptions and need not know about Temporal.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -42,6 +44,21 @@ class ConflictError(TransientError):
     """The owner kept changing under us; transient: Temporal retries the activity."""
 
 
+# The admission plugins' messages for resources a namespace does not allow: ResourceQuota's
+# ("exceeded quota: q, requested: ...", "failed quota: q: must specify limits.memory") and
+# LimitRanger's ("maximum memory usage per Container is 1Gi, but limit is 2Gi", "minimum ...",
+# "memory max limit to request ratio per Container is 2, but provided ratio is 4.000000").
+REFUSED_RESOURCES = re.compile(
+    r"exceeded quota: |failed quota: |(?:maximum|minimum) \S+ usage per (?:Container|Pod) is"
+    r"|max limit to request ratio per (?:Container|Pod)"
+)
+
+
+def refused_resources(exc: ApiException) -> bool:
+    """Whether the API server refused a write (403 or 422) for a ResourceQuota or LimitRange."""
+    return exc.status in (403, 422) and REFUSED_RESOURCES.search(exc.body or "") is not None
+
+
 def classify(exc: Exception) -> Exception:
     """The exception to raise for ``exc``: itself when transient, else a non-retryable
     ``ApplicationError`` of the right ``PermanentError`` type."""
@@ -55,7 +72,11 @@ def classify(exc: Exception) -> Exception:
     elif isinstance(exc, ApiException):
         if exc.status not in PERMANENT_STATUSES:
             return exc  # 5xx, 429, 401, 409, 404 on a sub-read: worth another try
-        kind = PermanentError.API_REJECTED
+        kind = (
+            PermanentError.RESOURCES_REFUSED
+            if refused_resources(exc)
+            else PermanentError.API_REJECTED
+        )
     elif isinstance(exc, (HTTPError, OSError, TransientError)):
         return exc  # timeouts, refused or dropped connections, a busy owner, a busy receiver
     else:
@@ -67,8 +88,18 @@ def classify(exc: Exception) -> Exception:
 
 def _summary(exc: Exception) -> str:
     if isinstance(exc, ApiException):
-        return f"{exc.status} {exc.reason}: {(exc.body or '')[:300]}".strip()
+        return f"{exc.status} {exc.reason}: {_api_message(exc.body or '')[:500]}".strip()
     return (str(exc) or type(exc).__name__)[:500]
+
+
+def _api_message(body: str) -> str:
+    """The message of the API server's ``Status`` body, else the body as it came."""
+    try:
+        status = json.loads(body)
+    except ValueError:
+        return body
+    message = status.get("message") if isinstance(status, dict) else None
+    return message if isinstance(message, str) and message else body
 
 
 @contextmanager

@@ -360,7 +360,15 @@ class KubernetesActivities:
                 message=f"rollback recommendation ({input.target}) published on the owner",
             )
             return self._actuate(
-                input.owner, written, listed, requests, limits, result, "rollback", input.target
+                input.owner,
+                written,
+                listed,
+                requests,
+                limits,
+                result,
+                "rollback",
+                input.target,
+                recreate=True,
             )
 
     @activity.defn(name=REAPPLY_RECOMMENDATION)
@@ -416,16 +424,28 @@ class KubernetesActivities:
 
     def _paced(self, owner: OwnerRef, obj: Obj, step: str, attempt: str, budget: Budget) -> None:
         """Tell once, on the owner, that ``budget`` holds a batch of ``step``."""
-        run = activity.info().workflow_run_id if activity.in_activity() else "-"
         message = f"{step} of {attempt} waits: {budget.said}, before it takes a pod down"
+        self._tell(owner, obj, f"paced.{budget.name}", EventReason.PACED, message)
+
+    def _recreated(
+        self, owner: OwnerRef, obj: Obj, step: str, attempt: str, pods: dict[str, str]
+    ) -> None:
+        """Tell, on the owner, which pods a batch of ``step`` deleted for their controller to
+        recreate with the restored resources, and why."""
+        why = ", ".join(f"{pod} ({reason})" for pod, reason in sorted(pods.items()))
+        message = (
+            f"{step} of {attempt} recreates {why}: they cannot take it in place; their"
+            " replacements are admitted with it"
+        )
+        identity = f"recreated.{','.join(sorted(pods))}"
+        self._tell(owner, obj, identity, EventReason.PODS_RECREATED, message)
+
+    def _tell(self, owner: OwnerRef, obj: Obj, identity: str, reason: str, message: str) -> None:
+        """A Normal Event on the owner, once per run and ``identity``; logged too."""
+        run = activity.info().workflow_run_id if activity.in_activity() else "-"
         log.info("%s: %s", owner, message)
         self.writer.event(
-            owner,
-            obj["metadata"].get("uid"),
-            f"{run}.paced.{budget.name}",
-            EventReason.PACED,
-            message,
-            "Normal",
+            owner, obj["metadata"].get("uid"), f"{run}.{identity}", reason, message, "Normal"
         )
 
     def _actuate(
@@ -439,11 +459,13 @@ class KubernetesActivities:
         step: str,
         attempt: str,
         stop_on_crash: bool = False,
+        recreate: bool = False,
     ) -> ActuationResult:
         """In-place mode: resize the cohort to the target, paced by the workload's
         ``maxUnavailable`` and the disruption budgets over it, the pause read again before each
         batch (``activities.resize``), and say what happened; a re-apply (``stop_on_crash``)
-        takes no more pods down once one crashes on the new resources."""
+        takes no more pods down once one crashes on the new resources, a restore
+        (``recreate``) recreates the pods that cannot take it in place."""
         if self.actuation is not Actuation.IN_PLACE:
             return result
         assert listed.query is not None
@@ -463,10 +485,12 @@ class KubernetesActivities:
             max_unavailable(owner.kind, obj, desired),
             heartbeat=_heartbeat,
             stop_on_crash=stop_on_crash,
+            recreate=recreate,
             paused=paused,
             budget=budgets.tightest,
             budget_watch=budgets.wait,
             on_held=lambda budget: self._paced(owner, obj, step, attempt, budget),
+            on_recreated=lambda pods: self._recreated(owner, obj, step, attempt, pods),
             notes=(note,) if note else (),
         )
         done = resize_paced(

@@ -3,8 +3,17 @@
 Used by the ``roll_back`` and ``reapply_recommendation`` activities in ``in-place`` mode. Only
 pods whose actual resources differ from the target are patched (a strategic merge patch of the
 containers' resources), so a retried activity resizes nothing twice. A pod whose node lacks the
-free allocatable for larger requests is filtered and reported, never deleted; pending pods are
-left to admission. Containers with a ``RestartContainer`` resize policy are named in the result.
+free allocatable for larger requests is filtered and reported; pending pods are left to
+admission. Containers with a ``RestartContainer`` resize policy are named in the result.
+
+A restore (``Pace.recreate``: a rollback) lands where a resize would not: a pod not Ready that
+cannot take it in place (``recreate_reason``: a container in CrashLoopBackOff, whose kubelet
+would apply the restored resources only when its restart backoff ends, up to 5 minutes on; a
+resize left ``Deferred`` or ``Infeasible``; a node without the room) is deleted, and its
+controller recreates it, admitted with the restored resources and placed by the scheduler
+wherever there is room; told once a batch (``Pace.on_recreated``: a ``RollbackPodsRecreated``
+Event). A Ready pod is never deleted: it keeps serving, filtered as above where its node lacks
+the room.
 
 Paced (``resize_paced``): a resize that restarts a container takes its pod down until it is
 Ready again, so a rollback meant to restore service must not restart the whole cohort at once.
@@ -42,6 +51,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
 from kubernetes.watch import watch as _watch
 
 from activities.cohort import actual_resources, is_ready
@@ -64,6 +74,9 @@ class Resized:
 
     resized: int = 0
     filtered: list[str] = field(default_factory=list)  # pods whose node lacks the capacity
+    # A restore's pods that cannot take it in place, deleted for their controller to recreate
+    # with the restored resources: pod -> why (``recreate_reason``)
+    recreated: dict[str, str] = field(default_factory=dict)
     restarts: set[str] = field(default_factory=set)  # pod/container restarted to apply
     batches: int = 0  # paced batches of pods taken down to restart
     most_unavailable: int = 0  # pods not Ready at once, at the most, as the batches started
@@ -80,6 +93,9 @@ class Resized:
                 f"; {len(self.filtered)} filtered for lack of node capacity"
                 f" ({', '.join(self.filtered)})"
             )
+        if self.recreated:
+            why = ", ".join(f"{pod}: {reason}" for pod, reason in sorted(self.recreated.items()))
+            text += f"; {len(self.recreated)} recreated to take it ({why})"
         if self.restarts:
             text += (
                 "; containers restart to apply (RestartContainer):"
@@ -119,6 +135,10 @@ class Pace:
     heartbeat: Callable[[], None] = lambda: None
     batch_timeout: float = BATCH_TIMEOUT
     stop_on_crash: bool = False  # a re-apply: a pod crashing on the new resources stops it
+    # A restore: a pod not Ready that cannot take it in place (``recreate_reason``) is deleted
+    # for its controller to recreate it with the restored resources.
+    recreate: bool = False
+    on_recreated: Callable[[dict[str, str]], None] = lambda pods: None  # told once a batch
     # The pause in force over the cohort as listed (read before each batch after the first).
     paused: Callable[[list[Obj]], Pause | None] = lambda pods: None
     # The tightest disruption budget over the cohort as listed (None: none selects it), and
@@ -156,7 +176,12 @@ def resize_paced(
             return done
         down = sum(1 for p in pods if not is_ready(p))
         budget, pdb = _allowed(pace, pods, plan, down)
-        waiting_on, held_back = _batch(core, namespace, plan, requests, free, budget, done)
+        recreated = len(done.recreated)
+        waiting_on, held_back = _batch(
+            core, namespace, plan, requests, free, budget, done, pace.recreate
+        )
+        if len(done.recreated) > recreated:
+            pace.on_recreated(dict(list(done.recreated.items())[recreated:]))
         if held_back and not waiting_on and pdb is not None and pdb.allowed <= 0:
             _hold(pace, done, pdb)  # the budget, not the workload's own pace, holds every pod
             continue
@@ -186,20 +211,31 @@ def _batch(
     free: NodeCapacity,
     budget: int,
     done: Resized,
+    recreate: bool = False,
 ) -> tuple[dict[str, dict[str, int]], int]:
     """Resize what this batch may: every pod whose resize takes none down, and up to
-    ``budget`` that do; a pod its node cannot take grown is filtered. The pods that restart,
-    with their restart counts before the resize, and how many were held back."""
+    ``budget`` that do; a pod its node cannot take grown is filtered. For a restore
+    (``recreate``), a pod not Ready that cannot take it in place (``recreate_reason``) is
+    deleted instead, for its controller to recreate (it takes no pod down: it is down). The
+    pods that restart, with their restart counts before the resize, and how many were held
+    back."""
     waiting_on: dict[str, dict[str, int]] = {}
     held_back = 0
     for pod, containers, restarts in plan:
+        actual_req, _ = actual_resources(pod)
+        growth = _growth(actual_req, requests)
+        roomless = bool(growth) and not free.fits(pod, growth)
+        # Only a pod not Ready: deleting a serving one would bet it on the scheduler's room.
+        why = recreate_reason(pod, roomless) if recreate and not is_ready(pod) else None
+        if why is not None:
+            _delete(core, namespace, pod)
+            done.recreated[pod["metadata"]["name"]] = why
+            continue
         takes_down = bool(restarts) and is_ready(pod)
         if takes_down and budget <= 0:
             held_back += 1
             continue
-        actual_req, _ = actual_resources(pod)
-        growth = _growth(actual_req, requests)
-        if growth and not free.fits(pod, growth):
+        if roomless:
             done.filtered.append(pod["metadata"]["name"])
             continue
         if restarts:
@@ -244,7 +280,8 @@ def _plan(
     plan = []
     for pod in pods:
         name = pod["metadata"]["name"]
-        if pod.get("status", {}).get("phase") != "Running" or name in filtered:
+        terminating = pod["metadata"].get("deletionTimestamp") is not None
+        if pod.get("status", {}).get("phase") != "Running" or name in filtered or terminating:
             continue
         containers = _resize_body(pod, *actual_resources(pod), requests, limits)
         if containers:
@@ -264,6 +301,33 @@ def _patch(core: CoreV1Api, namespace: str, pod: Obj, containers: list[Obj]) -> 
         _content_type=STRATEGIC_MERGE_PATCH,
         _preload_content=False,
     )
+
+
+def recreate_reason(pod: Obj, roomless: bool) -> str | None:
+    """Why a restore cannot land on this pod in place, if it cannot: a container in
+    CrashLoopBackOff (the kubelet starts it again, with the restored resources, only when its
+    restart backoff ends: up to 5 minutes), a resize the kubelet left pending (``Deferred``,
+    ``Infeasible``) or a node without the room for it; a recreated pod is placed by the
+    scheduler, wherever there is room."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    if any(
+        ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        for cs in statuses
+    ):
+        return "CrashLoopBackOff"
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodResizePending" and condition.get("status") == "True":
+            return f"resize {condition.get('reason') or 'pending'}"
+    return "its node lacks the room" if roomless else None
+
+
+def _delete(core: CoreV1Api, namespace: str, pod: Obj) -> None:
+    """Delete a pod for its controller to recreate (one already gone is as good)."""
+    try:
+        core.delete_namespaced_pod(pod["metadata"]["name"], namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def _restart_counts(pod: Obj) -> dict[str, int]:

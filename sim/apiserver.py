@@ -3,7 +3,8 @@
 What it honours, because the engine depends on it: namespaced and cluster-scoped resources of
 the built-in and custom groups the engine touches; GET/LIST with label and field selectors;
 POST, PUT (``resourceVersion`` preconditions, 409 on conflict), PATCH with merge,
-strategic-merge and JSON patches; the ``status`` and ``pods/resize`` subresources; DELETE with
+strategic-merge and JSON patches; the ``status`` and ``pods/resize`` subresources; LimitRange and
+ResourceQuota admission of pods (``sim.admission``); DELETE with
 cascading garbage collection through ``ownerReferences``; WATCH streams with resourceVersion
 resume, bookmarks and 410 Gone for an expired version.
 
@@ -34,7 +35,7 @@ import yaml
 from aiohttp import web
 
 from activities.kubetime import kube_now
-from sim import discovery
+from sim import admission, discovery
 from sim.patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from sim.selectors import matches, parse_field_selector, parse_label_selector
 from workflows.contract import Obj
@@ -60,6 +61,8 @@ RESOURCE_TYPES = [
     ResourceType("", "v1", "namespaces", "Namespace", namespaced=False),
     ResourceType("", "v1", "nodes", "Node", namespaced=False),
     ResourceType("", "v1", "configmaps", "ConfigMap", status_subresource=False),
+    ResourceType("", "v1", "resourcequotas", "ResourceQuota"),
+    ResourceType("", "v1", "limitranges", "LimitRange", status_subresource=False),
     ResourceType("apps", "v1", "deployments", "Deployment"),
     ResourceType("apps", "v1", "replicasets", "ReplicaSet"),
     ResourceType("apps", "v1", "statefulsets", "StatefulSet"),
@@ -241,6 +244,8 @@ class Store:
         if admit is not None:
             admit(obj)
         with self._lock:
+            if rtype.kind == "Pod":
+                self._admit_pod(obj, None)
             pool = self._objects[rtype].setdefault(ns, {})
             if meta["name"] in pool:
                 raise ApiError(
@@ -278,6 +283,8 @@ class Store:
                     " been modified; please apply your changes to the latest version and try again",
                 )
             updated = self._admit(rtype, current, copy.deepcopy(new), subresource)
+            if rtype.kind == "Pod" and subresource in (None, "resize"):
+                self._admit_pod(updated, current)
             if subresource is None:
                 discovery.default_policy(updated)
                 discovery.default_workload(updated)
@@ -291,6 +298,14 @@ class Store:
             self._objects[rtype][namespace if rtype.namespaced else None][name] = updated
             self._emit("MODIFIED", rtype, updated)
             return copy.deepcopy(updated)
+
+    def _admit_pod(self, pod: Obj, old: Obj | None) -> None:
+        """LimitRanger and ResourceQuota (``sim.admission``), on every write of a pod's spec:
+        by a client over HTTP and by the simulated controllers alike."""
+        try:
+            admission.admit_pod(pod, old, self.items, old is None)
+        except admission.RefusedError as exc:
+            raise ApiError(403, "Forbidden", exc.message) from exc
 
     def _admit(self, rtype: ResourceType, current: Obj, new: Obj, subresource: str | None) -> Obj:
         """What a write may change: the main resource, ``status``, or container resources."""

@@ -562,13 +562,16 @@ class SimulatedCluster:
             },
             "status": {"phase": "Pending", "conditions": []},
         }
+        controller = f"{parent['kind'].lower()}-controller"
         try:
             self.store.create(pod)
         except ApiError as exc:
-            if exc.code != 409:
+            if exc.code == 403:  # a quota or LimitRange refused it: tried again next tick
+                self._event(_reference(parent), "FailedCreate", f"Error creating: {exc.message}",
+                            controller, warning=True)  # fmt: skip
+            elif exc.code != 409:
                 raise
             return
-        controller = f"{parent['kind'].lower()}-controller"
         self._event(_reference(parent), "SuccessfulCreate", f"Created pod: {name}", controller)
 
     def _delete_pod(self, pod: Obj) -> None:

@@ -44,6 +44,8 @@ SHORT_NAMES = {
     "namespaces": ["ns"],
     "nodes": ["no"],
     "configmaps": ["cm"],
+    "resourcequotas": ["quota"],
+    "limitranges": ["limits"],
     "deployments": ["deploy"],
     "replicasets": ["rs"],
     "statefulsets": ["sts"],

@@ -276,6 +276,7 @@ class PermanentError(StrEnum):
     MALFORMED_RECOMMENDATION = "MalformedRecommendationError"
     INVALID_OWNER = "InvalidOwnerError"
     API_REJECTED = "ApiRejectedError"
+    RESOURCES_REFUSED = "ResourcesRefusedError"
     UNEXPECTED = "UnexpectedError"
     FOREIGN_CLUSTER = "ForeignClusterError"
 
@@ -288,6 +289,7 @@ _PERMANENT_REASONS = {
     PermanentError.MALFORMED_RECOMMENDATION: FailureReason.MALFORMED_ANNOTATION,
     PermanentError.INVALID_OWNER: FailureReason.INVALID_OWNER,
     PermanentError.API_REJECTED: FailureReason.API_REJECTED,
+    PermanentError.RESOURCES_REFUSED: FailureReason.RESOURCES_REFUSED,
     PermanentError.UNEXPECTED: FailureReason.UNEXPECTED_ERROR,
     PermanentError.FOREIGN_CLUSTER: FailureReason.FOREIGN_CLUSTER,
 }

@@ -147,6 +147,8 @@ class FailureReason(StrEnum):
     MALFORMED_ANNOTATION = "malformedAnnotation"
     INVALID_OWNER = "invalidOwner"  # e.g. no spec.selector, a non-numeric spec.replicas
     API_REJECTED = "apiRejected"  # the API server refused a request for good (400, 403, 422, ...)
+    # a ResourceQuota or LimitRange refused the pods' resources (a resize, a pod's creation)
+    RESOURCES_REFUSED = "resourcesRefused"
     RETRY_BUDGET_EXHAUSTED = "retryBudgetExhausted"  # transient errors outlasted the budget
     UNEXPECTED_ERROR = "unexpectedError"  # a bug met on this object: logged with its traceback
     # the run belongs to another cluster than the worker's (a task queue shared by mistake)
@@ -174,6 +176,8 @@ class EventReason(StrEnum):
     PAUSED = "RollbackPaused"  # a verdict or an actuation held by a pause (workflows.pause)
     # an in-place batch held by a PodDisruptionBudget that allows no disruption now
     PACED = "RollbackPaced"
+    # a restore's pods that could not take it in place, deleted for their controller to recreate
+    PODS_RECREATED = "RollbackPodsRecreated"
     # Prometheus could not answer a verdict's health checks: held, passed or failed, as asked
     HEALTH_UNAVAILABLE = "RollbackHealthCheckUnavailable"
     MONITORING_STARTED = "RollbackMonitoringStarted"

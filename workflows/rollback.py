@@ -848,8 +848,8 @@ class RollbackWorkflow:
                 1, {"reason": str(state.failure_reason)}
             )
         if state.mode.terminal:
-            meter.create_counter("rollback_attempts", "runs ended by outcome").add(
-                1, {"outcome": state.mode.value}
+            meter.create_counter("rollback_attempts", "runs ended by outcome and reason").add(
+                1, {"outcome": state.mode.value, "reason": str(state.failure_reason or "none")}
             )
         opened = state.window_started_at
         if opened is not None and state.mode in VERDICTS:

@@ -35,8 +35,8 @@ The oracle, checked once the story has settled, counts what must be 0:
   emulator records each request's client, from its User-Agent, and the Lease holder over time;
   each signal's identity is in the workflow's history);
 - ``actedWhilePaused``: a write of a worker that changes what runs (a rollback annotation
-  published or cleared on the owner, one of its pods resized: from the emulator's journal)
-  while its pause (``rightsizing.kubex.ai/pause-until``) was in force, from ``GATE_GRACE``
+  published or cleared on the owner, one of its pods resized or deleted to be recreated: from
+  the emulator's journal) while its pause (``rightsizing.kubex.ai/pause-until``) was in force, from ``GATE_GRACE``
   after it was set (a write already past its gate lands). The ``paused`` fate sets it as its
   window opens, to end after the window; ``paused-infinite`` without an end, lifted by the
   script once the engine's ``RollbackPaused`` Event shows the hold; ``paused-backoff`` as its
@@ -48,8 +48,8 @@ The oracle, checked once the story has settled, counts what must be 0:
   ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
   policies' status there excepted: it says the namespace is protected);
 - ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
-  cluster): a pod taken down by the engine (a rollback's or a re-apply's resize) while the
-  owner's pods not Ready then (the engine's, and those down for a cause of their own that the
+  cluster): a pod taken down by the engine (a rollback's or a re-apply's resize, a restore's
+  delete) while the owner's pods not Ready then (the engine's, and those down for a cause of their own that the
   batch could see) already reached the tighter of its ``maxUnavailable`` (1, set on every
   owner) and the disruption budget over its pods (the ``budget-held`` fate's: maxUnavailable 0
   from its first window until the engine's ``RollbackPaced`` Event shows the hold, then 1).

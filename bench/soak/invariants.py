@@ -175,9 +175,13 @@ class Evidence:
 
     def worker_patches(self) -> list[Request]:
         """The workers' PATCHes the API server took, in the journal's order."""
+        return self.worker_writes("PATCH")
+
+    def worker_writes(self, method: str) -> list[Request]:
+        """The workers' requests of ``method`` the API server took, in the journal's order."""
         return [
             r for r in self.journal
-            if r.agent.startswith(WORKER_AGENT) and r.method == "PATCH" and r.status < 300
+            if r.agent.startswith(WORKER_AGENT) and r.method == method and r.status < 300
         ]  # fmt: skip
 
 
@@ -376,8 +380,8 @@ def acted_while_paused(ev: Evidence, bad: Bad) -> None:
 
 def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
     """Every write of a worker that changes what runs, by owner, from the journal: a rollback
-    annotation published or cleared on the owner (the keys a PATCH carries), a pod resized (its
-    owner from the pods the timeline saw)."""
+    annotation published or cleared on the owner (the keys a PATCH carries), a pod resized or
+    deleted to be recreated (its owner from the pods the timeline saw)."""
     kinds = {"deployments": "Deployment", "statefulsets": "StatefulSet"}
     pod_owner = {
         (owner.split("/", 1)[0], pod): owner
@@ -394,6 +398,9 @@ def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
         elif len(parts) == 7 and parts[5] in kinds and ROLLBACK_KEYS & set(r.annotations):
             owner = owner_key(kinds[parts[5]], parts[4], parts[6])
             acted[owner].append((r.at, "rollback annotation written (published or cleared)"))
+    for r in ev.worker_writes("DELETE"):
+        if (pod := deleted_pod(r)) is not None and (owner := pod_owner.get(pod)) is not None:
+            acted[owner].append((r.at, f"pod {pod[1]} deleted to be recreated"))
     return acted
 
 
@@ -414,26 +421,36 @@ def more_unavailable(ev: Evidence, bad: Bad) -> int:
     """Each time a worker's resize takes a pod down (it lands on a Ready pod, which goes not
     Ready within ``RESTART_WITHIN``: a rollback's or a re-apply's), the owner's pods not Ready
     as it goes down never outnumber the tighter of its ``maxUnavailable`` and the disruption
-    budget over its pods then. Counted: this pod, the others the engine took down and not yet
-    Ready again, and any down for a cause of its own (an OOM kill, the applier's restart) since
-    ``LISTED_BEFORE`` before the write (the batch's LIST saw it). A pod resized twice before it
-    went down (a retry whose first answer was lost) is down once. Returns how many take-downs
-    were checked."""
-    resized: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for r in ev.worker_patches():
+    budget over its pods then. A restore's delete of a Ready pod (recreated by its controller)
+    takes it down too, until a replacement is Ready. Counted: this pod, the others the engine
+    took down and not yet Ready again, and any down for a cause of its own (an OOM kill, the
+    applier's restart) since ``LISTED_BEFORE`` before the write (the batch's LIST saw it). A pod
+    resized twice before it went down (a retry whose first answer was lost) is down once.
+    Returns how many take-downs were checked."""
+    writes: dict[tuple[str, str], list[tuple[float, bool | None]]] = defaultdict(list)
+    for r in ev.worker_patches():  # a resize: the pod goes not Ready (False)
         if (where := resized_pod(r)) is not None:
-            resized[where].append(r.at)
+            writes[where].append((r.at, False))
+    for r in ev.worker_writes("DELETE"):  # a delete: the pod goes (None)
+        if (where := deleted_pod(r)) is not None:
+            writes[where].append((r.at, None))
     checked = 0
     for owner, pods in ev.timeline.pods.items():
         namespace = owner.split("/", 1)[0]
         downs: dict[tuple[str, float], float] = {}  # (pod, went down) -> the write's time
+        deletes: set[tuple[str, float]] = set()  # the downs that are deletes
+        taken: dict[tuple[str, float], float] = {}  # (pod, went down) -> back (or replaced)
         for pod, changes in pods.items():
-            for at in sorted(resized.get((namespace, pod), [])):
+            for at, went in sorted(writes.get((namespace, pod), []), key=lambda w: w[0]):
                 ready_then = next((r for t, r in reversed(changes) if t <= at), None)
-                down = next((t for t, r in changes if t >= at and r is False), None)
+                down = next((t for t, r in changes if t >= at and r is went), None)
                 if ready_then and down is not None and down - at < RESTART_WITHIN:
                     downs.setdefault((pod, down), at)
-        taken = {(pod, down): _back_at(pods[pod], down) for pod, down in downs}
+                    if went is None:
+                        deletes.add((pod, down))
+                    taken[(pod, down)] = (
+                        _back_at(changes, down) if went is False else _replaced_at(pods, down)
+                    )
         for (pod, down), at in sorted(downs.items(), key=lambda item: item[0][1]):
             checked += 1
             engine = {p for (p, d), up in taken.items() if d <= down < up}
@@ -443,8 +460,9 @@ def more_unavailable(ev: Evidence, bad: Bad) -> int:
             allowed = MAX_UNAVAILABLE if budget is None else min(MAX_UNAVAILABLE, budget)
             if len(engine | own | {pod}) > allowed:
                 said = "" if budget is None else f" (its budget's maxUnavailable {budget})"
+                write = "delete" if (pod, down) in deletes else "resize"
                 bad("moreUnavailable", f"{owner}: {pod} taken down at +{down - at:.1f}s after"
-                    f" its resize with {sorted((engine | own) - {pod})} not Ready:"
+                    f" its {write} with {sorted((engine | own) - {pod})} not Ready:"
                     f" {allowed} allowed{said}")  # fmt: skip
     return checked
 
@@ -455,6 +473,27 @@ def resized_pod(request: Request) -> tuple[str, str] | None:
     if len(parts) == 7 and parts[4] == "pods" and parts[6] == "resize":
         return parts[3], parts[5]
     return None
+
+
+def deleted_pod(request: Request) -> tuple[str, str] | None:
+    """(namespace, pod) of a pod's DELETE, None for any other path."""
+    parts = request.path.strip("/").split("/")  # api/v1/namespaces/NS/pods/NAME
+    if len(parts) == 6 and parts[4] == "pods":
+        return parts[3], parts[5]
+    return None
+
+
+def _replaced_at(pods: dict[str, list[tuple[float, bool | None]]], gone: float) -> float:
+    """When a pod deleted at ``gone`` was replaced: the first pod absent then (a new name, or a
+    StatefulSet's same one) Ready after it (inf: none yet)."""
+    return min(
+        (
+            next((t for t, r in changes if t > gone and r is True), math.inf)
+            for changes in pods.values()
+            if next((r for t, r in reversed(changes) if t <= gone), None) is None
+        ),
+        default=math.inf,
+    )
 
 
 def _back_at(changes: list[tuple[float, bool | None]], down: float) -> float:

@@ -487,6 +487,9 @@ class Soak:
         faults = schedule.injected()
         if restarting:
             faults["pods taken down by the engine's in-place resizes (checked)"] = restarting
+        recreated = sum(1 for r in ev.worker_writes("DELETE") if invariants.deleted_pod(r))
+        if recreated:
+            faults["pods a restore recreated (not Ready: CrashLoopBackOff, no room)"] = recreated
         fallbacks = sum(  # each logged by the workflow (``RollbackWorkflow._activity``)
             c.log.read_text(errors="replace").count("kept failing locally") for c in workers
         )

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError
 from urllib3.exceptions import ReadTimeoutError
 
 from activities.errors import classify
@@ -21,6 +24,7 @@ from worker.kube import api_client
 from workflows.activity_api import (
     LoadOwnerInput,
     OwnerRef,
+    PermanentError,
     PolicySettings,
     ReapplyInput,
     RecordTransitionInput,
@@ -38,6 +42,7 @@ from workflows.contract import (
     EventReason,
     FailureReason,
     Mode,
+    Obj,
     RollbackTarget,
     WorkloadKind,
 )
@@ -626,22 +631,89 @@ def test_rollback_publishes_annotations(
     assert api.requests("patch") == []  # already published: nothing written twice
 
 
-def test_in_place_rollback_resizes_and_filters(
+class Recreating:
+    """What a workload's controller and the scheduler do with a pod deleted to be recreated: a
+    replacement of the same name (a StatefulSet's) on ``node``, admitted with ``memory``."""
+
+    def __init__(self, store: Any, memory: str, node: str) -> None:
+        self.store, self.memory, self.node = store, memory, node
+        store.listeners.append(self._seen)
+
+    def _seen(self, kind: str, rtype: Any, obj: Obj) -> None:
+        if rtype.kind == "Pod" and kind == "DELETED":
+            name = obj["metadata"]["name"]
+            threading.Thread(
+                target=self.store.create, args=(pod(name, WEB, self.memory, node=self.node),)
+            ).start()
+
+
+def test_an_in_place_restore_recreates_the_pods_that_cannot_take_it_in_place(
     api: KubeEmulator, in_place: KubernetesActivities
 ) -> None:
+    """A restore resizes in place what can take it. A crash-looping pod (its restart backoff
+    would hold the restored resources for minutes) and a pod down whose node lacks the room are
+    deleted instead, for their controller to recreate them with the restored resources, and an
+    Event says so; a Ready pod whose node lacks the room keeps serving, filtered."""
+    api.store.create(node("roomy", memory="8Gi"))
+    api.store.create(node("full", memory="1200Mi"))
+    api.store.create(owner("Deployment", replicas=4))
+    looping = {"waiting": {"reason": "CrashLoopBackOff"}}
+    killed = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, node="roomy"))
+    api.store.create(pod("web-1", WEB, memory="512Mi", rec=REC, node="full"))
+    api.store.create(pod("web-2", WEB, memory="512Mi", rec=REC, node="roomy", ready=False,
+                         container_state=looping))  # fmt: skip
+    api.store.create(pod("web-3", WEB, memory="512Mi", rec=REC, node="full", ready=False,
+                         last_state=killed))  # fmt: skip
+    Recreating(api.store, "768Mi", "roomy")
+    rollback = RollBackInput(
+        cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+    )
+    result = in_place.roll_back(rollback)
+    assert result.pods_resized == 1 and result.pods_filtered == ["web-1"]
+    assert (
+        "; 2 recreated to take it (web-2: CrashLoopBackOff, web-3: its node lacks the room)"
+        in result.message
+    )
+    assert sorted(r.path.rsplit("/", 1)[-1] for r in api.requests("delete")) == ["web-2", "web-3"]
+    assert [r.path.split("/")[-2] for r in api.requests("patch", "/resize$")] == ["web-0"]
+    (event,) = [e for e in api.store.items("Event", NS) if e["reason"] == "RollbackPodsRecreated"]
+    assert event["message"] == (
+        "rollback of lastSuccessful recreates web-2 (CrashLoopBackOff), web-3 (its node lacks"
+        " the room): they cannot take it in place; their replacements are admitted with it"
+    )
+    pods: dict[str, Obj] = {}
+    for _ in range(100):  # the replacements, created by the controller's thread
+        pods = {p["metadata"]["name"]: p for p in api.store.items("Pod", NS)}
+        if len(pods) == 4:
+            break
+        time.sleep(0.05)
+    memory = {n: p["spec"]["containers"][0]["resources"]["requests"]["memory"]
+              for n, p in pods.items()}  # fmt: skip
+    assert memory == {"web-0": "768Mi", "web-1": "512Mi", "web-2": "768Mi", "web-3": "768Mi"}
+    # A retry deletes nothing again (the replacements are at the target), and resizes web-1 in
+    # the room web-3 left on its node.
+    api.clear_journal()
+    again = in_place.roll_back(rollback)
+    assert again.pods_resized == 1 and again.pods_filtered == [] and api.requests("delete") == []
+    assert [r.path.split("/")[-2] for r in api.requests("patch", "/resize$")] == ["web-1"]
+
+
+def test_an_in_place_re_apply_filters_a_pod_whose_node_lacks_the_room(
+    api: KubeEmulator, in_place: KubernetesActivities
+) -> None:
+    """A re-apply (a cut, not a restore) never deletes: a pod whose node cannot take it grown
+    is filtered and reported."""
     api.store.create(node("roomy", memory="8Gi"))
     api.store.create(node("full", memory="600Mi"))
     api.store.create(owner("Deployment"))
-    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, node="roomy"))
-    api.store.create(pod("web-1", WEB, memory="512Mi", rec=REC, node="full"))
-    api.store.create(
-        pod("web-2", WEB, memory="512Mi", rec=REC, node="roomy", phase="Pending", ready=False)
-    )
-    api.store.create(pod("web-3", WEB, memory="768Mi", rec=REC, node="roomy"))  # already there
-    result = in_place.roll_back(
-        RollBackInput(
-            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
-        )
+    grown = Recommendation(requests_key=KEY, requests={"app": {"memory": "768Mi"}})
+    api.store.create(pod("web-0", WEB, memory="512Mi", node="roomy"))
+    api.store.create(pod("web-1", WEB, memory="512Mi", node="full"))
+    api.store.create(pod("web-2", WEB, memory="512Mi", node="roomy", phase="Pending", ready=False))
+    api.store.create(pod("web-3", WEB, memory="768Mi", node="roomy"))  # already there
+    result = in_place.reapply_recommendation(
+        ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=grown)
     )
     assert result.pods_resized == 1 and result.pods_filtered == ["web-1"]
     assert "1 filtered for lack of node capacity (web-1)" in result.message
@@ -652,13 +724,55 @@ def test_in_place_rollback_resizes_and_filters(
     assert pods["web-0"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == "768Mi"
     assert pods["web-1"]["spec"]["containers"][0]["resources"]["requests"]["memory"] == "512Mi"
     assert api.requests("delete") == []  # filtered, never deleted
-    api.clear_journal()
-    again = in_place.roll_back(
-        RollBackInput(
-            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
-        )
+
+
+@pytest.mark.parametrize(
+    ("admission", "message"),
+    [
+        pytest.param(
+            {"kind": "ResourceQuota", "spec": {"hard": {"requests.memory": "1Gi"}}},
+            'pods "web-0" is forbidden: exceeded quota: compute, requested:'
+            " requests.memory=256Mi, used: requests.memory=1Gi, limited: requests.memory=1Gi",
+            id="quota",
+        ),
+        pytest.param(
+            {"kind": "LimitRange",
+             "spec": {"limits": [{"type": "Container", "max": {"memory": "640Mi"}}]}},
+            'pods "web-0" is forbidden: maximum memory usage per Container is 640Mi, but limit'
+            " is 768Mi",
+            id="limit-range",
+        ),
+    ],
+)  # fmt: skip
+def test_an_in_place_rollback_refused_for_the_namespace_s_resources_ends_with_their_reason(
+    api: KubeEmulator, in_place: KubernetesActivities, admission: dict[str, Any], message: str
+) -> None:
+    """The restore's resize beyond a ResourceQuota or a LimitRange: the API server's 403, with
+    the admission plugin's message, ends the attempt ``resourcesRefused`` at once (retrying gets
+    the same answer), not ``apiRejected`` and never a retry loop."""
+    api.store.create(node("roomy", memory="8Gi"))
+    api.store.create(owner("Deployment"))
+    for name in ("web-0", "web-1"):
+        api.store.create(pod(name, WEB, memory="512Mi", rec=REC, node="roomy"))
+    api.store.create(
+        {"apiVersion": "v1", "metadata": {"name": "compute", "namespace": NS}, **admission}
     )
-    assert again.pods_resized == 0 and api.requests("patch", "/resize$") == []
+    with pytest.raises(ApplicationError) as info:
+        in_place.roll_back(
+            RollBackInput(
+                cluster=CLUSTER,
+                owner=ref(),
+                target=RollbackTarget.LAST_SUCCESSFUL,
+                resources=LAST_GOOD,
+            )
+        )
+    assert info.value.non_retryable and info.value.type == PermanentError.RESOURCES_REFUSED
+    assert PermanentError(info.value.type).reason is FailureReason.RESOURCES_REFUSED
+    assert info.value.message == f"403 Forbidden: {message}"
+    assert len(api.requests("patch", "/resize$")) == 1  # refused once, not tried again
+    memory = [p["spec"]["containers"][0]["resources"]["requests"]["memory"]
+              for p in api.store.items("Pod", NS)]  # fmt: skip
+    assert memory == ["512Mi", "512Mi"]
 
 
 def test_a_pause_holds_the_rollback_and_writes_nothing(

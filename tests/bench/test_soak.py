@@ -166,6 +166,40 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
     assert checked == 10  # all but c-1 and e-1, down when resized
 
 
+def test_the_oracle_counts_a_restore_s_deletes_as_pods_taken_down() -> None:
+    """A pod a restore deletes for its controller to recreate is down from its delete until a
+    replacement is Ready (a new name, or a StatefulSet's same one): two Ready pods deleted at
+    once break maxUnavailable 1; one after the other's replacement is Ready does not; a pod
+    already down (crash-looping) when deleted takes nothing down."""
+    timeline = Timeline()
+    t = time.time() - 100
+    up, down, gone = True, False, None
+    timeline.pods = {
+        "ns/Deployment/paced": {  # g-0 replaced by g-8, then g-1 by g-9
+            "g-0": [(t, up), (t + 30.1, gone)],
+            "g-8": [(t + 30.3, down), (t + 31, up)],
+            "g-1": [(t, up), (t + 32.1, gone)],
+            "g-9": [(t + 32.3, down), (t + 33, up)],
+        },
+        "ns/StatefulSet/together": {  # both at once, each recreated under its own name
+            "h-0": [(t, up), (t + 40.1, gone), (t + 40.4, down), (t + 41, up)],
+            "h-1": [(t, up), (t + 40.2, gone), (t + 40.5, down), (t + 41, up)],
+        },
+        "ns/Deployment/looping": {"i-0": [(t, up), (t + 5, down), (t + 50.1, gone)]},
+    }
+    deletes = [("g-0", 30), ("g-1", 32), ("h-0", 40), ("h-1", 40), ("i-0", 50)]
+    journal = [Request("DELETE", f"/api/v1/namespaces/ns/pods/{pod}", {}, "", 200,
+                       f"{WORKER_AGENT}/1.0", t + at) for pod, at in deletes]  # fmt: skip
+    found: list[str] = []
+    ev = evidence(timeline=timeline, journal=journal)
+    checked = invariants.more_unavailable(ev, lambda kind, what: found.append(f"{kind}: {what}"))
+    assert found == [
+        "moreUnavailable: ns/StatefulSet/together: h-1 taken down at +0.2s after its delete"
+        " with ['h-0'] not Ready: 1 allowed",
+    ]
+    assert checked == 4  # all but i-0, down when deleted
+
+
 async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
@@ -200,6 +234,8 @@ async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> Non
     # It had work: a budget that held a rollback, a pause mid-rollback.
     assert results[1].faults["disruption budget allowing nothing through a rollback"] > 0, lines
     assert results[1].faults["owner paused mid-rollback, in place"] > 0, lines
+    # Its restores recreated the pods they could not resize (crash-looping), gated as resizes.
+    assert results[1].faults["pods a restore recreated (not Ready: CrashLoopBackOff, no room)"]
 
 
 async def test_the_oracle_sees_a_crossed_run(tmp_path: Path) -> None:

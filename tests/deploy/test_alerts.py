@@ -70,6 +70,7 @@ def case(
     }
 
 
+ENDED = 'rollback_attempts{{cluster="eu",outcome="aborted",reason="{}"}}'
 OWNERS = 'rollback_owner_workloads{{cluster="eu",mode="{}",policy="RollbackPolicy/shop/p"}}'
 FAILED = OWNERS.format("failedPermanent")
 MONITORING = OWNERS.format("monitoring")
@@ -176,6 +177,21 @@ CASES = {
             {REQUESTS.format("200"): "0+100x30", REQUESTS.format("503"): "0+1x30"},  # 1%
             "25m",
             "RollbackKubeApiErrors",
+            [],
+        ),
+    ],
+    "RollbackRestoreRefused": [
+        case(
+            {ENDED.format("resourcesRefused"): "_x5 1x10"},
+            "8m",
+            "RollbackRestoreRefused",
+            [{"severity": "critical", "cluster": "eu"}],
+            "1 restore(s) in eu refused by a ResourceQuota or LimitRange",
+        ),
+        case(  # other endings, and a refusal over 30 minutes ago
+            {ENDED.format("resourcesRefused"): "1x60", ENDED.format("oomKilled"): "0+1x60"},
+            "50m",
+            "RollbackRestoreRefused",
             [],
         ),
     ],

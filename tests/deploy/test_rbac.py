@@ -83,6 +83,19 @@ def kube(api: KubeEmulator) -> ApiClient:
     return api_client(url=api.url)
 
 
+def crash_loop(api: KubeEmulator, name: str) -> None:
+    """One pod of the cohort in CrashLoopBackOff: an in-place restore recreates it."""
+    pod = api.store.get(api.store.rtype("Pod"), NS, name)
+    status = pod["status"]
+    status["conditions"] = [{"type": "Ready", "status": "False"}]
+    status["containerStatuses"][0] |= {
+        "ready": False,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+    }
+    api.store.patch(api.store.rtype("Pod"), NS, name, {"status": status},
+                    "application/merge-patch+json", "status")  # fmt: skip
+
+
 def exercise_activities(actuation: Actuation) -> list[Request]:
     """Every activity, for every owner kind, each in a fresh cluster; the combined journal."""
     journal: list[Request] = []
@@ -103,6 +116,7 @@ def exercise_activities(actuation: Actuation) -> list[Request]:
                     {"resourceName": "memory", "restartPolicy": "RestartContainer"}
                 ]
                 api.store.replace(api.store.rtype("Pod"), NS, pod["metadata"]["name"], pod)
+            crash_loop(api, sorted(p["metadata"]["name"] for p in api.store.items("Pod", NS))[-1])
             ref = OwnerRef(namespace=NS, kind=WorkloadKind(kind), name="web")
             acts.load_owner(LoadOwnerInput(cluster=CLUSTER, owner=ref))
             acts.resolve_policy(ResolvePolicyInput(cluster=CLUSTER, owner=ref))
@@ -164,9 +178,11 @@ def test_worker_rules_cover_the_activities(actuation: Actuation) -> None:
         ["rightsizing-rollback-worker-in-place"] if in_place else []
     )
     assert any(r.path.endswith("/resize") for r in journal) is in_place
+    assert any(r.method == "DELETE" for r in journal) is in_place  # a restore's recreation
     assert denied(journal, rules(overlay, *names)) == set()
     if in_place:  # the annotations mode's rules would not cover in-place resizes
-        assert "patch core/pods/resize" in denied(journal, rules("annotations", names[0]))
+        annotations_only = denied(journal, rules("annotations", names[0]))
+        assert {"patch core/pods/resize", "delete core/pods"} <= annotations_only
 
 
 async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) -> None:

@@ -9,8 +9,8 @@ timeouts: the server answers after the client gave up, so a write may land after
 it fail), SIGKILL the worker the moment a workload is first seen mid-window, mid-rollback and
 mid-backoff, and restart the Temporal server once on its SQLite file. Asserted: the same final
 mode for every workload as the fault-free run, each rollback recommendation written once per
-rollback, no pod resized back to its manifest twice, no workflow left running, and an Event
-for every bad input.
+rollback, no pod resized back to its manifest (or, in place, deleted to be recreated) twice, no
+workflow left running, and an Event for every bad input.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from sim.apiserver import Fault
 from sim.scenario import Scenario, Step, World
+from worker.config import WORKER_AGENT
 from workflows.contract import ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Mode
 
 NS = "faults"
@@ -260,6 +261,17 @@ async def story(faults: bool, actuation: str = "annotations") -> dict[str, Any]:
         events = [(e["owner"], e["reason"]) for e in world.recorder.events]
         reported = bad_pod_reported(world)
         await world.stop()
+        restored_by_resize = [
+            pod
+            for pod, resources in world.sim.resizes
+            if json.loads(resources) == MANIFEST_RESOURCES
+        ]
+        recreated = [  # a restore's crash-looping pods, deleted by the worker (in place)
+            r.path.rsplit("/", 1)[-1]
+            for r in world.api.journal
+            if r.method == "DELETE" and "/pods/" in r.path and r.status < 300
+            and r.agent.startswith(WORKER_AGENT)
+        ]  # fmt: skip
         return {
             "modes": modes,
             "rollbacks": dict(rollbacks_written),
@@ -268,18 +280,15 @@ async def story(faults: bool, actuation: str = "annotations") -> dict[str, Any]:
             "lines": lines,
             "killed": killed,
             "bad_pod_reported": reported,
-            # Pods the kubelet resized back to the manifest more than once: a rollback applied
-            # twice. (Other values may recur: a cleared rollback lets the recommendation back.)
+            # Pods the kubelet resized back to the manifest more than once, or a restore deleted
+            # (to be recreated) more than once: a rollback applied twice. (Other values may
+            # recur: a cleared rollback lets the recommendation back.)
             "rolled_back_twice": [
                 pod
-                for (pod, resources), n in Counter(world.sim.resizes).items()
-                if n > 1 and json.loads(resources) == MANIFEST_RESOURCES
+                for pod, n in (Counter(restored_by_resize) + Counter(recreated)).items()
+                if n > 1
             ],
-            "rolled_back_pods": {
-                pod
-                for pod, resources in world.sim.resizes
-                if json.loads(resources) == MANIFEST_RESOURCES
-            },
+            "rolled_back_pods": {*restored_by_resize, *recreated},
             "requests": len(world.api.journal),
             "faults": {f"{f.status or 'timeout'} {f.method or 'any'}": f.hits for f in injected},
         }
