@@ -699,6 +699,30 @@ def test_an_in_place_restore_recreates_the_pods_that_cannot_take_it_in_place(
     assert [r.path.split("/")[-2] for r in api.requests("patch", "/resize$")] == ["web-1"]
 
 
+@pytest.mark.parametrize("pending", ["Deferred", "Infeasible"])
+def test_an_in_place_restore_recreates_a_pod_whose_resize_the_kubelet_left_pending(
+    api: KubeEmulator, in_place: KubernetesActivities, pending: str
+) -> None:
+    """A restore already asked of a pod (a retried rollback) that its kubelet left pending, the
+    pod down meanwhile: resized again it would stay pending; recreated, the scheduler places it
+    where the restored size fits."""
+    api.store.create(node("roomy", memory="8Gi"))
+    api.store.create(owner("Deployment", replicas=1))
+    condition = {"type": "PodResizePending", "status": "True", "reason": pending}
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC, node="roomy", ready=False,
+                         conditions=[{"type": "Ready", "status": "False"}, condition]))  # fmt: skip
+    Recreating(api.store, "768Mi", "roomy")
+    result = in_place.roll_back(
+        RollBackInput(
+            cluster=CLUSTER, owner=ref(), target=RollbackTarget.LAST_SUCCESSFUL, resources=LAST_GOOD
+        )
+    )
+    assert result.pods_resized == 0
+    assert f"; 1 recreated to take it (web-0: resize {pending})" in result.message
+    assert [r.path.rsplit("/", 1)[-1] for r in api.requests("delete")] == ["web-0"]
+    assert api.requests("patch", "/resize$") == []
+
+
 def test_an_in_place_re_apply_filters_a_pod_whose_node_lacks_the_room(
     api: KubeEmulator, in_place: KubernetesActivities
 ) -> None:
