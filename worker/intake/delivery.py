@@ -185,6 +185,8 @@ class Delivery:
         owner's run is told as the pod starts failing; at most once per owner a
         ``SUSPECT_DEBOUNCE``, a failure meanwhile told at the end of it."""
         uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
+        if not failing and uid not in self._failing:
+            return  # the common case, a pod not failing before or now: no lock taken
         with self._lock:
             was = uid in self._failing
             (self._failing.add if failing else self._failing.discard)(uid)
