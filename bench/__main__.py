@@ -20,6 +20,10 @@ P3      N workloads monitored at once by one worker process through the real int
 P4      policy resolution for W workloads x P policies: the intake's index vs a linear scan.
 SQ      the dev server's SQLite with and without the WAL pragmas (P1's workloads on each).
 cli     how fast ``rollbackctl --help`` and ``completion`` answer, against the bare interpreter.
+detect  (``--only detect``, not in the default run) N workloads on 1-hour windows under an early
+        verdict whose apps crash at random moments: from the pod status change that lost the
+        window to the rollback published and to the restore Ready, p50/p99, against the window's
+        end and Flagger's defaults (``bench.detect``).
 fleet   N simulated clusters (each its own API server, worker process and intake) with M
         workloads each, the same names in every cluster, on one Temporal: attempts per second
         per cluster and in total against one cluster alone in the same run, final modes checked,
@@ -27,7 +31,7 @@ fleet   N simulated clusters (each its own API server, worker process and intake
 
 One module per benchmark over ``bench.harness``: ``cost``, ``workflow_memory``, ``burst``,
 ``status``, ``p4``, ``api_cost`` (P2), ``throughput`` (P1, versioning, SQLite), ``p3``, ``fleet``,
-``soak``.
+``detect``, ``soak``.
 A target missed says NOT MET on the line of its figure.
 
 ``--write`` replaces, in RESULTS.md, the sections this run measured (each stamped with its
@@ -45,6 +49,7 @@ from bench.api_cost import api_cost, writes_per_transition
 from bench.burst import burst
 from bench.cli_latency import cli_latency
 from bench.cost import attempt_cost, attempt_paths, health_cost
+from bench.detect import detect
 from bench.fleet import fleet
 from bench.harness import (
     Lines,
@@ -95,9 +100,13 @@ def main() -> int:
         "--soak", type=int, default=1_000, help="soak workloads (default 1000; --only soak)"
     )
     parser.add_argument(
+        "--detect", type=int, default=100, help="detect workloads (default 100; --only detect)"
+    )
+    parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
-        help=f"sections to run (default {','.join(SECTIONS)}; also: soak, the chaos soak)",
+        help=f"sections to run (default {','.join(SECTIONS)}; also: soak, the chaos soak;"
+        " detect, the early verdict's speed)",
     )
     args = parser.parse_args()
     quick = args.quick
@@ -167,6 +176,10 @@ def main() -> int:
     if "cli" in only:
         say(lines, "## CLI: --help and completion latency")
         cli_latency(5 if quick else 20, lines)
+        say(lines)
+    if "detect" in only:
+        say(lines, "## Detect: a certain failure to its rollback, under an early verdict")
+        asyncio.run(detect(10 if quick else args.detect, lines))
         say(lines)
     if "soak" in only:
         say(lines, "## Soak: many workloads, many faults at once, an oracle")
