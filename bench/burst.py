@@ -5,7 +5,6 @@ signal-with-starts on the same server."""
 from __future__ import annotations
 
 import asyncio
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from bench.harness import (
     Lines,
     make_workload,
     met,
+    p50_p99,
     policy_doc,
     proc_stats,
     say,
@@ -142,8 +142,7 @@ async def burst(owners: int, per_owner: int, lines: Lines) -> None:
             received = await asyncio.gather(*(signals(h) for h in handles))
             requests = Counter(r.verb for r in api.journal)
             floor_rate = await _bare_signal_with_starts(client, owners)
-    starts.sort()
-    p50, p99 = statistics.median(starts), starts[min(len(starts) - 1, int(len(starts) * 0.99))]
+    p50, p99 = p50_p99(starts)
     say(
         lines,
         f"  {owners * per_owner} pods of {owners} Deployments adopting at once (the adoption"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -33,7 +32,7 @@ from typing import Any
 
 from activities.cohort import failing_for_certain, health, is_ready
 from bench import actions
-from bench.harness import Lines, met, say
+from bench.harness import Lines, met, p50_p99, say
 from sim.scenario import Scenario, World, play
 from worker.config import TemporalConfig
 from workflows.activity_api import OwnerRef, rollback_id
@@ -148,20 +147,18 @@ class Clock:
             if failing > REPLICAS - required_adopters(REPLICAS, THRESHOLD):  # the window is lost
                 self.crossed[name] = now
         elif name in self.published and name not in self.restored:
-            memory = {dig_memory(p) for p in pods}
+            memory = {_memory(p) for p in pods}
             if len(pods) == REPLICAS and all(is_ready(p) for p in pods) and memory == {"1Gi"}:
                 self.restored[name] = now
 
 
-def dig_memory(pod: Obj) -> str | None:
+def _memory(pod: Obj) -> str | None:
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     return ((containers[0].get("resources") or {}).get("requests") or {}).get("memory")
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return statistics.median(ordered), p99, ordered[-1]
+    return (*p50_p99(values), max(values))
 
 
 async def detect(count: int, lines: Lines, seed: int = 1) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,14 @@ RESULT_WAITERS = 200
 def met(reached: bool) -> str:
     """What a figure's target line adds: nothing when reached, NOT MET when missed."""
     return "" if reached else ": NOT MET"
+
+
+def p50_p99(values: list[float]) -> tuple[float, float]:
+    """The median and the 99th percentile (the value at 99% of the sorted list); NaN for none."""
+    if not values:
+        return float("nan"), float("nan")
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def say(lines: Lines, text: str = "") -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from bench.harness import (
     make_workload,
     met,
     oom,
+    p50_p99,
     proc_stats,
     say,
 )
@@ -132,9 +132,7 @@ async def concurrent(workloads: int, lines: Lines, window: int = WINDOW_SECONDS)
             )
             pod_lists = len(api.requests("list", r"/namespaces/[^/]+/pods$"))
             cached = os.environ.get("ROLLBACK_MAX_CACHED_WORKFLOWS", str(MAX_CACHED_WORKFLOWS))
-            starts.sort()
-            p50 = statistics.median(starts) if starts else float("nan")
-            p99 = starts[min(len(starts) - 1, int(len(starts) * 0.99))] if starts else float("nan")
+            p50, p99 = p50_p99(starts)
             say(
                 lines,
                 f"  {workloads} workloads monitored at once ({window}s windows): {right}/{workloads}"
