@@ -12,11 +12,14 @@ requests), are refused with 403 Forbidden and the plugins' messages:
 
 A resize is charged its increase only (the quota plugin evaluates the change), so one that
 shrinks a pod is never refused. Usage is computed from the pods' specs at the time (a quota
-controller always caught up); ``LimitRange`` defaults are applied on create.
+controller always caught up); ``LimitRange`` defaults are applied on create. Left out: quota
+scopes and scope selectors, object counts (``pods``, ``count/...``), extended resources; the
+LimitRange types ``Pod`` and ``PersistentVolumeClaim``, and ``maxLimitRequestRatio``.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 
@@ -60,8 +63,10 @@ def admit_pod(
     if errors:
         joined = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
         raise RefusedError(f'pods "{name}" is forbidden: {joined}')
-    for quota in objects("ResourceQuota", ns):
-        _charge(pod, old, quota, objects("Pod", ns), name)
+    quotas = list(objects("ResourceQuota", ns))
+    pods = list(objects("Pod", ns)) if quotas else []  # listed once, for every quota
+    for quota in quotas:
+        _charge(pod, old, quota, pods, name)
 
 
 def _amount(container: Obj, part: str, resource: str) -> Decimal | None:
@@ -82,36 +87,35 @@ def _default(containers: list[Obj], lr: Obj) -> None:
                 resources.setdefault("requests", {}).setdefault(resource, value)
 
 
+# LimitRanger's two constraints on a container: (the bound's key, its word, the part checked
+# first and missing is an error, the part checked then, the comparison that breaks the bound).
+CONSTRAINTS = (
+    ("max", "maximum", "limits", "requests", operator.gt),
+    ("min", "minimum", "requests", "limits", operator.lt),
+)
+WORDS = {"limits": "limit", "requests": "request"}
+
+
 def _limit_errors(container: Obj, lr: Obj) -> list[str]:
-    """LimitRanger's ``maxConstraint`` and ``minConstraint``: at most one error each, for one
-    container."""
+    """LimitRanger's ``maxConstraint`` and ``minConstraint`` for one container: at most one
+    error each (the first part missing or past the bound, else the second past it)."""
     errors = []
     given = container.get("resources") or {}
     for item in (lr.get("spec") or {}).get("limits") or []:
         if item.get("type") != "Container":
             continue
-        for resource, bound in (item.get("max") or {}).items():
-            said = f"maximum {resource} usage per Container is {bound}"
-            top = parse_quantity(str(bound))
-            request = _amount(container, "requests", resource)
-            limit = _amount(container, "limits", resource)
-            if limit is None:
-                errors.append(f"{said}.  No limit is specified")
-            elif limit > top:
-                errors.append(f"{said}, but limit is {given['limits'][resource]}")
-            elif request is not None and request > top:
-                errors.append(f"{said}, but request is {given['requests'][resource]}")
-        for resource, bound in (item.get("min") or {}).items():
-            said = f"minimum {resource} usage per Container is {bound}"
-            bottom = parse_quantity(str(bound))
-            request = _amount(container, "requests", resource)
-            limit = _amount(container, "limits", resource)
-            if request is None:
-                errors.append(f"{said}.  No request is specified")
-            elif request < bottom:
-                errors.append(f"{said}, but request is {given['requests'][resource]}")
-            elif limit is not None and limit < bottom:
-                errors.append(f"{said}, but limit is {given['limits'][resource]}")
+        for key, word, first, then, breaks in CONSTRAINTS:
+            for resource, bound in (item.get(key) or {}).items():
+                said = f"{word} {resource} usage per Container is {bound}"
+                edge = parse_quantity(str(bound))
+                if _amount(container, first, resource) is None:
+                    errors.append(f"{said}.  No {WORDS[first]} is specified")
+                    continue
+                for part in (first, then):
+                    amount = _amount(container, part, resource)
+                    if amount is not None and breaks(amount, edge):
+                        errors.append(f"{said}, but {WORDS[part]} is {given[part][resource]}")
+                        break
     return errors
 
 
@@ -121,19 +125,19 @@ def _usage(pod: Obj, key: str) -> Decimal:
     return sum((_amount(c, part, resource) or Decimal(0) for c in containers), Decimal(0))
 
 
-def _charge(pod: Obj, old: Obj | None, quota: Obj, pods: Iterable[Obj], name: str) -> None:
+def _charge(pod: Obj, old: Obj | None, quota: Obj, pods: list[Obj], name: str) -> None:
     """The quota plugin: the pod's increase over ``old`` on each hard key, against what the
-    namespace's other live pods use."""
+    namespace's live pods use (``old`` in place of the pod)."""
     hard = {
         k: v for k, v in ((quota.get("spec") or {}).get("hard") or {}).items() if k in QUOTA_KEYS
     }
     if not hard:
         return
-    others = [
+    charged = [
         p for p in pods
         if p["metadata"].get("name") != name
         and (p.get("status") or {}).get("phase") not in DONE_PHASES
-    ]  # fmt: skip
+    ] + ([old] if old is not None else [])  # fmt: skip
     if old is None:
         missing = [
             k for k in sorted(hard)
@@ -149,7 +153,7 @@ def _charge(pod: Obj, old: Obj | None, quota: Obj, pods: Iterable[Obj], name: st
     exceeded = {}
     for key, limit in hard.items():
         requested = _usage(pod, key) - (_usage(old, key) if old is not None else Decimal(0))
-        used = sum((_usage(p, key) for p in [*others, *([old] if old else [])]), Decimal(0))
+        used = sum((_usage(p, key) for p in charged), Decimal(0))
         if requested > 0 and used + requested > parse_quantity(str(limit)):
             exceeded[key] = (requested, used, limit)
     if exceeded:
