@@ -44,6 +44,20 @@ def evidence(**seen: Any) -> Evidence:
     return Evidence(**(empty | seen))
 
 
+def worker_request(method: str, path: str, at: float) -> Request:
+    """A worker's request the API server took, as the emulator journals it."""
+    return Request(method, path, {}, "", 200, f"{WORKER_AGENT}/1.0", at)
+
+
+def more_unavailable(timeline: Timeline, journal: list[Request]) -> tuple[list[str], int]:
+    """``invariants.more_unavailable`` over a hand-made timeline and journal: what it reports,
+    and how many take-downs it checked."""
+    found: list[str] = []
+    ev = evidence(timeline=timeline, journal=journal)
+    checked = invariants.more_unavailable(ev, lambda kind, what: found.append(f"{kind}: {what}"))
+    return found, checked
+
+
 def found_by(check: Any, *args: Any) -> list[str]:
     """The breaches ``check`` (an invariant of ``bench.soak.invariants``) reports, as lines."""
     found: list[str] = []
@@ -150,11 +164,9 @@ def test_the_oracle_sees_more_pods_down_than_allowed() -> None:
                ("e-0", 11), ("e-1", 11), ("d-0", 11), ("d-0", 11.3), ("d-1", 13), ("f-0", 15),
                ("f-1", 21)]  # fmt: skip
 
-    journal = [Request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", {}, "", 200,
-                       f"{WORKER_AGENT}/1.0", t + at) for pod, at in resizes]  # fmt: skip
-    found: list[str] = []
-    ev = evidence(timeline=timeline, journal=journal)
-    checked = invariants.more_unavailable(ev, lambda kind, what: found.append(f"{kind}: {what}"))
+    journal = [worker_request("PATCH", f"/api/v1/namespaces/ns/pods/{pod}/resize", t + at)
+               for pod, at in resizes]  # fmt: skip
+    found, checked = more_unavailable(timeline, journal)
     assert found == [
         "moreUnavailable: ns/Deployment/at-once: a-1 taken down at +0.3s after its resize with"
         " ['a-0'] not Ready: 1 allowed",
@@ -188,11 +200,9 @@ def test_the_oracle_counts_a_restore_s_deletes_as_pods_taken_down() -> None:
         "ns/Deployment/looping": {"i-0": [(t, up), (t + 5, down), (t + 50.1, gone)]},
     }
     deletes = [("g-0", 30), ("g-1", 32), ("h-0", 40), ("h-1", 40), ("i-0", 50)]
-    journal = [Request("DELETE", f"/api/v1/namespaces/ns/pods/{pod}", {}, "", 200,
-                       f"{WORKER_AGENT}/1.0", t + at) for pod, at in deletes]  # fmt: skip
-    found: list[str] = []
-    ev = evidence(timeline=timeline, journal=journal)
-    checked = invariants.more_unavailable(ev, lambda kind, what: found.append(f"{kind}: {what}"))
+    journal = [worker_request("DELETE", f"/api/v1/namespaces/ns/pods/{pod}", t + at)
+               for pod, at in deletes]  # fmt: skip
+    found, checked = more_unavailable(timeline, journal)
     assert found == [
         "moreUnavailable: ns/StatefulSet/together: h-1 taken down at +0.2s after its delete"
         " with ['h-0'] not Ready: 1 allowed",
