@@ -9,7 +9,10 @@ kubelet reports them, the pod spec otherwise.
 A pod is *not counted* for one reason, checked in this order (the first that applies):
 
     Failed        phase Failed (a Succeeded Job pod is healthy)
-    OOMKilled     a container was OOMKilled during this window (its last termination, or now)
+    OOMKilled     a container was OOMKilled during this window (its last termination, or now),
+                  or has not been ready since an older one (backing off in CrashLoopBackOff
+                  or starting again: the kubelet's restart backoff grows to 5 minutes, longer
+                  than many windows)
     CrashLoopBackOff
     Unschedulable PodScheduled=False with reason Unschedulable
     NotReady      Ready is not True (a Pending pod without another reason, a failing probe),
@@ -113,16 +116,21 @@ def health(
     if phase == "Failed":
         return FailureReason.FAILED, ()
     statuses = status.get("containerStatuses") or []
+    # The kubelet's times have whole seconds: a kill in the window's first second counts.
+    since = since.replace(microsecond=0)
     oom, crash = [], []
     for cs in statuses:
         now = cs.get("state") or {}
         last = (cs.get("lastState") or {}).get("terminated") or {}
         finished = parse_kube_time(last.get("finishedAt"))
+        backing_off = (now.get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        unrecovered = backing_off or not cs.get("ready", False)
         if (now.get("terminated") or {}).get("reason") == "OOMKilled" or (
-            last.get("reason") == "OOMKilled" and finished is not None and finished >= since
+            last.get("reason") == "OOMKilled"
+            and (unrecovered or (finished is not None and finished >= since))
         ):
             oom.append(cs["name"])
-        if (now.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+        elif backing_off:
             crash.append(cs["name"])
     if oom:
         return FailureReason.OOM_KILLED, tuple(oom)

@@ -7,9 +7,10 @@ free allocatable for larger requests is filtered and reported; pending pods are 
 admission. Containers with a ``RestartContainer`` resize policy are named in the result.
 
 A restore (``Pace.recreate``: a rollback) lands where a resize would not: a pod not Ready that
-cannot take it in place (``recreate_reason``: a container in CrashLoopBackOff, whose kubelet
-would apply the restored resources only when its restart backoff ends, up to 5 minutes on; a
-resize left ``Deferred`` or ``Infeasible``; a node without the room) is deleted, and its
+cannot take it in place (``recreate_reason``: a container in CrashLoopBackOff, which a kubelet
+before 1.33 starts with the restored resources only when its restart backoff ends, up to 5
+minutes on, and whose pod cgroup a resize may leave at the cut, kubernetes#138760; a resize left
+``Deferred`` or ``Infeasible``; a node without the room) is deleted, and its
 controller recreates it, admitted with the restored resources and placed by the scheduler
 wherever there is room; told once a batch (``Pace.on_recreated``: a ``RollbackPodsRecreated``
 Event). A Ready pod is never deleted: it keeps serving, filtered as above where its node lacks
@@ -305,8 +306,8 @@ def _patch(core: CoreV1Api, namespace: str, pod: Obj, containers: list[Obj]) -> 
 
 def recreate_reason(pod: Obj, roomless: bool) -> str | None:
     """Why a restore cannot land on this pod in place, if it cannot: a container in
-    CrashLoopBackOff (the kubelet starts it again, with the restored resources, only when its
-    restart backoff ends: up to 5 minutes), a resize the kubelet left pending (``Deferred``,
+    CrashLoopBackOff (see the module's docstring: its resize may wait out the restart backoff
+    or not reach the pod's cgroup), a resize the kubelet left pending (``Deferred``,
     ``Infeasible``) or a node without the room for it; a recreated pod is placed by the
     scheduler, wherever there is room."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []

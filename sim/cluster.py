@@ -20,8 +20,9 @@ Every tick (default 100ms) it runs, in order:
 - **kubelet**: schedules pods onto nodes with free allocatable (else Pending/Unschedulable),
   starts them after their startup time, reports ``containerStatuses[].resources``, actuates
   ``pods/resize`` (Infeasible beyond the node, Deferred beyond its free capacity), OOM-kills a
-  container whose memory is below the app's working set (CrashLoopBackOff after a few restarts),
-  and completes Job pods.
+  container whose memory is below the app's working set and starts it again after the restart
+  backoff (CrashLoopBackOff: 10 s doubling to 5 minutes, ``sim.backoff``), and completes Job
+  pods.
 - **disruption controller**: each PodDisruptionBudget's status, as the real one computes it
   (``sim.disruption``).
 
@@ -56,6 +57,7 @@ from typing import Any
 from activities.kubetime import kube_now
 from activities.owners import dig
 from sim.apiserver import ApiError, Store
+from sim.backoff import RestartBackoff
 from sim.disruption import DisruptionController
 from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
@@ -75,8 +77,7 @@ from workflows.quantities import parse_quantity, positive
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-CRASH_LOOP_AFTER = 2  # restarts before the kubelet reports CrashLoopBackOff
-OOM_EVERY = 1.0  # seconds between OOM kills of an undersized container
+OOM_EVERY = 1.0  # seconds an undersized container runs before it is OOM-killed
 
 
 def _throttled(behaviour: Behaviour, limit: Any) -> float:
@@ -260,7 +261,8 @@ class SimulatedCluster:
         # place, the engine resizes for a rollback itself and the applier leaves it be.
         self.applies_rollbacks = applies_rollbacks
         self.workloads: dict[tuple[str, str, str], Workload] = {}
-        self._clock: dict[str, float] = {}  # pod uid -> monotonic time of its next kubelet event
+        self._clock: dict[str, float] = {}  # pod uid (/container/event) -> monotonic time
+        self._backoff = RestartBackoff()  # the kubelets' restart backoffs (CrashLoopBackOff)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.resizes: list[tuple[str, str]] = []  # (pod, "requests/limits json") actuated
@@ -881,16 +883,19 @@ class SimulatedCluster:
     def _run_container(
         self, pod: Obj, name: str, cs: Obj, behaviour: Behaviour, now: float
     ) -> bool:
-        """One container's state this tick; OOM-kills it while its memory is below the working
-        set (CrashLoopBackOff after a few restarts); a container a resize restarted is not ready
-        for its startup time. True when it is ready."""
+        """One container's state this tick. Below the app's working set it is OOM-killed
+        ``OOM_EVERY`` after each start and started again when the kubelet's restart backoff lets
+        it (``sim.backoff``), waiting in CrashLoopBackOff meanwhile; a container started again
+        (after a crash or a resize's restart) is not ready for its startup time. True when it
+        is ready."""
         uid, ref = pod["metadata"]["uid"], _reference(pod)
         self._account(pod, name, cs, behaviour, now)
+        run = f"{uid}/{name}/run"  # when the container's current instance started
         if not cs.get("state"):  # its first start
             self._event(ref, "Started", f"Started container {name}")
-        restarted = self._clock.get(f"{uid}/{name}/restart")
-        if restarted is not None and now - restarted < behaviour.startup:
             cs["state"] = {"running": {"startedAt": kube_now()}}
+            self._clock[run] = now
+        if "waiting" in cs["state"] and not self._start_again(pod, name, cs, now):
             cs["ready"] = False
             return False
         res = cs["resources"]
@@ -902,30 +907,44 @@ class SimulatedCluster:
             and memory is not None
             and parse_quantity(str(memory)) < parse_quantity(behaviour.working_set)
         )
-        if not starving:
-            if "running" not in (cs.get("state") or {}):
-                cs["state"] = {"running": {"startedAt": kube_now()}}
-            cs["ready"] = True
-            return True
-        last_kill = self._clock.get(f"{uid}/{name}/oom", 0.0)
-        if now - last_kill >= OOM_EVERY:
-            self._clock[f"{uid}/{name}/oom"] = now
-            cs["restartCount"] = cs.get("restartCount", 0) + 1
+        if starving and now - self._clock.setdefault(run, now) >= OOM_EVERY:
             cs["lastState"] = {
                 "terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": kube_now()}
             }
-            self._event(ref, "Started", f"Started container {name}")
-            if cs["restartCount"] > CRASH_LOOP_AFTER:
+            cs["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+            self._clock[f"{uid}/{name}/exit"] = now
+            if not self._start_again(pod, name, cs, now):
+                cs["ready"] = False
+                return False
+        began = self._clock.setdefault(run, now)
+        starting = cs.get("restartCount", 0) > 0 and now - began < behaviour.startup
+        cs["ready"] = not starving and not starting
+        return bool(cs["ready"])
+
+    def _start_again(self, pod: Obj, name: str, cs: Obj, now: float) -> bool:
+        """Start an exited container again if its restart backoff is over (True), else leave it
+        waiting in CrashLoopBackOff, the delay in its message (False)."""
+        uid, ref = pod["metadata"]["uid"], _reference(pod)
+        exited = self._clock.setdefault(f"{uid}/{name}/exit", now)
+        key = self._backoff.key(uid, name, cs.get("resources"))
+        left = self._backoff.delay(key, exited, now)
+        if left > 0:
+            if "message" not in cs["state"]["waiting"]:
+                wait = f"back-off {left:.0f}s restarting failed container={name} pod={ref['name']}"
+                cs["state"]["waiting"]["message"] = wait
                 backoff = f"Back-off restarting failed container {name} in pod {ref['name']}"
                 self._event(ref, "BackOff", backoff, warning=True)
-        crashing = cs.get("restartCount", 0) > CRASH_LOOP_AFTER
-        cs["state"] = (
-            {"waiting": {"reason": "CrashLoopBackOff"}}
-            if crashing
-            else {"running": {"startedAt": kube_now()}}
-        )
-        cs["ready"] = False
-        return False
+            return False
+        self._backoff.started(key, exited, now)
+        self._restarted(pod, name, cs, now)
+        return True
+
+    def _restarted(self, pod: Obj, name: str, cs: Obj, now: float) -> None:
+        """A new instance of the container runs (its count goes up): not ready for its startup."""
+        cs["restartCount"] = cs.get("restartCount", 0) + 1
+        cs["state"] = {"running": {"startedAt": kube_now()}}
+        self._clock[f"{pod['metadata']['uid']}/{name}/run"] = now
+        self._event(_reference(pod), "Started", f"Started container {name}")
 
     def _account(self, pod: Obj, name: str, cs: Obj, behaviour: Behaviour, now: float) -> None:
         """cAdvisor's counters of one running container since the last tick: CFS periods (one
@@ -1021,10 +1040,9 @@ class SimulatedCluster:
             policies = {
                 p.get("resourceName"): p.get("restartPolicy") for p in c.get("resizePolicy") or []
             }
-            if "RestartContainer" in policies.values():  # not Ready until it has started again
-                cs["restartCount"] = cs.get("restartCount", 0) + 1
-                self._clock[f"{pod['metadata']['uid']}/{c['name']}/restart"] = time.monotonic()
-                self._event(_reference(pod), "Started", f"Started container {c['name']}")
+            running = "running" in (cs.get("state") or {})
+            if running and "RestartContainer" in policies.values():
+                self._restarted(pod, c["name"], cs, time.monotonic())
             self.resizes.append(
                 (pod["metadata"]["name"], json.dumps(cs["resources"], sort_keys=True))
             )

@@ -14,6 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 from urllib3.exceptions import ReadTimeoutError
 
+from activities.cohort import health
 from activities.errors import classify
 from activities.kubernetes import KubernetesActivities
 from activities.kubetime import kube_time
@@ -965,3 +966,30 @@ def test_reapply(
     in_place.reapply_recommendation(ReapplyInput(cluster=CLUSTER, owner=ref(), recommendation=REC))
     resized = api.store.get(api.store.rtype("Pod"), NS, "web-0")
     assert resized["spec"]["containers"][0]["resources"]["requests"]["memory"] == "512Mi"
+
+
+def test_when_an_oom_kill_counts() -> None:
+    """In the window's first second (the kubelet's ``finishedAt`` has whole seconds: a kill 0.3 s
+    into a window that began at .6 reads as before it), or before the window for a container
+    not ready since (backing off, or started again and not up yet: the backoff grows to 5
+    minutes, so no kill need fall in a shorter window); a crash loop from another exit stays
+    ``crashLoopBackOff``, a kill recovered from before the window is history."""
+    since = datetime(2026, 1, 1, 12, 0, 0, 600_000, tzinfo=UTC)
+    running, crashing = {"running": {}}, {"waiting": {"reason": "CrashLoopBackOff"}}
+
+    def pod(state: dict, reason: str, second: int, ready: bool = False) -> dict:  # type: ignore[type-arg]
+        finished = f"2026-01-01T{'12:00:00' if second == 0 else '11:59:59'}Z"
+        last = {"terminated": {"reason": reason, "finishedAt": finished}}
+        container = {"name": "app", "state": state, "lastState": last, "ready": ready}
+        return {"status": {"phase": "Running", "containerStatuses": [container]}}
+
+    oom, crash_loop = (
+        (FailureReason.OOM_KILLED, ("app",)),
+        (FailureReason.CRASH_LOOP_BACK_OFF, ("app",)),
+    )
+    assert health(pod(running, "OOMKilled", 0), since) == oom
+    assert health(pod(crashing, "OOMKilled", -1), since) == oom
+    assert health(pod(crashing, "Error", 0), since) == crash_loop
+    assert health(pod(running, "OOMKilled", -1), since) == oom  # started again, not up yet
+    recovered = pod(running, "OOMKilled", -1, ready=True)
+    assert health(recovered, since)[0] is not FailureReason.OOM_KILLED
