@@ -7,6 +7,7 @@ the defaults is what keeps the API server and ``workflows.policy`` rejecting the
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, get_args
 
@@ -296,9 +297,12 @@ def described(schema: Schema, model: type[BaseModel]) -> Schema:
         schema["description"] = " ".join(model.__doc__.split("\n\n")[0].split())
     properties = schema.get("properties") or {}
     for name, field in model.model_fields.items():
-        prop = properties.get(field.alias or name)
-        if prop is None:
+        key = field.alias or name
+        if key not in properties:
             continue
+        # Its own copy: pydantic may hand two fields of one type the same dict, and one field's
+        # words would become the other's (and a YAML anchor between them).
+        prop = properties[key] = copy.deepcopy(properties[key])
         if field.description:
             prop["description"] = field.description
         for inner in _models_in(field.annotation):

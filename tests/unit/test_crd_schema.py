@@ -28,7 +28,7 @@ from tests.conftest import ROOT
 from tests.unit.policy_table import CASES
 from workflows.contract import DEFAULT_WORKLOAD_TYPES
 from workflows.durations import DURATION_PATTERN
-from workflows.policy import RollbackPolicySpec
+from workflows.policy import ClusterRollbackPolicySpec, RollbackPolicySpec
 
 CEL = celpy.Environment()
 
@@ -196,11 +196,27 @@ def test_every_crd_field_has_a_description_from_the_models(filename: str) -> Non
     schema = CRDS[filename]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     missing = [p for p, prop in _properties(schema) if not prop.get("description")]
     assert missing == []
-    spec = schema["properties"]["spec"]["properties"]
-    backoff = RollbackPolicySpec.model_fields["backoff"].annotation.model_fields  # type: ignore[union-attr]
-    assert spec["backoff"]["properties"]["maxAttempts"]["description"] == (
-        backoff["max_attempts"].description
-    )
+    crd = dict(_properties(schema["properties"]["spec"], "spec"))
+    model = ClusterRollbackPolicySpec if filename.startswith("cluster") else RollbackPolicySpec
+    described = dict(_model_descriptions(model))
+    assert described["spec.backoff.maxAttempts"]  # the walk reaches nested fields
+    wrong = {
+        p: (crd[p]["description"], d) for p, d in described.items() if crd[p]["description"] != d
+    }
+    assert wrong == {}  # each field its own words: maxPercent was once maxIncreasePoints's
+    assert "&id" not in (ROOT / "deploy" / "crds" / filename).read_text()  # no YAML anchors
+
+
+def _model_descriptions(model: Any, path: str = "spec") -> Iterator[tuple[str, str]]:
+    """Each field's description from the models, by its path as ``_properties`` names it."""
+    for name, info in model.model_fields.items():
+        wire = f"{path}.{info.alias or name}"
+        if info.description:
+            yield wire, info.description
+        for inner in crds._models_in(info.annotation):
+            yield from _model_descriptions(
+                inner, f"{wire}[]" if _is_list(info.annotation) else wire
+            )
 
 
 def _model_paths(model: Any, path: str = "") -> Iterator[str]:
