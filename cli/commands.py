@@ -267,8 +267,13 @@ def cmd_describe(args: argparse.Namespace) -> int:
         return _describe_policy(args)
 
     async def action(client: Client, _: TemporalConfig) -> int:
-        cluster, owner = await _owner(args, client, args.target[0])
-        status, state, held = await ops.describe(client, cluster, owner)
+        try:
+            cluster, owner = await _owner(args, client, args.target[0])
+            status, state, held = await ops.describe(client, cluster, owner)
+        except ops.NoAttemptError as exc:
+            raise ops.NoAttemptError(
+                f"{exc}; {await asyncio.to_thread(_presence, args, exc)}"
+            ) from None
         cohort = None
         if state is not None:
             cohort = await asyncio.to_thread(_live_cohort, args, cluster, state)
@@ -373,6 +378,19 @@ def _describe_policy(args: argparse.Namespace) -> int:
 
     args.namespace_filter = None if kind == "ClusterRollbackPolicy" else namespace
     return _ops(args, action)
+
+
+def _presence(args: argparse.Namespace, missing: ops.NoAttemptError) -> str:
+    """Whether the cluster has the workload describe found no attempt of (``ops.presence``)."""
+    cluster, owner = ops.parse_owner(args.target[0], args.cluster)
+    run = localrun.find()
+    kube = _kube_of(args, cluster or (run.cluster if run is not None else None))
+    if kube is None:
+        return "the cluster was not asked whether it has it (no cluster given)"
+    try:
+        return ops.presence(kube.client(), owner)
+    except Exception as exc:  # unreachable, forbidden, ...: the Temporal answer stands
+        return f"the cluster could not be asked whether it has it: {_unreachable(kube, exc)}"
 
 
 def _live_cohort(

@@ -88,7 +88,7 @@ def _add_operations(sub: Any) -> None:
     )
     listing.add_argument(
         "--mode",
-        choices=[m.value for m in Mode if m is not Mode.CLEARED],
+        choices=[m.value for m in Mode],
         help="only this mode, e.g. failedPermanent",
     )
     listing.add_argument(

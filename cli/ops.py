@@ -16,6 +16,7 @@ the same code as the final sample).
 from __future__ import annotations
 
 import asyncio
+import difflib
 from collections import Counter
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
 from temporalio.client import (
     Client,
     WorkflowExecution,
@@ -55,6 +57,33 @@ ANSWER = timedelta(seconds=30)  # how long a control waits for a worker to answe
 
 class OpsError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+class NoAttemptError(OpsError):
+    """Temporal has no attempt of the workload (``presence`` tells whether the cluster has it)."""
+
+
+def presence(kube: ApiClient, owner: OwnerRef) -> str:
+    """Whether the cluster has ``owner``: a misspelt name and a workload never resized read the
+    same to Temporal. Names the nearest one in its namespace when it is not there."""
+    kind = OWNER_KINDS[owner.kind]
+    api = CustomObjectsApi(kube)
+    coordinates = (kind.group, kind.version, owner.namespace, kind.plural)
+    try:
+        api.get_namespaced_custom_object(*coordinates, owner.name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    else:
+        return (
+            f"{owner} exists in the cluster: no recommendation reached it yet, or no policy"
+            " matches it (`rollbackctl describe rbp -n NAMESPACE` shows what each matches)"
+        )
+    listed: Any = api.list_namespaced_custom_object(*coordinates)
+    names = [item["metadata"]["name"] for item in listed.get("items") or []]
+    near = difflib.get_close_matches(owner.name, names, n=1)
+    hint = f": did you mean {owner.namespace}/{owner.kind}/{near[0]}?" if near else ""
+    return f"no {owner.kind} {owner.name} in namespace {owner.namespace} of the cluster{hint}"
 
 
 # kubectl's short names of the kinds (``kubectl api-resources``), and Argo Rollouts' ``ro``.
@@ -117,7 +146,7 @@ async def locate(client: Client, cluster: str | None, owner: OwnerRef) -> str:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise OpsError(
+        raise NoAttemptError(
             f"no rollback attempt recorded for {owner} in any cluster"
             " (`rollbackctl get` lists the workloads that have one)"
         )
@@ -234,7 +263,7 @@ async def describe(
         status, state = await control.newest_run(client, cluster, owner)
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
-            raise OpsError(
+            raise NoAttemptError(
                 f"no rollback attempt recorded for {owner} in cluster {cluster}"
                 " (`rollbackctl get` lists the workloads that have one)"
             ) from None

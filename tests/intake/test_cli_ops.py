@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
 from cli.main import main
+from sim.apiserver import KubeEmulator
 from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
@@ -133,14 +134,28 @@ async def test_describe_unknown_workload(
         return capsys.readouterr().err.strip()
 
     hint = "(`rollbackctl get` lists the workloads that have one)"
+    unasked = "; the cluster was not asked whether it has it (no cluster given)"
     # kubectl's ways of writing a kind: any case, plural, short name.
     assert await error("describe", "nowhere/deploy/none") == (
         f"error: no rollback attempt recorded for nowhere/Deployment/none in any cluster {hint}"
+        + unasked
     )
     assert await error("describe", "nowhere/statefulsets/none", "--cluster", CLUSTER) == (
         f"error: no rollback attempt recorded for nowhere/StatefulSet/none in cluster {CLUSTER}"
-        f" {hint}"
+        f" {hint}{unasked}"
     )
+    # With a cluster to ask, a misspelt name and a workload never resized read apart.
+    with KubeEmulator() as api:
+        for name in ("api", "web"):
+            meta = {"name": name, "namespace": "shop"}
+            api.store.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})
+        misspelt = await error("describe", "shop/deploy/apii", "--kube-url", api.url)
+        assert misspelt.endswith(
+            "; no Deployment apii in namespace shop of the cluster:"
+            " did you mean shop/Deployment/api?"
+        ), misspelt
+        never = await error("describe", "shop/deploy/web", "--kube-url", api.url)
+        assert "; shop/Deployment/web exists in the cluster: no recommendation reached it" in never
     assert await error("describe", "nowhere/pods/none") == (
         "error: unknown kind 'pods': one of Deployment, StatefulSet, CronJob, Rollout, Job,"
         " AnalysisRun, DaemonSet, Model, StrimziPodSet (any case, or plural), or a short name:"

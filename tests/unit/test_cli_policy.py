@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.main import main
+from cli.main import build_parser, main
 from sim.apiserver import free_port
 from tests.conftest import EXAMPLES, policy_doc
+from workflows.contract import Mode
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]]:
@@ -256,3 +257,9 @@ def test_workload_filters_are_refused_on_policies(
     """Policies have no mode and nothing holds them: the filter is refused, not dropped."""
     assert main(["get", "policies", *flag]) == 2
     assert capsys.readouterr().err == f"error: {flag[0]} filters workloads, not policies\n"
+
+
+def test_get_filters_on_every_mode_the_docs_list() -> None:
+    """``cleared`` too: a run that ended so carries it as its RollbackMode."""
+    for mode in Mode:
+        assert build_parser().parse_args(["get", "--mode", mode.value]).mode == mode.value
