@@ -45,10 +45,9 @@ SANDBOXED = SandboxedWorkflowRunner(
 
 # Workflows kept in memory between tasks. A monitoring window waits on one timer and wakes once
 # when it ends, so a window needs no cached workflow: past this many, the least recently used is
-# evicted and replays its short history (about 40 events) when its timer fires. Sizing
+# evicted and replays its short history (about 20 events) when its timer fires. Sizing
 # (docs/operating/scale.md, "Scale"): memory ~ WORKER_BASE_MIB + CACHED_WORKFLOW_KIB per cached
-# workflow, as
-# measured in bench/RESULTS.md ("Memory", "P3").
+# workflow, a margin over bench/RESULTS.md's measures ("Memory": 99 KiB each; "P3").
 WORKER_BASE_MIB = 160
 CACHED_WORKFLOW_KIB = 110
 

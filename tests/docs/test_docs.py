@@ -20,6 +20,9 @@ import yaml
 from cli import docs
 from cli.main import build_parser
 from tests.conftest import ROOT, chromium
+from worker.config import IntakeConfig, WorkerConfig
+from workflows.contract import FailureReason, Mode, SearchAttribute
+from workflows.rollback import RollbackWorkflow
 
 README_MAX_LINES = 150
 
@@ -206,3 +209,47 @@ def test_every_rollbackctl_flag_the_docs_name_exists() -> None:
                 if re.fullmatch(r"--?[A-Za-z][A-Za-z-]*", flag) and flag not in flags:
                     unknown.append(f"{page.name}: {flag} in `{command}`")
     assert flags and unknown == []
+
+
+def test_every_worker_and_intake_command_the_docs_print_runs_as_written() -> None:
+    """Each ``rollbackctl worker|intake ...`` line of a page's code blocks makes a configuration
+    as printed, with no environment to lean on (one once lacked the required ``--cluster``)."""
+    configs = {"worker": WorkerConfig, "intake": IntakeConfig}
+    commands = [
+        (page.name, line.split(" #", 1)[0].split())
+        for page in _pages()
+        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", page.read_text(), re.S)
+        for line in block.splitlines()
+        if re.match(r"\s*rollbackctl (worker|intake) ", line)
+    ]
+    assert len(commands) >= 2
+    for page, argv in commands:
+        config = configs[argv[1]].from_args(build_parser().parse_args(argv[1:]), env={})
+        assert config.cluster, (page, argv)
+
+
+def test_the_workflow_page_names_every_signal_update_query_and_search_attribute() -> None:
+    """The "Signals, Updates and queries" table and the search-attribute list, against the
+    workflow's handlers and ``SearchAttribute``."""
+    page = (docs.DOCS / "concepts" / "workflow.md").read_text()
+    definition = getattr(RollbackWorkflow, "__temporal_workflow_definition")
+    handlers = [*definition.signals, *definition.queries, *definition.updates]
+    assert len(handlers) >= 9
+    named = set(re.findall(r"^\| `([a-z_]+)` \|", page, re.M))
+    assert sorted(set(handlers) - named) == []
+    assert [a.value for a in SearchAttribute if f"`{a.value}`" not in page] == []
+
+
+def test_the_simulated_cluster_page_names_every_shipped_scenario() -> None:
+    page = (docs.DOCS / "simulated-cluster.md").read_text()
+    shipped = sorted(p.stem for p in (ROOT / "sim" / "scenarios").glob("*.yaml"))
+    assert len(shipped) >= 30
+    assert [name for name in shipped if f"`{name}`" not in page] == []
+
+
+def test_the_troubleshooting_table_explains_every_mode_and_failure_reason() -> None:
+    page = (docs.DOCS / "operating" / "troubleshooting.md").read_text()
+    table = "\n".join(line for line in page.splitlines() if line.startswith("| `"))
+    named = [*Mode, *FailureReason]
+    assert len(named) > 25
+    assert [v.value for v in named if f"`{v.value}`" not in table] == []

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -18,6 +20,7 @@ from aiohttp import web
 
 from sim.apiserver import free_port
 from sim.scenario import Apply, Scenario, Step, World
+from tests.conftest import ROOT
 from tests.e2e.test_policy_status import OOMS, deployment, rollback_policy, state, until
 from worker.config import TemporalConfig
 from workflows.contract import EventReason
@@ -173,6 +176,9 @@ async def test_each_transition_reaches_each_receiver_once(
             }
             slack = receivers.stored["slack"][0]["text"]
             assert slack.startswith(":warning: *sim/shop/Deployment/api* rollingBack (oomKilled)")
+            _the_docs_show_what_was_sent(
+                messages[0], [m["text"] for m in receivers.stored["slack"]]
+            )
 
             # A receiver that refuses for good is reported on the owner, once per transition.
             def failures() -> list[dict[str, Any]]:
@@ -187,3 +193,23 @@ async def test_each_transition_reaches_each_receiver_once(
             assert receivers.requests["reject"] == 2
         finally:
             await world.stop()
+
+
+def _the_docs_show_what_was_sent(body: dict[str, Any], slack: list[str]) -> None:
+    """The notifications page's examples, "from a real run", against this run's: the same
+    fields with the same values, but for what differs from run to run (key, time, run ID)."""
+    page = (ROOT / "docs" / "operating" / "notifications-and-alerts.md").read_text()
+    shown = json.loads(re.search(r"```json\n(.*?)```", page, re.S).group(1))  # type: ignore[union-attr]
+    sent = {k: v for k, v in body.items() if k != "header"}
+    assert shown.keys() == sent.keys()
+    varying = {"key", "time", "runId", "workflowUrl"}
+    assert {k: v for k, v in shown.items() if k not in varying} == {
+        k: v for k, v in sent.items() if k not in varying
+    }
+    assert shown["workflowUrl"].rsplit("/", 2)[0] == sent["workflowUrl"].rsplit("/", 2)[0]
+    lines = re.search(r"```text\n(.*?)```", page.split("The Slack message", 1)[1], re.S)
+    shown_lines = lines.group(1).splitlines()  # type: ignore[union-attr]
+    sent_lines = [line for text in slack for line in text.splitlines()]
+    assert len(shown_lines) == len(sent_lines)
+    for shown_line, sent_line in zip(shown_lines, sent_lines, strict=True):
+        assert shown_line.split(" <", 1)[0] == sent_line.split(" <", 1)[0]

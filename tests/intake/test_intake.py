@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 import uuid
@@ -178,11 +179,15 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
     assert env.intake.stats["signals"] == 1 and await env.runs() == 1
 
 
-async def test_no_policy_retains(env: Env) -> None:
+async def test_no_policy_retains(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="worker.intake.delivery")
     await started(env)
-    add_pods(env.api, deployment(env.api), ["web-a"])
-    await eventually(lambda: env.intake.stats["retained"] == 1)
+    add_pods(env.api, deployment(env.api), ["web-a", "web-b"])
+    await eventually(lambda: env.intake.stats["retained"] == 2)
     assert env.intake.stats["signals"] == 0 and await env.runs() == 0
+    # The troubleshooting page's log line, once for the recommendation, not once per pod.
+    told = [r.getMessage() for r in caplog.records if "retained, not monitored" in r.getMessage()]
+    assert len(told) == 1 and told[0].startswith(f"{NS}/Deployment/web: pod web-")
     annotations = (
         env.api.store.get(env.api.store.rtype("Deployment"), NS, "web")["metadata"].get(
             "annotations"

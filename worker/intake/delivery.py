@@ -72,6 +72,7 @@ class Delivery:
         self._lock = threading.Lock()
         self.undelivered: dict[OwnerRef, Sighted] = {}  # the newest per owner, until accepted
         self._signalled: dict[OwnerRef, Signalled] = {}  # one signal per owner, basis and all
+        self._retained: dict[OwnerRef, str] = {}  # the fingerprint last logged as retained
         self._delivering: set[OwnerRef] = set()
         self._sending: asyncio.Semaphore | None = None  # made on the loop, in _deliver
         self._failing: set[str] = set()  # pods failing for certain, by uid (``suspect``)
@@ -106,6 +107,11 @@ class Delivery:
         with self._lock:
             verdict = adoption(seen, state, policy, self._signalled.get(owner))
             self.stats[verdict.why] += 1
+            fingerprint = seen.recommendation.fingerprint
+            if verdict.why == "retained" and self._retained.get(owner) != fingerprint:
+                self._retained[owner] = fingerprint  # said once per recommendation, not per pod
+                log.info("%s: pod %s adopted %s but no policy matches: retained, not monitored",
+                         owner, seen.pod, fingerprint)  # fmt: skip
             if verdict.signal is None or verdict.basis is None:
                 return
             self._signalled[owner] = verdict.basis
