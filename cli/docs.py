@@ -209,7 +209,7 @@ def policy_reference() -> str:
         version = doc["spec"]["versions"][0]
         kind = doc["spec"]["names"]["kind"]
         spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-        lines += ["", f"## {kind}", "", *HEADER]
+        lines += ["", f"## {kind}", "", _cell(spec["description"]), "", *HEADER]
         lines += list(_table(spec, "spec.", lambda name: name, inline=True))
     for kind, example in (
         ("RollbackPolicy", "production-rollback.yaml"),

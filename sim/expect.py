@@ -33,33 +33,57 @@ from workflows.contract import EventReason, FailureReason, Mode, Obj
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # A field's docstring is its description in the JSON Schema and the reference page.
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+    )
 
 
 class PolicyExpect(Model):
+    """The policy the rollback state names."""
+
     kind: str | None = None
+    """RollbackPolicy or ClusterRollbackPolicy; none: either."""
     namespace: str | None = None
+    """Its namespace (a RollbackPolicy's)."""
     name: str
+    """Its name."""
 
 
 class EventExpect(Model):
+    """Events of one reason on the owner."""
+
     reason: EventReason
-    count: int | None = Field(default=None, ge=0)  # exactly; None: at least one
-    message: str | None = None  # a substring of every counted Event's message
+    """The Event's reason."""
+    count: int | None = Field(default=None, ge=0)
+    """Exactly this many (0: none); none: at least one."""
+    message: str | None = None
+    """A substring of every counted Event's message."""
 
 
 class AnnotationsExpect(Model):
+    """Annotation keys on the owner at the end."""
+
     present: list[str] = Field(default_factory=list)
+    """Keys that must be there."""
     absent: list[str] = Field(default_factory=list)
+    """Keys that must not."""
 
 
 class PodsExpect(Model):
     """Pods whose container ``container`` runs with these resources (as reported)."""
 
     container: str
+    """The container."""
     requests: dict[str, str] = Field(default_factory=dict)
+    """Resource -> quantity its requests must equal."""
     limits: dict[str, str] = Field(default_factory=dict)
-    count: int | None = Field(default=None, ge=0)  # exactly this many; None: every pod
+    """Resource -> quantity its limits must equal."""
+    count: int | None = Field(default=None, ge=0)
+    """Exactly this many pods; none: every pod."""
 
 
 class TimingExpect(Model):
@@ -67,31 +91,50 @@ class TimingExpect(Model):
     ``tolerance`` seconds, e.g. the backoff of turn 2 lasts 4 s ± 1 s."""
 
     from_: Mode = Field(alias="from")
-    to: Mode | None = None  # None: whatever transition came next
+    """The mode it stayed in."""
+    to: Mode | None = None
+    """The mode it left for; none: whatever came next."""
     turn: int | None = None
+    """Of this turn; none: the first time it was in ``from``."""
     lasts: float = Field(ge=0)
+    """Seconds it stayed."""
     tolerance: float = Field(default=1.0, ge=0)
+    """Seconds either way."""
 
 
 class Expectation(Model):
-    mode: Mode | None = None  # None: no rollback state at all (retained, or cleared)
+    """What must be true of one owner at the end of the story."""
+
+    mode: Mode | None = None
+    """Its rollback state's mode; null: no rollback state at all (retained, or cleared)."""
     turn: int | None = None
+    """The state's turn."""
     failure_reason: FailureReason | list[FailureReason] | None = None
-    modes: list[Mode | None] | None = None  # the transitions, in order, exactly
-    memory: dict[str, str] | None = None  # container -> memory request every pod ends with
+    """The state's failure reason, or one of these."""
+    modes: list[Mode | None] | None = None
+    """Every transition, in order, exactly (null where the state was cleared)."""
+    memory: dict[str, str] | None = None
+    """Container -> the memory request every pod ends with."""
     policy: str | PolicyExpect | None = None
+    """The policy the state names: its name, or its fields."""
     fingerprint: str | None = None
-    last_successful: dict[str, Any] | None = None  # container -> {requests, limits}
+    """The recommendation's fingerprint in the state."""
+    last_successful: dict[str, Any] | None = None
+    """Container -> ``{requests, limits}`` recorded as the last successful state."""
     annotations: AnnotationsExpect | None = None
+    """Annotation keys present and absent on the owner."""
     events: list[EventExpect] = Field(default_factory=list)
+    """Events on the owner, by reason."""
     pods: list[PodsExpect] = Field(default_factory=list)
+    """Pods by the resources their containers run with."""
     timing: list[TimingExpect] = Field(default_factory=list)
-    # No transition in the last this many seconds: the story holds still that long before it
-    # can pass ("nothing further happens"), whatever the scenario's settle.
+    """How long it stayed in a mode."""
     still_for: float | None = Field(default=None, ge=0)
-    # The most pods not Ready at once, from the first rollingBack on: a rollback in place that
-    # restarts containers is paced by the workload's maxUnavailable.
+    """No transition in the last this many seconds: the story holds still that long before it
+    can pass ("nothing further happens"), whatever the scenario's settle."""
     max_unavailable: int | None = Field(default=None, ge=0)
+    """The most pods not Ready at once, from the first rollingBack on: a rollback in place that
+    restarts containers is paced by the workload's maxUnavailable."""
 
 
 @dataclass

@@ -125,50 +125,87 @@ def _seconds(value: Any) -> float:
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    # A field's docstring is its description in the JSON Schema and the reference page.
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+    )
 
 
 class BehaviourSpec(Model):
+    """How the application in one container behaves (the simulated kubelet acts on it)."""
+
     working_set: str | None = None
+    """Memory it needs (e.g. 600Mi): below it the container is OOM-killed; none: never."""
     startup: float = 0.5
+    """Seconds from its start to Ready."""
     run_for: float | None = None
-    cpu: str | None = None  # CPU it would use (e.g. 800m): a lower CPU limit throttles it
-    latency: str | None = None  # its requests' latency unthrottled (e.g. 50ms), as a metric
+    """A Job's pods: seconds until they succeed; none: they run on."""
+    cpu: str | None = None
+    """CPU it would use (e.g. 800m): a lower CPU limit throttles it; none: idle."""
+    latency: str | None = None
+    """Its requests' latency unthrottled (e.g. 50ms), served as ``app_request_latency_seconds``."""
 
 
 class WorkloadSpec(Model):
+    """A workload the story starts with."""
+
     manifest: Obj
+    """The owner as ``kubectl apply`` takes it (Deployment, StatefulSet, Rollout, ...)."""
     behaviour: dict[str, BehaviourSpec] = Field(default_factory=dict)
+    """Container name -> how its application behaves."""
     pod_template: Obj | None = None
+    """For the kinds whose pods are not from a template of theirs (a KubeAI Model, a
+    StrimziPodSet): the pods' spec."""
 
 
 class NodeSpec(Model):
+    """A node of the simulated cluster, with its allocatable resources."""
+
     name: str
+    """The node's name."""
     cpu: str = "8"
+    """Allocatable CPU."""
     memory: str = "16Gi"
+    """Allocatable memory."""
 
 
 class Apply(Model):
+    """A rightsizing recommendation annotated on a workload, as a rightsizing engine writes it;
+    the simulated applier then resizes the pods to it."""
+
     workload: str
+    """The owner, ``namespace/Kind/name``."""
     requests: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Container -> resource -> quantity, e.g. ``{app: {memory: 256Mi}}``."""
     limits: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Container -> resource -> quantity."""
     source: str = "static"
-    digest: str | None = None  # multi-policy hashed key h<digest>
+    """The recommendation's source in its annotation key (``static`` or ``proactive``)."""
+    digest: str | None = None
+    """A multi-policy engine's hashed key, ``h<digest>``, instead of the plain one."""
 
 
 class Target(Model):
     """Any object: a namespace (``kind: Namespace``), an owner or a pod."""
 
     kind: str
+    """Its kind, e.g. Namespace, Deployment, Pod."""
     namespace: str | None = None
+    """Its namespace (none for a Namespace)."""
     name: str
+    """Its name."""
 
 
 class Annotate(Target):
     """Set (or, with null, remove) annotations and labels of any object."""
 
     annotations: dict[str, str | None] = Field(default_factory=dict)
+    """Annotation -> value; null removes it."""
     labels: dict[str, str | None] = Field(default_factory=dict)
+    """Label -> value; null removes it."""
 
 
 class PauseStep(Target):
@@ -176,7 +213,9 @@ class PauseStep(Target):
     RFC 3339 time) or ``infinite``, with an optional ``reason``. ``unpause`` removes it."""
 
     for_: str = Field(alias="for", pattern=r"^(infinite|[0-9.hms]+)$")
+    """How long (e.g. 4s) from the step, or ``infinite``: until an ``unpause``."""
     reason: str | None = None
+    """Why, written to ``pause-reason``."""
 
 
 class Rollout(Model):
@@ -184,7 +223,9 @@ class Rollout(Model):
     ``kubectl rollout restart`` does), so its controller replaces the pods."""
 
     workload: str
+    """The owner, ``namespace/Kind/name``."""
     template: Obj = Field(default_factory=dict)
+    """Merged into its pod template (e.g. a new image); empty: a restart annotation."""
 
 
 class Behave(Model):
@@ -192,18 +233,26 @@ class Behave(Model):
     slow leak as steps of the working set); the fields not given keep their value."""
 
     workload: str
+    """The owner, ``namespace/Kind/name``."""
     container: str
+    """The container whose application changes."""
     cpu: str | None = None
+    """CPU it uses from now on."""
     working_set: str | None = None
+    """Memory it needs from now on."""
     latency: str | None = None
+    """Its requests' unthrottled latency from now on."""
 
 
 class When(Model):
     """A step's trigger: the owner reaching ``mode`` (of ``turn``, when given)."""
 
     owner: str
+    """The owner, ``namespace/Kind/name`` (``cluster/...`` in a fleet)."""
     mode: Mode
+    """The mode it reaches."""
     turn: int | None = None
+    """Of this turn only."""
 
 
 class Step(Model):
@@ -212,26 +261,45 @@ class Step(Model):
     seconds after either."""
 
     at: Seconds = 0.0
+    """Seconds after the cluster is ready (without ``when`` or ``after``)."""
     name: str | None = None
+    """Its name, for another step's ``after``."""
     when: When | None = None
-    after: str | None = None  # the name of another step
+    """Run once an owner reaches a mode."""
+    after: str | None = None
+    """Run once the step of this name has run."""
     delay: Seconds = 0.0
+    """Seconds more after ``when`` or ``after``."""
     apply: Apply | None = None
+    """Annotate a recommendation on a workload."""
     delete_pod: Obj | None = None
+    """Delete ``{workload, count}`` of its pods (1 by default, by name); its controller
+    replaces them."""
     scale: Obj | None = None
-    apply_policy: Obj | None = (
-        None  # a RollbackPolicy or ClusterRollbackPolicy, created or replaced
-    )
-    apply_object: Obj | None = None  # any other object, created or replaced
-    delete: Obj | None = None  # any object: {kind, namespace, name}
+    """Scale a workload, ``{workload, replicas}``."""
+    apply_policy: Obj | None = None
+    """A RollbackPolicy or ClusterRollbackPolicy, created or replaced."""
+    apply_object: Obj | None = None
+    """Any other object, created or replaced."""
+    delete: Obj | None = None
+    """Any object, ``{kind, namespace, name}``."""
     kill_worker: Obj | None = None
+    """SIGKILL the worker, then start it again ``{for}`` later (1s by default)."""
     restart_temporal: Obj | None = None
-    stop_prometheus: Obj | None = None  # the story's Prometheus goes down ({}): checks fail
+    """Stop the Temporal dev server and start it again ``{for}`` later (1s by default), on
+    the same SQLite file."""
+    stop_prometheus: Obj | None = None
+    """The story's Prometheus goes down (``{}``): health checks cannot be asked."""
     annotate: Annotate | None = None
+    """Set or remove annotations and labels of any object."""
     pause: PauseStep | None = None
+    """Kubex's pause on a namespace, owner or pod."""
     unpause: Target | None = None
+    """Remove the pause from a namespace, owner or pod."""
     rollout: Rollout | None = None
+    """Change a workload's pod template: its pods are replaced."""
     behave: Behave | None = None
+    """A container's application behaves otherwise from now on."""
 
     @field_validator("at", "delay", mode="before")
     @classmethod
@@ -245,13 +313,20 @@ DEFAULT_CLUSTER = "sim"
 class ClusterSpec(Model):
     """One simulated cluster: what it starts with and what happens to it."""
 
-    name: str = Field(default=DEFAULT_CLUSTER, pattern=CLUSTER_PATTERN)  # a DNS label
-    actuation: str | None = None  # default: the scenario's
+    name: str = Field(default=DEFAULT_CLUSTER, pattern=CLUSTER_PATTERN)
+    """The cluster's name, a DNS label: its engine's ``--cluster``."""
+    actuation: str | None = None
+    """``annotations`` or ``in-place``; none: the scenario's."""
     nodes: list[NodeSpec] = Field(default_factory=lambda: [NodeSpec(name="node-1")])
+    """Its nodes (one of 8 CPU and 16Gi when none is given)."""
     workloads: list[WorkloadSpec] = Field(default_factory=list)
-    policies: list[Obj] = Field(default_factory=list)  # RollbackPolicy, ClusterRollbackPolicy
-    objects: list[Obj] = Field(default_factory=list)  # anything else the story starts with
+    """The workloads it starts with."""
+    policies: list[Obj] = Field(default_factory=list)
+    """The RollbackPolicies and ClusterRollbackPolicies it starts with."""
+    objects: list[Obj] = Field(default_factory=list)
+    """Anything else it starts with (namespaces, quotas, budgets, ...)."""
     steps: list[Step] = Field(default_factory=list)
+    """What happens to it, in time."""
 
     @model_validator(mode="after")
     def _policies_are_policies(self) -> Self:
@@ -291,20 +366,29 @@ class Scenario(ClusterSpec):
     """A story: one cluster (the fields it shares with ``ClusterSpec``, named ``cluster``), or
     a fleet on one Temporal (``clusters``)."""
 
-    name: str  # the scenario's, free text; its cluster's is ``cluster``
+    name: str
+    """The scenario's name, free text (its cluster's is ``cluster``)."""
     cluster: str = Field(default=DEFAULT_CLUSTER, pattern=CLUSTER_PATTERN)
+    """The one cluster's name, a DNS label: its engine's ``--cluster``."""
     description: str = ""
+    """What the story shows, printed when it is played."""
     timeout: Seconds = 60.0
+    """How long the story may take before it fails."""
     settle: Seconds = 1.0
+    """How long nothing may change before the expectations are checked."""
     actuation: str = "annotations"
-    # How long a pod must have been Ready to count at a verdict. A story compresses time (its
-    # windows last seconds), so 0 unless it says: the engine's own default is Kubex's 10s.
+    """``annotations`` (an applier acts on the published rollback) or ``in-place`` (the
+    engine resizes the pods itself)."""
     min_ready_duration: Seconds = 0.0
-    # A real Prometheus (Debian's ``prometheus``) scrapes the cluster's kubelets (cAdvisor,
-    # through the API server proxy) and the worker's health checks ask it.
+    """How long a pod must have been Ready to count at a verdict. A story compresses time (its
+    windows last seconds), so 0 unless it says: the engine's own default is Kubex's 10s."""
     prometheus: bool = False
+    """A real Prometheus (Debian's ``prometheus``) scrapes the cluster's kubelets (cAdvisor,
+    through the API server proxy), and the worker's health checks ask it."""
     clusters: list[ClusterSpec] = Field(default_factory=list)
+    """A fleet on one Temporal: each cluster with its own workloads, policies and steps."""
     expect: dict[str, Expectation] = Field(default_factory=dict)
+    """Owner ``namespace/Kind/name`` (``cluster/...`` in a fleet) -> what must hold at the end."""
 
     @model_validator(mode="after")
     def _one_cluster_or_a_fleet(self) -> Self:

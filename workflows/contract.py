@@ -133,6 +133,9 @@ _ACTIVE_MODES = frozenset({Mode.MONITORING, Mode.ROLLING_BACK, Mode.BACKING_OFF}
 
 
 class FailureReason(StrEnum):
+    """Why an attempt failed, in the state's ``failureReason`` (the troubleshooting page says
+    what each means)."""
+
     OOM_KILLED = "oomKilled"
     CRASH_LOOP_BACK_OFF = "crashLoopBackOff"
     UNSCHEDULABLE = "unschedulable"
@@ -173,6 +176,8 @@ CERTAIN_REASONS = frozenset(
 
 
 class EventReason(StrEnum):
+    """The reasons of the Events the engine writes on an owner (or a pod, or a policy)."""
+
     PAUSED = "RollbackPaused"  # a verdict or an actuation held by a pause (workflows.pause)
     # an in-place batch held by a PodDisruptionBudget that allows no disruption now
     PACED = "RollbackPaced"
