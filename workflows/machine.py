@@ -314,8 +314,6 @@ class PauseSeen:
     step: Step
     pause: Pause
     resumes: int = 0  # resume signals counted as the step read the pause: one more ends the hold
-    # Versioning: False in a run from before a cancel could end a held rollback or re-apply.
-    cancel_ends: bool = True
 
 
 Observation = (
@@ -487,7 +485,7 @@ def _held(state: RollbackState, obs: PauseSeen) -> Decision:
     wait = PAUSE_RECHECK
     if obs.pause.until is not None:
         wait = min(wait, max(obs.pause.until - obs.now, timedelta(seconds=1)))
-    ends = _HOLD_ENDS[obs.step] - (set() if obs.cancel_ends else {HoldEnds.CANCEL})
+    ends = _HOLD_ENDS[obs.step]
     label = f"{state.mode} record" if obs.step is Step.RECORD else obs.step.value
     hold = Hold(obs.step, label, obs.pause, obs.now + wait, ends, obs.resumes)
     return Decision(state, [hold], note=f"{label} held: {obs.pause.describe()}")
@@ -835,21 +833,17 @@ class HealthHold:
     message: str
 
 
-def health_hold(state: RollbackState, why: str, now: datetime, bounded: bool = True) -> HealthHold:
-    """How long a verdict that ``health_unavailable`` holds waits before it asks again, and
-    what it says. ``bounded`` (versioning): False in a run from before maxHold, which asked
-    again every ``HEALTH_RECHECK`` for ever."""
+def health_hold(state: RollbackState, why: str, now: datetime) -> HealthHold:
+    """How long a verdict that ``health_unavailable`` holds waits before it asks again (within
+    its window's length and its ``maxHold``), and what it says."""
     policy = state.policy
     assert policy is not None and policy.health_checks is not None
     assert state.window_ends_at is not None
     checks = policy.health_checks
-    recheck = HEALTH_RECHECK
     message = (
         f"Health checks of recommendation {state.fingerprint} not judged: {why};"
         f" the verdict waits (onPrometheusError: hold) and asks again in"
     )
-    if not bounded:
-        return HealthHold(recheck, f"{message} {format_duration(recheck)}")
     until = state.window_ends_at + checks.max_hold
     left = max(until - now, timedelta(seconds=1))
     recheck = min(HEALTH_RECHECK, policy.monitoring_period, left)

@@ -122,17 +122,6 @@ with workflow.unsafe.imports_passed_through():
 
 R = TypeVar("R")
 WORKFLOW_NAME = "RollbackWorkflow"
-# ``workflow.patched`` IDs, each the change it guards (docs/concepts/workflow.md, "Determinism"):
-# a run whose history lacks the marker replays the unpatched path, which the comment says.
-# A resume that arrives while a held step's read is on its way counts (unpatched: only resumes
-# after the hold began count, so that one waits for ``PAUSE_RECHECK``).
-RESUME_SINCE_READ = "resume-since-read"
-# A verdict held for Prometheus is held at most maxHold, none without a Prometheus to ask, and
-# tells of it in one Event whose count rises (unpatched: held for ever, a new Event a minute).
-BOUNDED_HEALTH_HOLD = "bounded-health-hold"
-# A rollback or re-apply held by a pause is given up for a cancel that arrives meanwhile
-# (unpatched: the cancel waits for the pause to lift and the step to run).
-CANCEL_WHILE_HELD = "cancel-while-held"
 CONTROL_REFUSED = "ControlRefused"  # the error type of a control Update refused
 UPDATE_RECORDED = timedelta(milliseconds=1)  # a control Update acts after this timer (``_take``)
 MAX_SAMPLES_PER_RUN = 500  # many reopened windows in one run: continue-as-new well before 50k
@@ -569,8 +558,6 @@ class RollbackWorkflow:
         True when the held step is given up (``Hold.gives_up``)."""
         self._held_by = hold.pause
         resumes = hold.after_resumes
-        if not workflow.patched(RESUME_SINCE_READ):
-            resumes = self._resumes  # unpatched: resumes count from the hold on
         workflow.set_current_details(f"**Held**: the {hold.label} waits, {hold.pause.describe()}")
         # Once per hold, not once per look again.
         self._show([SA_HELD.value_set(f"{hold.label}: {hold.pause.describe()}"[:HELD_SHOWN_CHARS])])
@@ -616,23 +603,16 @@ class RollbackWorkflow:
                 isinstance(err.cause, ApplicationError)
                 and err.cause.type == PROMETHEUS_NOT_CONFIGURED
             )
-        bounded = workflow.patched(BOUNDED_HEALTH_HOLD)
-        if bounded:
-            taken = health_unavailable(
-                checks, why, configured, state.window_ends_at, workflow.now()
-            )
-            if taken is not None:
-                return taken
-        elif checks.on_prometheus_error != "hold":
-            return HealthResult(unavailable=why)
+        taken = health_unavailable(checks, why, configured, state.window_ends_at, workflow.now())
+        if taken is not None:
+            return taken
         self._health_holds += 1
-        hold = health_hold(state, why, workflow.now(), bounded)
-        prefix = f"{workflow.info().run_id}.{state.transitions}.health"
+        hold = health_hold(state, why, workflow.now())
         await self._record(
             Record(EventReason.HEALTH_UNAVAILABLE, hold.message, warning=True),
             # One Event for the hold, its count the looks so far (as the recorder aggregates).
-            event_id=prefix if bounded else f"{prefix}-{self._health_holds}",
-            event_count=self._health_holds if bounded else 1,
+            event_id=f"{workflow.info().run_id}.{state.transitions}.health",
+            event_count=self._health_holds,
         )
         workflow.set_current_details(f"**Held**: the verdict waits for Prometheus: {why}")
         await self._wait(workflow.now() + hold.recheck, "ask Prometheus again")
@@ -772,8 +752,7 @@ class RollbackWorkflow:
             if result.paused is None:
                 return result
             step = Step.ROLLBACK if name == ROLL_BACK else Step.REAPPLY
-            gated = workflow.patched(CANCEL_WHILE_HELD)
-            seen = PauseSeen(workflow.now(), step, result.paused, resumes, cancel_ends=gated)
+            seen = PauseSeen(workflow.now(), step, result.paused, resumes)
             if await self._held(seen):
                 return None
 

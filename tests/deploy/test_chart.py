@@ -34,6 +34,7 @@ from workflows.policy import POLICY_KINDS
 from workflows.selection import PROTECTED, Protection
 
 CHART = ROOT / "charts" / "rightsizing-rollback"
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 EXAMPLES = sorted((CHART / "examples").glob("*.yaml"))
 NAMESPACE = "rightsizing-rollback"  # the kustomize base's namespace
 K8S_VERSION = "1.33"
@@ -328,27 +329,48 @@ def test_schema_is_strict_and_as_the_flags_are() -> None:
 
 def test_versioning_gives_one_worker_deployment_per_build() -> None:
     objects = template(
-        CHART / "examples" / "versioned.yaml", sets=("workerVersioning.builds={0.1.0,0.2.0}",)
+        CHART / "examples" / "versioned.yaml", sets=("workerVersioning.builds={1.0.0,1.1.0}",)
     )
     workers = {
         o["metadata"]["name"]: o
         for o in objects
         if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("rollback-worker")
     }
-    assert sorted(workers) == ["rollback-worker-0-1-0", "rollback-worker-0-2-0"]
+    assert sorted(workers) == ["rollback-worker-1-0-0", "rollback-worker-1-1-0"]
     for build, deployment in (
-        ("0.1.0", workers["rollback-worker-0-1-0"]),
-        ("0.2.0", workers["rollback-worker-0-2-0"]),
+        ("1.0.0", workers["rollback-worker-1-0-0"]),
+        ("1.1.0", workers["rollback-worker-1-1-0"]),
     ):
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert container["image"].endswith(f":{build}")
         assert {"name": "ROLLBACK_BUILD_ID", "value": build} in container["env"]
 
 
-def test_app_version_is_the_package_version() -> None:
+def test_one_version_everywhere() -> None:
+    """The package, the chart and its appVersion, the image tags, the versioned overlay's
+    build ID, the chart's versioned example, the CHANGELOG's newest entry and the upgrade page
+    tell one version."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert chart["appVersion"] == project["version"]
+    assert chart["appVersion"] == chart["version"] == version
+    for manifest in ("worker.yaml", "intake.yaml"):
+        assert (
+            f"ghcr.io/rightsizing/rollback:{version}"
+            in (ROOT / "deploy" / "base" / manifest).read_text()
+        )
+    versioned = ROOT / "deploy" / "overlays" / "versioned"
+    assert f"newTag: {version}" in (versioned / "kustomization.yaml").read_text()
+    assert (
+        f'{{name: ROLLBACK_BUILD_ID, value: "{version}"}}' in (versioned / "build.yaml").read_text()
+    )
+    example = yaml.safe_load((CHART / "examples" / "versioned.yaml").read_text())
+    assert example["workerVersioning"]["builds"] == [version]
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert re.findall(r"^## \[([^\]]+)\]", changelog, re.M)[0] == version
+    assert (
+        f"This repository builds {version}"
+        in (ROOT / "docs" / "operating" / "upgrade.md").read_text()
+    )
 
 
 def test_packages_with_the_linked_files_inside(tmp_path: Path) -> None:
@@ -458,7 +480,7 @@ OVERRIDES: list[tuple[str, Any, list[str], Any]] = [
      ["ServiceAccount/rollback-worker:metadata.annotations.iam.gke.io/gcp-service-account"],
      "r@p.iam"),
     ("image.registry", "mirror.example.com", [f"{d}:{POD}.containers.0.image" for d in BOTH],
-     "mirror.example.com/ghcr.io/rightsizing/rollback:0.1.0"),
+     f"mirror.example.com/ghcr.io/rightsizing/rollback:{APP_VERSION}"),
     ("image.digest", DIGEST, [f"{d}:{POD}.containers.0.image" for d in BOTH],
      f"ghcr.io/rightsizing/rollback@{DIGEST}"),
     ("monitoring", {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}},
@@ -590,7 +612,11 @@ def test_an_upgrade_from_the_previous_version_changes_no_selector() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["version"] != "0.1.0"  # a new version, upgraded from the recorded one
     for values, selectors in previous.items():
-        objects = template(*([] if values == "defaults" else [CHART / "examples" / values]))
+        files = [] if values == "defaults" else [CHART / "examples" / values]
+        # A versioned install keeps its builds across the upgrade (the new build's Deployment
+        # is added beside them): the example's, as 0.1.0 shipped it.
+        kept = ("workerVersioning.builds={0.1.0}",) if values == "versioned.yaml" else ()
+        objects = template(*files, sets=kept)
         for identity, selector in selectors.items():
             kind, name = identity.split("/", 1)
             assert _one(objects, kind, name)["spec"]["selector"] == selector, (values, identity)

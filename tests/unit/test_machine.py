@@ -611,8 +611,6 @@ def test_a_pause_holds_each_step_as_the_table_says(
     assert HoldEnds.RESUME in hold.ends
     assert hold.gives_up(True) is (step in (Step.ROLLBACK, Step.REAPPLY))
     assert not hold.gives_up(False)
-    legacy = decide(state, PauseSeen(now, step, soon, cancel_ends=False)).effects[0]
-    assert isinstance(legacy, Hold) and not legacy.gives_up(True)
 
 
 def test_every_drawn_transition_is_taken() -> None:
