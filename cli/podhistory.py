@@ -9,12 +9,15 @@ namespace's Events and one of the cohort give:
 - when each was created and deleted, and its resources as in-place resizes changed them (the
   kubelet's ``ResizeCompleted``: "Pod resize completed: {containers: [...]}"); a pod's
   resources before its first resize are known only while it runs unresized (its spec);
-- its starts and restarts (``Started``, counted: the recorder aggregates repeats, so a run of
-  restarts is its first and last time and a count), its crash loops (``BackOff``) and, for a
-  pod still there, the cause of its last restart (``lastState.terminated.reason``).
+- its starts and restarts (``Started``) and crash loops (``BackOff``): the kubelet's recorder
+  counts a repeat into the Event it already wrote, so of a run only its first time stays put (a
+  later repeat moves the last time and the count); the report places each run at its first;
+- for a pod still there, from its status: since when each container runs now, and the gap
+  before it, from its last exit (``lastState.terminated``: when and why) to its start again,
+  which it spent waiting in its restart backoff (or waits still).
 
 Nothing is guessed: what the cluster did not keep (an Event past its TTL, a gone pod's resources
-at admission) is left unknown, and the page says so.
+at admission, a pod's state between the times it records) is left unknown, and the page says so.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ class PodHistory:
     happenings: list[Happening] = field(default_factory=list)
     restarts: int = 0  # now, of a pod still there
     last_restart: tuple[datetime, str] | None = None  # (when, cause) of a pod still there
+    running_since: datetime | None = None  # every container runs, since (a pod still there)
+    # Of a pod still there: each container's last exit (when, why) to its start again (None:
+    # it waits in its restart backoff still).
+    down: list[tuple[datetime, datetime | None, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -77,6 +84,24 @@ def _memory(containers: dict[str, Obj]) -> str:
 def _when(event: Any) -> tuple[datetime | None, datetime | None]:
     first = event.first_timestamp or event.event_time or event.metadata.creation_timestamp
     return first, event.last_timestamp or first
+
+
+def _containers(pod: PodHistory, statuses: list[Obj]) -> None:
+    """From a pod's container statuses now: its restarts, since when it runs, its gaps."""
+    starts = [
+        parse_kube_time(((cs.get("state") or {}).get("running") or {}).get("startedAt"))
+        for cs in statuses
+    ]
+    if statuses and all(starts):
+        pod.running_since = max(t for t in starts if t is not None)
+    for cs, started in zip(statuses, starts, strict=True):
+        pod.restarts += int(cs.get("restartCount") or 0)
+        terminated = (cs.get("lastState") or {}).get("terminated")
+        at = parse_kube_time((terminated or {}).get("finishedAt"))
+        if terminated and at is not None:
+            cause = str(terminated.get("reason") or "restart")
+            pod.last_restart = (at, cause)
+            pod.down.append((at, started, cause))
 
 
 def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory:
@@ -112,12 +137,7 @@ def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory
         pod.memory = _memory(
             {c: {"requests": requests.get(c), "limits": limits.get(c)} for c in requests | limits}
         )
-        for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            pod.restarts += int(cs.get("restartCount") or 0)
-            terminated = (cs.get("lastState") or {}).get("terminated")
-            at = parse_kube_time((terminated or {}).get("finishedAt"))
-            if terminated and at is not None:
-                pod.last_restart = (at, str(terminated.get("reason") or "restart"))
+        _containers(pod, (p.get("status") or {}).get("containerStatuses") or [])
     for e in events:
         involved, (first, last) = e.involved_object, _when(e)
         if involved.kind != "Pod" or involved.name not in found or first is None:
@@ -143,7 +163,7 @@ def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory
             Happening(first, last, e.reason or "", message, int(e.count or 1), e.type == "Warning")
         )
     for pod in found.values():
-        pod.resizes.sort()
+        pod.resizes.sort(key=lambda resize: resize[0])  # in one second: as recorded
         pod.happenings.sort(key=lambda h: h.first)
         if pod.status is None and pod.resizes:
             pod.memory = pod.resizes[-1][1]

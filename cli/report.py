@@ -12,22 +12,25 @@ The page reads like a trace viewer: a time axis over the story's own range (from
 transition or Event to its last happening; a quiet time since, up to now, is folded into the
 title); per owner, its modes as coloured spans (a ``monitoring`` span is a window,
 ``backingOff`` a backoff) and its Events as markers labelled with their reason, a verdict's
-numbers in its label (the message on hover); under it, a lane per pod, its resources and state
-as they changed (a span per resize, crash loops), a marker per restart with its cause; a
-legend of what is shown. A small script lays the labels out in rows so that none overlaps
-another (measured in the page) and wires the hover details, so a browser that runs it without a
-console error shows everything (``tests/e2e/test_report.py`` checks that in headless Chromium).
+numbers in its label (the message on hover); under it, a lane per pod, its size and state in
+each interval it held them (a live pod's, as far as the cluster's record proves: ``_pod_lane``),
+a marker per resize, back-off and exit with its cause; a legend of what is shown. A small
+script lays the labels out in rows so that none overlaps another (measured in the page) and
+wires the hover details, so a browser that runs it without a console error shows everything
+(``tests/e2e/test_report.py`` checks that in headless Chromium).
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from activities.cohort import REASON_LABELS
 from cli.podhistory import OwnerHistory, PodHistory
 from workflows.contract import EventReason
 
@@ -42,6 +45,7 @@ MODE_COLOURS = {
     "aborted": "#bab0ac",
     "superseded": "#76b7b2",
 }
+UNRECORDED = "Unrecorded"  # a pod's state the cluster kept no record of
 POD_COLOURS = {
     "Running": "#8cc084",
     "Pending": "#c9c9c9",
@@ -50,10 +54,19 @@ POD_COLOURS = {
     "CrashLoopBackOff": "#8e2c3a",
     "Succeeded": "#6c9bd2",
     "Failed": "#5a5a5a",
+    UNRECORDED: "#bdbdbd",
 }
 # Events whose message carries the verdict's numbers: their label shows them.
 VERDICTS = (EventReason.MONITORING_SUCCEEDED, EventReason.ROLLING_BACK_STARTED)
 VERDICT_NUMBERS = re.compile(r"(\d+/\d+) pods adopted and healthy")
+VERDICT_MODES = {
+    "monitoringSucceeded": EventReason.MONITORING_SUCCEEDED,
+    "rollingBack": EventReason.ROLLING_BACK_STARTED,
+}
+HEALTHY = "adopted and healthy"
+EVERY_POD = re.compile(rf"(\d+)/(\d+) pods ({'|'.join([HEALTHY, *REASON_LABELS.values()])})\b")
+HALF_SECOND = timedelta(seconds=0.5)
+MOMENT = timedelta(milliseconds=10)
 TAIL = 1.04  # the axis runs a little past the last happening, so it is not on the edge
 TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 
@@ -137,7 +150,8 @@ def _lane(lane: Lane, end: float) -> str:
         left, width = _pct(s.start, end), max(0.3, _pct(s.end, end) - _pct(s.start, end))
         spans.append(
             f'<div class="span {prefix}-{html.escape(s.label)}" title="{html.escape(s.detail)}"'
-            f' data-detail="{html.escape(s.detail)}" style="left:{left:.2f}%;width:{width:.2f}%;'
+            f' data-detail="{html.escape(s.detail)}" data-state="{html.escape(s.label)}"'
+            f' style="left:{left:.2f}%;width:{width:.2f}%;'
             f'background:{colours.get(s.label, "#999")}">{html.escape(s.text)}</div>'
         )
     markers = [
@@ -347,6 +361,67 @@ def _age(at: datetime | None, origin: datetime) -> float:
     return 0.0 if at is None else max(0.0, (at - origin).total_seconds())
 
 
+def _instant(at: datetime) -> datetime:
+    """A time the cluster keeps to the second (a kubelet's Event, a container's start or exit)
+    stands for that whole second: drawn at its middle, half a second at most from the truth,
+    and after a transition of the engine that caused it within the same second."""
+    return at + HALF_SECOND if at.microsecond == 0 else at
+
+
+def _resized(at: datetime, rollbacks: list[datetime]) -> datetime:
+    """A resize's ``_instant``, except in the second of a rollback: the resize that second
+    holds may be the rollback's own, so it is not drawn before the verdict that caused it."""
+    drawn = _instant(at)
+    if at.microsecond == 0:
+        caused = [t for t in rollbacks if at <= t < at + 2 * HALF_SECOND]
+        drawn = max([drawn, *(t + MOMENT for t in caused)])
+    return drawn
+
+
+@dataclass
+class Judged:
+    """What a verdict said of every pod of its cohort: each was ``state`` (``Running``: adopted
+    and healthy; else the reason each failed by) through the window it judged."""
+
+    opened: datetime
+    at: datetime
+    state: str
+    detail: str
+
+
+def judged(
+    transitions: list[tuple[datetime, str, int]], events: list[dict[str, Any]]
+) -> list[Judged]:
+    """The verdicts whose numbers cover the whole cohort ("3/3 pods OOMKilled", "3/3 pods
+    adopted and healthy, 3 required"), each at its transition's time, over its window (from
+    the transition to ``monitoring`` before it). Health is judged from a window's opening: a
+    pod healthy at the verdict was healthy through it, one OOMKilled was killed in it and has
+    not been ready since. A verdict on part of the cohort ("1/3 pods OOMKilled") says no pod's
+    state: which pods, it does not record."""
+    found = []
+    opened: datetime | None = None
+    for at, mode, _ in transitions:
+        if mode == "monitoring":
+            opened = at
+        reason = VERDICT_MODES.get(mode)
+        if reason is None or opened is None:
+            continue
+        said = min(
+            (e for e in events if e["reason"] == reason),
+            key=lambda e: abs((e["time"] - at).total_seconds()),
+            default=None,
+        )
+        if said is None or abs((said["time"] - at).total_seconds()) > 2:
+            continue  # its Event is gone (past its TTL): its numbers with it
+        for k, n, what in EVERY_POD.findall(said["message"]):
+            if k == n != "0":
+                state = "Running" if what == HEALTHY else what
+                found.append(Judged(opened, at, state, f"{reason}: {said['message']}"))
+                break
+        opened = None
+    return found
+
+
 def from_live(
     owner: str,
     policy: str,
@@ -366,9 +441,10 @@ def from_live(
     origin = min(story_times, default=now)
     happened = [*story_times, *(t for t, _ in failures)]
     for pod in pods:
-        happened += [t for t, _ in pod.resizes] + [h.last for h in pod.happenings]
-        happened += [t for t in (pod.created, pod.deleted) if t is not None]
-        happened += [pod.last_restart[0]] if pod.last_restart else []
+        kept = [t for t, _ in pod.resizes] + [h.last for h in pod.happenings]
+        kept += [t for t in (pod.created, pod.deleted, pod.running_since) if t is not None]
+        kept += [pod.last_restart[0]] if pod.last_restart else []
+        happened += [_instant(t) for t in kept]
     last = max((t for t in happened if t >= origin), default=origin)
     end = max(1.0, _age(last, origin) * TAIL)
     spans = mode_spans([(_age(t, origin), m, turn, None) for t, m, turn in transitions], end)
@@ -376,11 +452,12 @@ def from_live(
     lane.markers = [_owner_marker(e, _age(e["time"], origin)) for e in events] + [
         Marker(_age(t, origin), "activity failed", what, True) for t, what in failures
     ]
-    lanes = [lane]
+    lanes, verdicts = [lane], judged(transitions, events)
+    rollbacks = [t for t, mode, _ in transitions if mode == "rollingBack"]
     for pod in pods:
         if pod.deleted is not None and pod.deleted < origin:
             continue  # gone before the story began
-        lanes.append(_pod_lane(owner, pod, origin, end))
+        lanes.append(_pod_lane(owner, pod, verdicts, rollbacks, origin, end))
     return Story(owner, lanes, end, start=origin, description=note, quiet=max(0.0, _age(now, last)))
 
 
@@ -394,53 +471,74 @@ def _owner_marker(event: dict[str, Any], t: float) -> Marker:
     )
 
 
-def _pod_lane(owner: str, pod: PodHistory, origin: datetime, end: float) -> Lane:
-    """A pod's resources and state as they changed: a span per resize (its memory written on
-    it), crash loops (``BackOff``) in their colour, the state now on the last span; a marker
-    per run of restarts (with its count) and for the last restart's cause."""
-    start = _age(pod.created, origin)
-    stop = _age(pod.deleted, origin) if pod.deleted is not None else end
-    # Before its first resize, a pod's resources are known only if it is still unresized.
-    memory = "" if pod.resizes else pod.memory
-    changes: list[tuple[float, str, str]] = [(_age(t, origin), "memory", m) for t, m in pod.resizes]
-    for h in pod.happenings:
-        if h.reason == "BackOff":
-            changes += [(_age(h.first, origin), "state", "CrashLoopBackOff")]
-            changes += [(_age(h.last, origin), "state", "Running")]
-    state, at, spans = "Running", start, []
-    for when, what, value in sorted(changes):
-        t = min(max(when, start), stop)
-        if t > at:
-            spans.append(Span(at, t, state, "", memory))
-            at = t
-        if what == "memory":
-            memory = value
+def _pod_lane(
+    owner: str,
+    pod: PodHistory,
+    verdicts: list[Judged],
+    rollbacks: list[datetime],
+    origin: datetime,
+    end: float,
+) -> Lane:
+    """A pod's size and state in each interval it held them, from what the record proves:
+
+    - its size from its resizes (each its own Event); before the first, only while unresized;
+    - its state through each window a verdict judged the whole cohort in (``judged``), and
+      from its status now: running since its containers started, waiting in the restart
+      backoff from a container's last exit to its start again;
+    - elsewhere ``Unrecorded``: the kubelet's Events say that a pod started or backed off, not
+      for how long, and a resize may start or end a crash loop.
+
+    Each is drawn from facts that a later report reads the same (a run of repeated Events only
+    at its first time), so what one report draws, a later one draws the same or leaves
+    unrecorded where the pod's status has moved on. Markers: each resize, the first of each run
+    of back-offs and kills (its count on hover), the last exit with its cause."""
+    start = _age(_instant(pod.created), origin) if pod.created else 0.0
+    stop = _age(_instant(pod.deleted), origin) if pod.deleted is not None else end
+    sizes = [(_age(_resized(t, rollbacks), origin), m) for t, m in pod.resizes]
+    known: list[tuple[float, float, str, str]] = []  # (from, to, state, why), first wins
+    for v in verdicts:  # over the window, from the resize that brought what it judged
+        at = _age(v.at, origin)
+        opened = max([_age(v.opened, origin), *(t for t, _ in sizes if t <= at)])
+        known.append((opened, at, v.state, f"judged {v.detail}"))
+    for exited, started, cause in pod.down:
+        until = _age(_instant(started), origin) if started else stop
+        why = f"waiting in its restart backoff after its exit ({cause}) at {exited:%H:%M:%S}"
+        known.append((_age(_instant(exited), origin), until, "CrashLoopBackOff", why))
+    if pod.running_since is not None:
+        since = pod.running_since
+        why = f"running since {since:%H:%M:%S}, as its status says now"
+        known.append((_age(_instant(since), origin), stop, "Running", why))
+    cuts = {start, stop, *(t for t, _ in sizes), *(t for k in known for t in k[:2])}
+    bounds = sorted(t for t in cuts if start <= t <= stop)
+    spans: list[Span] = []
+    for left, right in itertools.pairwise(bounds):
+        middle = (left + right) / 2
+        state, why = next(
+            ((s, w) for a, b, s, w in known if a <= middle < b),
+            (UNRECORDED, "its state in this interval: not recorded by the cluster"),
+        )
+        before = [m for t, m in sizes if t <= middle]
+        memory = before[-1] if before else ("" if sizes else pod.memory)
+        if spans and (spans[-1].label, spans[-1].text, spans[-1].detail) == (state, memory, why):
+            spans[-1].end = right
         else:
-            state = value
-    spans.append(Span(at, stop, state, "", memory))
-    if pod.status is not None:
-        spans[-1].label = pod.status
+            spans.append(Span(left, right, state, why, memory))
     for span in spans:
         held = span.text or "not recorded (before its first resize)"
         span.detail = (
-            f"{pod.name}: {span.label} {_seconds(span.start)}-{_seconds(span.end)}, memory {held}"
+            f"{pod.name}: {span.label} {_seconds(span.start)}-{_seconds(span.end)},"
+            f" memory {held}; {span.detail}"
         )
     lane = Lane(f"{owner}/{pod.name}", f"pod {pod.name}", kind="pod", spans=spans)
     lane.subtitle = "gone" if pod.status is None else f"{pod.restarts} restart(s) now"
     for h in pod.happenings:
-        t = _age(h.last, origin)
-        if h.reason == "Started" and h.count > 1:
-            detail = f"{pod.name}: started {h.count} times, {h.first:%H:%M:%S} to {h.last:%H:%M:%S}"
-            lane.markers.append(Marker(t, f"restarts x{h.count - 1}", detail, True))
-        elif h.reason in ("Killing", "BackOff"):
-            detail = f"{pod.name}: {h.reason} x{h.count}: {h.message}"
-            lane.markers.append(Marker(t, h.reason, detail, h.warning))
-    for resized, m in pod.resizes:
-        lane.markers.append(Marker(_age(resized, origin), "resized", f"{pod.name}: resized to {m}"))
+        if h.reason in ("Killing", "BackOff"):
+            detail = f"{pod.name}: {h.reason} x{h.count} from {h.first:%H:%M:%S}: {h.message}"
+            lane.markers.append(Marker(_age(_instant(h.first), origin), h.reason, detail, True))
+    for t, m in sizes:
+        lane.markers.append(Marker(t, "resized", f"{pod.name}: resized to {m}"))
     if pod.last_restart is not None:
         restarted, cause = pod.last_restart
-        detail = (
-            f"{pod.name}: restarted ({cause}) at {restarted:%H:%M:%S}; {pod.restarts} restart(s)"
-        )
-        lane.markers.append(Marker(_age(restarted, origin), cause, detail, True))
+        detail = f"{pod.name}: exited ({cause}) at {restarted:%H:%M:%S}; {pod.restarts} restart(s)"
+        lane.markers.append(Marker(_age(_instant(restarted), origin), cause, detail, True))
     return lane

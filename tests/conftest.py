@@ -39,7 +39,11 @@ const measured = {
   })),
   pods: [...document.querySelectorAll('.lane.pod')].map((lane) => ({
     title: lane.querySelector('h2').textContent,
-    spans: [...lane.querySelectorAll('.span')].map((s) => [s.textContent, s.dataset.detail]),
+    track: box(lane.querySelector('.track')),
+    spans: [...lane.querySelectorAll('.span')].map((s) => {
+      const [left, , right] = box(s);
+      return [s.textContent, s.dataset.detail, s.dataset.state, [left, right]];
+    }),
   })),
 };
 const out = document.createElement('pre');
@@ -51,8 +55,9 @@ document.body.appendChild(out);
 
 def measure_report(page: Path, width: int = 1280) -> dict[str, Any]:
     """``page`` as headless Chromium lays it out at ``width`` pixels: per owner lane its track,
-    its labels' boxes and how far right its spans and markers reach; per pod lane its spans
-    (text, detail). Asserts the page logs nothing to the console."""
+    its labels' boxes and how far right its spans and markers reach; per pod lane its track
+    and spans (text, detail, state, [left, right] of its box). Asserts the page logs nothing
+    to the console."""
     measured = page.with_name(f"measured-{page.name}")
     measured.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"))
     shown = subprocess.run(

@@ -263,7 +263,7 @@ def _things_to_try(clone: Path, tries: list[str], run: Process) -> Shell:
     assert overlapping(lane["labels"]) == [] and any(
         "adopted and healthy" in text for text, _ in lane["labels"]
     ), lane["labels"]
-    assert any(len({t for t, _ in pod["spans"] if t}) >= 2 for pod in shown["pods"]), shown["pods"]
+    assert any(len({t for t, *_ in pod["spans"] if t}) >= 2 for pod in shown["pods"]), shown["pods"]
     # The retry the README suggests really runs: turn 1 again, visible in the timeline.
     run.wait_for("Retrying (after failedPermanent)")
     return shell

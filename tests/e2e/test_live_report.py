@@ -4,19 +4,25 @@ and controllers record the Events real ones do), laid out by headless Chromium."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from temporalio.client import Client
+
 from activities.owners import dig
-from cli import podhistory
+from cli import ops, podhistory
 from cli import report as story
 from sim.apiserver import KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
+from sim.scenario import SCENARIOS, Scenario, World, play
 from tests.conftest import measure_report, overlapping
 from worker.kube import api_client
+from worker.temporal import reopen
 from workflows.activity_api import OwnerRef
 from workflows.contract import EventReason, Obj, WorkloadKind
 
@@ -138,6 +144,138 @@ def test_the_live_report_draws_each_pods_resources_as_they_changed(tmp_path: Pat
     left, _, right, _ = lane["track"]
     assert lane["reach"] >= left + 0.9 * (right - left)  # the story fills the width
     assert len(shown["pods"]) == 3
-    for pod in shown["pods"]:
-        texts = [text for text, _ in pod["spans"]]
-        assert "256Mi" in texts and "768Mi" in texts, pod  # each resize, drawn
+    for pod in shown["pods"]:  # each resize, drawn (the gone pod's last lasted under a second,
+        texts = [text for text, *_ in pod["spans"]]  # finer than the cluster keeps time)
+        assert "256Mi" in texts and ("768Mi" in texts or "gone" in pod["title"]), pod
+
+
+# --- the oom-rollback story, drawn and compared with what the simulated cluster lived ---------
+
+FAILING = {"OOMKilled", "CrashLoopBackOff"}
+
+
+def _drawn(page: Path, end: float) -> dict[str, list[tuple[float, float, str, str]]]:
+    """Each pod's spans as headless Chromium lays the page out: (from, to) in seconds of the
+    story (the span's box on its track), its state and the memory written on it."""
+    drawn = {}
+    for pod in measure_report(page)["pods"]:
+        left, _, right, _ = pod["track"]
+        seconds = end / (right - left)
+        drawn[pod["title"].split()[1]] = [
+            ((a - left) * seconds, (b - left) * seconds, state, text)
+            for text, _, state, (a, b) in pod["spans"]
+        ]
+    return drawn
+
+
+def _lived(changes: list[Obj], pod: str, until: float) -> list[tuple[float, float, Obj]]:
+    """The pod's states as the simulated cluster recorded each change: (from, to, change)."""
+    mine = [c for c in changes if c["pod"] == pod]
+    ends = [c["t"] for c in mine[1:]] + [until]
+    return [(c["t"], end, c) for c, end in zip(mine, ends, strict=True)]
+
+
+def _overlap(a: float, b: float, c: float, d: float) -> float:
+    return max(0.0, min(b, d) - max(a, c))
+
+
+async def _story(world: World, client: Client) -> story.Story:
+    transitions, failures = await ops.recorded_transitions(client, world.first.name, OWNER)
+    history = await asyncio.to_thread(podhistory.read, api_client(url=world.api.url), OWNER)
+    return story.from_live(str(OWNER), "p", transitions, failures, history, datetime.now(UTC))
+
+
+def _check_against_the_cluster(
+    drawn: dict[str, list[tuple[float, float, str, str]]], lived: list[Obj], offset: float
+) -> None:
+    """Every state drawn is one the pod was in (times to the second, as the cluster keeps
+    them), every size drawn is the one it ran, and most of the story is drawn."""
+    for pod, spans in drawn.items():
+        lives = _lived(lived, pod, spans[-1][1] + offset + 60)
+        definite = 0.0
+        for a, b, state, memory in spans:
+            start, end = a + offset, b + offset  # on the simulated cluster's clock
+            if end - start >= 1.2 and memory:  # a size, in its middle
+                (middle,) = [c for x, y, c in lives if x <= (start + end) / 2 < y]
+                assert middle["memory"] == memory, (pod, a, b, memory, middle)
+            if state == "Running":  # never over a crash loop (beyond a second's rounding)
+                looped = sum(
+                    _overlap(start, end, x, y) for x, y, c in lives if c["status"] in FAILING
+                )
+                assert looped <= 1.0, (pod, a, b, state, looped)
+            elif state in FAILING and end - start >= 0.5:  # a crash or a back-off in it
+                assert any(
+                    _overlap(start - 0.5, end, x, y) > 0
+                    and (c["status"] in FAILING or c["restarts"] > 0)
+                    for x, y, c in lives
+                ), (pod, a, b, state)
+            if state != story.UNRECORDED:
+                definite += b - a
+        assert definite >= 0.5 * (spans[-1][1] - spans[0][0]), (pod, spans)
+
+
+async def test_the_oom_rollback_story_is_drawn_as_the_cluster_lived_it(tmp_path: Path) -> None:
+    """Point 11 of "everything a person reads is true": the demo's story, drawn from the
+    cluster's record, against the simulated cluster's own record of each pod's changes. Each
+    window a verdict judged all pods OOMKilled in is drawn so on every pod, never Running; the
+    restored size is drawn as the pods lived it; a later report (after a ``reopen`` and its
+    rollback) draws the same past the same way."""
+    scenario = Scenario.load(SCENARIOS / "oom-rollback.yaml")
+    with tempfile.TemporaryDirectory(prefix="rollback-story-") as tmp:
+        world = World(scenario, lambda line: None, Path(tmp))
+        try:
+            await world.start()
+            zero = datetime.now(UTC) - timedelta(seconds=time.monotonic() - world.recorder.start)
+            await play(world)
+            client = await Client.connect(world.temporal.address)
+            ended = await _until_mode(world, "failedPermanent", 0)
+            first = await _story(world, client)
+            page = tmp_path / "story.html"
+            page.write_text(story.render(first))
+            offset = (first.start - zero).total_seconds() if first.start else 0.0
+            drawn = _drawn(page, first.end)
+            _check_against_the_cluster(drawn, world.recorder.pods, offset)
+            rollbacks = [s.start for s in first.lanes[0].spans if s.label == "rollingBack"]
+            assert len(rollbacks) == 2, first.lanes[0].spans
+            for at in rollbacks:  # the window each rollback ends: OOMKilled on every pod
+                for pod, spans in drawn.items():
+                    (state,) = [s for a, b, s, _ in spans if a <= at - 0.1 < b]
+                    assert state == "OOMKilled", (pod, at, spans)
+            # A later report, after a reopen and the rollback it ends in, draws the same past.
+            await reopen(client, world.first.name, world.task_queue, OWNER)
+            await _until_mode(world, "rollingBack", ended)
+            later = await _story(world, client)
+            later_page = tmp_path / "later.html"
+            later_page.write_text(story.render(later))
+            again = _drawn(later_page, later.end)
+            shift = (first.start - later.start).total_seconds() if later.start else 0.0
+            _same_past(drawn, again, shift)
+            _check_against_the_cluster(again, world.recorder.pods, offset - shift)
+        finally:
+            await world.stop()
+
+
+def _same_past(
+    drawn: dict[str, list[tuple[float, float, str, str]]],
+    again: dict[str, list[tuple[float, float, str, str]]],
+    shift: float,
+) -> None:
+    """Where both reports draw a pod's state at the same time, they draw the same one."""
+    for pod, spans in drawn.items():
+        for a, b, state, _ in spans:
+            for c, d, other, _ in again[pod]:
+                both = story.UNRECORDED not in (state, other)
+                if both and _overlap(a, b, c - shift, d - shift) > 0.3:
+                    assert state == other, (pod, (a, b, state), (c - shift, d - shift, other))
+
+
+async def _until_mode(world: World, mode: str, after: int) -> int:
+    """Wait for the owner's transition to ``mode`` after the first ``after`` transitions; the
+    number of transitions then."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        seen = world.timeline("transitions")
+        if any(t["mode"] == mode for t in seen[after:]):
+            return len(seen)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never reached {mode}: {world.timeline('transitions')}")
