@@ -8,10 +8,13 @@ import asyncio
 import json
 import tempfile
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from activities.owners import dig
@@ -20,7 +23,8 @@ from cli import report as story
 from sim.apiserver import KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.scenario import SCENARIOS, Scenario, World, play
-from tests.conftest import measure_report, overlapping
+from tests.browser import Browser
+from tests.conftest import ROOT, measure_report, overlapping
 from worker.kube import api_client
 from worker.temporal import reopen
 from workflows.activity_api import OwnerRef
@@ -214,45 +218,119 @@ def _check_against_the_cluster(
         assert definite >= 0.5 * (spans[-1][1] - spans[0][0]), (pod, spans)
 
 
-async def test_the_oom_rollback_story_is_drawn_as_the_cluster_lived_it(tmp_path: Path) -> None:
-    """Point 11 of "everything a person reads is true": the demo's story, drawn from the
-    cluster's record, against the simulated cluster's own record of each pod's changes. Each
-    window a verdict judged all pods OOMKilled in is drawn so on every pod, never Running; the
-    restored size is drawn as the pods lived it; a later report (after a ``reopen`` and its
-    rollback) draws the same past the same way."""
+@dataclass
+class Played:
+    world: World
+    client: Client
+    zero: datetime  # the wall-clock time of the simulated cluster's second 0
+    ended: int  # transitions recorded up to failedPermanent
+
+
+@pytest.fixture(scope="module")
+async def oom_rollback() -> AsyncIterator[Played]:
+    """The demo's story (``oom-rollback``) played to ``failedPermanent``, its Temporal UI on.
+    The report test, last in this module, reopens it."""
     scenario = Scenario.load(SCENARIOS / "oom-rollback.yaml")
     with tempfile.TemporaryDirectory(prefix="rollback-story-") as tmp:
-        world = World(scenario, lambda line: None, Path(tmp))
+        world = World(scenario, lambda line: None, Path(tmp), ui=True)
         try:
             await world.start()
             zero = datetime.now(UTC) - timedelta(seconds=time.monotonic() - world.recorder.start)
             await play(world)
             client = await Client.connect(world.temporal.address)
-            ended = await _until_mode(world, "failedPermanent", 0)
-            first = await _story(world, client)
-            page = tmp_path / "story.html"
-            page.write_text(story.render(first))
-            offset = (first.start - zero).total_seconds() if first.start else 0.0
-            drawn = _drawn(page, first.end)
-            _check_against_the_cluster(drawn, world.recorder.pods, offset)
-            rollbacks = [s.start for s in first.lanes[0].spans if s.label == "rollingBack"]
-            assert len(rollbacks) == 2, first.lanes[0].spans
-            for at in rollbacks:  # the window each rollback ends: OOMKilled on every pod
-                for pod, spans in drawn.items():
-                    (state,) = [s for a, b, s, _ in spans if a <= at - 0.1 < b]
-                    assert state == "OOMKilled", (pod, at, spans)
-            # A later report, after a reopen and the rollback it ends in, draws the same past.
-            await reopen(client, world.first.name, world.task_queue, OWNER)
-            await _until_mode(world, "rollingBack", ended)
-            later = await _story(world, client)
-            later_page = tmp_path / "later.html"
-            later_page.write_text(story.render(later))
-            again = _drawn(later_page, later.end)
-            shift = (first.start - later.start).total_seconds() if later.start else 0.0
-            _same_past(drawn, again, shift)
-            _check_against_the_cluster(again, world.recorder.pods, offset - shift)
+            yield Played(world, client, zero, await _until_mode(world, "failedPermanent", 0))
         finally:
             await world.stop()
+
+
+# --- the Temporal UI's list, as the docs show it after their one-time step -------------------
+
+UI_COLUMNS = "namespace-workflow-table-columns"  # where the UI keeps *Configure Columns*' choice
+TIMES = {"Start", "End"}
+
+
+def _docs_ui_list() -> tuple[list[str], list[list[str]]]:
+    """The list the workflow page shows (its ``ui-list`` table): columns and rows."""
+    text = (ROOT / "docs" / "concepts" / "workflow.md").read_text(encoding="utf-8")
+    block = text.split("<!-- ui-list", 1)[1].split("-->", 1)[1].strip().split("\n\n")[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in block.splitlines()]
+    return rows[0], [r for r in rows[2:] if r]
+
+
+def test_the_ui_list_tells_each_outcome_as_the_docs_show_it(oom_rollback: Played) -> None:
+    """Point 12: after the docs' one-time step (their columns, stored where the UI's *Configure
+    Columns* stores them), the real Temporal UI's list reads as the docs show it: a succeeded
+    attempt, a backoff, and a permanent failure told apart at a glance."""
+    columns, shown = _docs_ui_list()
+    assert "RollbackMode" in columns and len(shown) == 3
+    ui = f"http://127.0.0.1:{oom_rollback.world.temporal.ui_port}"
+    browser = Browser()
+    try:
+        browser.goto(f"{ui}/namespaces/default/workflows")
+        browser.until("document.readyState === 'complete'")
+        stored = json.dumps({"default": [{"label": c} for c in columns]})
+        browser.evaluate(f"localStorage.setItem({json.dumps(UI_COLUMNS)}, {json.dumps(stored)})")
+        query = urllib.parse.quote('WorkflowType = "RollbackWorkflow"')
+        browser.goto(f"{ui}/namespaces/default/workflows?query={query}")
+        headers = browser.until(  # the list with the columns chosen (not the page before)
+            "(h => h.includes('RollbackMode') && h)"
+            "([...document.querySelectorAll('thead th')].map(t => t.innerText.trim()))"
+        )
+        rows = browser.until(  # its rows, once the three runs are listed
+            "(rows => rows.filter(r => r.includes('failedPermanent')).length && rows.length >= 3"
+            " && rows)([...document.querySelectorAll('tbody tr')]"
+            ".map(r => [...r.querySelectorAll('td')].map(c => c.innerText.trim())))"
+        )
+    finally:
+        browser.close()
+    offset = len(headers) - len(columns)  # the UI's own leading cells (selection)
+    assert headers[offset:] == columns, headers
+    keep = [i for i, c in enumerate(columns) if c not in TIMES]
+    got = [[row[offset:][i].casefold() for i in keep] for row in rows]
+    wanted = [[row[i].casefold() for i in keep] for row in shown]
+    # The docs' rows, in their order, newest first (a later run may stand above them). A
+    # backoff's run continues as new into the next turn when it sees the re-applied
+    # recommendation adopted before it ends; else it completes and the intake starts the next.
+    at = 0
+    for row in wanted:
+        alike = [row, ["completed", *row[1:]]] if row[0] == "continued as new" else [row]
+        while at < len(got) and got[at] not in alike:
+            at += 1
+        assert at < len(got), (row, got)
+        at += 1
+
+
+async def test_the_oom_rollback_story_is_drawn_as_the_cluster_lived_it(
+    oom_rollback: Played, tmp_path: Path
+) -> None:
+    """Point 11 of "everything a person reads is true": the demo's story, drawn from the
+    cluster's record, against the simulated cluster's own record of each pod's changes. Each
+    window a verdict judged all pods OOMKilled in is drawn so on every pod, never Running; the
+    restored size is drawn as the pods lived it; a later report (after a ``reopen`` and its
+    rollback) draws the same past the same way."""
+    world, client = oom_rollback.world, oom_rollback.client
+    first = await _story(world, client)
+    page = tmp_path / "story.html"
+    page.write_text(story.render(first))
+    offset = (first.start - oom_rollback.zero).total_seconds() if first.start else 0.0
+    drawn = _drawn(page, first.end)
+    _check_against_the_cluster(drawn, world.recorder.pods, offset)
+    rollbacks = [s.start for s in first.lanes[0].spans if s.label == "rollingBack"]
+    assert len(rollbacks) == 2, first.lanes[0].spans
+    for at in rollbacks:  # the window each rollback ends: OOMKilled on every pod
+        for pod, spans in drawn.items():
+            (state,) = [s for a, b, s, _ in spans if a <= at - 0.1 < b]
+            assert state == "OOMKilled", (pod, at, spans)
+    # A later report, after a reopen and the rollback it ends in, draws the same past.
+    await reopen(client, world.first.name, world.task_queue, OWNER)
+    await _until_mode(world, "rollingBack", oom_rollback.ended)
+    later = await _story(world, client)
+    later_page = tmp_path / "later.html"
+    later_page.write_text(story.render(later))
+    again = _drawn(later_page, later.end)
+    shift = (first.start - later.start).total_seconds() if later.start else 0.0
+    _same_past(drawn, again, shift)
+    _check_against_the_cluster(again, world.recorder.pods, offset - shift)
 
 
 def _same_past(
