@@ -266,3 +266,62 @@ def test_the_generated_references_leave_no_description_empty(page: str) -> None:
     ] == []
     sections = re.split(r"^## .*$", text, flags=re.M)[1:]
     assert [s[:60] for s in sections if s.strip().startswith("|")] == []  # a table first
+
+
+GLOSSARY = docs.DOCS / "glossary.md"
+# What is not prose: fenced and indented blocks, inline code, headings, HTML comments, a
+# table's rows (a cell is a name or a value, not a sentence), another link (a glossary link's
+# text is the use it links).
+NOT_PROSE = re.compile(
+    r"```[\s\S]*?```|`[^`\n]*`|^#.*$|<!--[\s\S]*?-->|^[ \t]*\|.*$|^ {4,}\S.*$", re.M
+)
+LINK = re.compile(r"\[([^\]]*)\]\(([^)]*)\)")
+
+
+def _prose(text: str) -> str:
+    """``text`` with what is not prose blanked out, each character kept in its place."""
+    masked = NOT_PROSE.sub(lambda m: " " * len(m[0]), text)
+
+    def link(m: re.Match[str]) -> str:
+        if "glossary.md" in m[2]:
+            return f"[{m[1]}]" + " " * (len(m[2]) + 2)
+        return " " * len(m[0])
+
+    return LINK.sub(link, masked)
+
+
+def glossary_terms() -> list[str]:
+    return re.findall(r"^### (.+)$", GLOSSARY.read_text(encoding="utf-8"), re.M)
+
+
+def first_use(text: str, term: str) -> re.Match[str] | None:
+    """The first use of ``term`` in the page's prose (its plural too), or None."""
+    flags = 0 if term[0].isupper() else re.I
+    return re.search(rf"(?<![\w./-]){re.escape(term)}s?(?![\w-])", _prose(text), flags)
+
+
+def _prose_pages() -> list[Path]:
+    return [
+        p
+        for p in sorted(docs.DOCS.rglob("*.md"))
+        if p != GLOSSARY
+        and "reference" not in p.relative_to(docs.DOCS).parts
+        and str(p.relative_to(docs.DOCS)) not in docs.PAGES  # generated from the code
+    ]
+
+
+@pytest.mark.parametrize("page", _prose_pages(), ids=lambda p: str(p.relative_to(docs.DOCS)))
+def test_each_page_links_a_glossary_word_where_it_first_uses_it(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    target = os.path.relpath(GLOSSARY, page.parent)
+    unlinked = []
+    for term in glossary_terms():
+        found = first_use(text, term)
+        if found is None:
+            continue
+        after = text[found.end() : found.end() + 200]
+        anchor = term.lower().replace(" ", "-")
+        if not (text[found.start() - 1] == "[" and after.startswith(f"]({target}#{anchor})")):
+            line = text.count("\n", 0, found.start()) + 1
+            unlinked.append(f"{term} (line {line})")
+    assert not unlinked, f"link the first use to the glossary ({target}#...): {unlinked}"
