@@ -205,7 +205,9 @@ def test_the_first_hour_as_printed(clone: Path) -> None:
         prometheus = run.wait_for("Prometheus: http").split("Prometheus: ", 1)[1].split()[0]
         with urllib.request.urlopen(f"{prometheus}/api/v1/query?query=up", timeout=10) as r:
             assert json.loads(r.read())["status"] == "success"
-        _used_together(_things_to_try(clone, tries, run))
+        shell = _things_to_try(clone, tries, run)
+        _used_together(shell)
+        _docs_demo_blocks(shell)
     finally:
         code = run.ctrl_c() if run.process.poll() is None else run.process.returncode
         run.kill()
@@ -267,6 +269,27 @@ def _things_to_try(clone: Path, tries: list[str], run: Process) -> Shell:
     # The retry the README suggests really runs: turn 1 again, visible in the timeline.
     run.wait_for("Retrying (after failedPermanent)")
     return shell
+
+
+def docs_demo_commands() -> list[str]:
+    """Every command of the docs' console blocks marked ``demo-runs``, page by page, in order."""
+    commands = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for block in re.findall(r"<!-- demo-runs.*?-->\s*```console\n(.*?)```", text, re.S):
+            lines = [line.strip() for line in block.splitlines()]
+            commands += [line[2:] for line in lines if line.startswith("$ ")]
+    return commands
+
+
+def _docs_demo_blocks(shell: Shell) -> None:
+    """The docs' commands the demo can run (a how-to's steps), as printed, in the shell the
+    README's commands left (its exports)."""
+    commands = docs_demo_commands()
+    assert any("pause-until=infinite" in c for c in commands), commands
+    said = {command: shell.run(command) for command in commands}
+    paused = said["rollbackctl get --held -o wide"]
+    assert "NAMESPACE" in paused or "No rollback workflows found." in paused, paused
 
 
 def _used_together(shell: Shell) -> None:
