@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import shlex
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from cli.main import main
 from sim.scenario import Apply, Scenario, Step, World
+from tests.conftest import ROOT
 from worker import temporal as control
 from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.process import IntakeService
@@ -406,3 +409,36 @@ async def test_rollbackctl_shows_policies_as_kubectl_would(
 
     code = await rollbackctl("describe", "rbp", "nope/policy", *kube, *temporal)
     assert code == 1 and "RollbackPolicy nope/policy not found" in capsys.readouterr().err
+    await _as_the_docs_show(kube, temporal, capsys)
+
+
+def _docs_example() -> list[tuple[list[str], list[str]]]:
+    """The commands the status page shows "from a run of" this module's stories, with their
+    output: (argv after ``rollbackctl``, lines)."""
+    page = (ROOT / "docs" / "concepts" / "status-and-control.md").read_text(encoding="utf-8")
+    block = re.search(r"From a run of `tests/e2e/test_policy_status.py`.*?```console\n(.*?)```",
+                      page, re.S)  # fmt: skip
+    assert block is not None, "the status page shows a run of this module's stories"
+    shown = []
+    for part in re.split(r"^\$ rollbackctl ", block[1], flags=re.M)[1:]:
+        command, *output = part.splitlines()
+        argv = shlex.split(command)
+        shown.append((argv[: argv.index("--kube-url")], output))
+    return shown
+
+
+def _same(line: str) -> str:
+    """A line as two runs print it alike: times, ages and ports aside."""
+    line = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+(Z|\+00:00)", "<time>", line)
+    return " ".join(re.sub(r"^\d+[smhd]$", "<age>", word) for word in line.split())
+
+
+async def _as_the_docs_show(
+    kube: list[str], temporal: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command the status page shows, run here: every line it shows is one it prints."""
+    for argv, output in _docs_example():
+        assert await rollbackctl(*argv, *kube, *temporal) == 0, argv
+        printed = {_same(line) for line in capsys.readouterr().out.splitlines()}
+        missing = [line for line in output if _same(line) not in printed]
+        assert not missing, (argv, missing, sorted(printed))
