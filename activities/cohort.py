@@ -105,10 +105,14 @@ def _condition(pod: Obj, kind: str) -> Obj | None:
 
 
 def health(
-    pod: Obj, since: datetime, ready_by: datetime | None = None
+    pod: Obj, since: datetime, ready_by: datetime | None = None, carried: bool = True
 ) -> tuple[FailureReason | None, tuple[str, ...]]:
     """Why the pod is unhealthy (with the containers concerned), or ``(None, ())``; a pod
-    Ready only since after ``ready_by`` is ``NotReady`` (``ready_too_recently`` tells it)."""
+    Ready only since after ``ready_by`` is ``NotReady`` (``ready_too_recently`` tells it).
+    ``carried``: an OOM kill before ``since`` counts while its container has not been ready
+    since (a window judging a cut: its restart backoff can outlast a short window); without,
+    only a kill since ``since`` is one (the cohort now, after a rollback: its pods back off
+    from a kill at the size before, ``CrashLoopBackOff``)."""
     status = pod.get("status") or {}
     phase = status.get("phase")
     if phase == "Succeeded":
@@ -127,7 +131,7 @@ def health(
         unrecovered = backing_off or not cs.get("ready", False)
         if (now.get("terminated") or {}).get("reason") == "OOMKilled" or (
             last.get("reason") == "OOMKilled"
-            and (unrecovered or (finished is not None and finished >= since))
+            and ((carried and unrecovered) or (finished is not None and finished >= since))
         ):
             oom.append(cs["name"])
         elif backing_off:
@@ -197,14 +201,19 @@ def resize_blocked(pod: Obj) -> FailureReason | None:
 
 
 def judge(
-    pod: Obj, recommendation: Recommendation, since: datetime, ready_by: datetime | None = None
+    pod: Obj,
+    recommendation: Recommendation,
+    since: datetime,
+    ready_by: datetime | None = None,
+    carried: bool = True,
 ) -> PodVerdict:
-    """``since``: the window's start (an OOM kill since then counts); ``ready_by``: the latest
-    a pod may have turned Ready to count (the sample's time less the minimum ready duration)."""
+    """``since``: the window's start (an OOM kill since then counts; ``carried``: see
+    ``health``); ``ready_by``: the latest a pod may have turned Ready to count (the sample's
+    time less the minimum ready duration)."""
     name = pod["metadata"]["name"]
     has = carries(pod, recommendation)
     adopted = has and recommendation.equals_resources(*actual_resources(pod))
-    reason, containers = health(pod, since, ready_by)
+    reason, containers = health(pod, since, ready_by, carried)
     if reason is None and not adopted:
         reason = resize_blocked(pod)
     # NotReady while Ready: only because it turned Ready too recently (``health``).

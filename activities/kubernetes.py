@@ -111,14 +111,16 @@ def cohort_sample(
     desired: int | None,
     query: CohortQuery,
     min_ready: timedelta = timedelta(0),
+    carried: bool = True,
 ) -> CohortSample:
     """The cohort judged (``activities.cohort``): counts and the reasons pods do not count; a
-    pod counts only once Ready for ``min_ready``."""
+    pod counts only once Ready for ``min_ready`` (``carried``: ``cohort.health``)."""
     now = datetime.now(UTC)
     tally = Tally(min_ready=min_ready)
     for pod in pods:
         try:
-            tally.add(judge(pod, input.recommendation, input.window_started_at, now - min_ready))
+            since = input.window_started_at
+            tally.add(judge(pod, input.recommendation, since, now - min_ready, carried))
         except MalformedRecommendationError as exc:
             error = f"pod {pod['metadata']['name']}: malformed recommendation: {exc}"
             log.warning("%s: %s", owner, error)

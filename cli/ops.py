@@ -485,7 +485,8 @@ def live_cohort(kube: ApiClient, cluster: str, state: RollbackState) -> LiveCoho
     request = SampleCohortInput(
         cluster=cluster, owner=owner, recommendation=state.recommendation, window_started_at=since
     )
-    sample = cohort_sample(owner, pods, request, desired_replicas(owner.kind, obj), query)
+    desired = desired_replicas(owner.kind, obj)
+    sample = cohort_sample(owner, pods, request, desired, query, carried=window_open)
     running = Counter(ResourceSnapshot.of(*actual_resources(p)).describe() for p in pods)
     manifest = manifest_resources(owner.kind, obj)
     template = ResourceSnapshot.of(*manifest).describe() if manifest else ""

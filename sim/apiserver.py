@@ -6,7 +6,8 @@ POST, PUT (``resourceVersion`` preconditions, 409 on conflict), PATCH with merge
 strategic-merge and JSON patches; the ``status`` and ``pods/resize`` subresources; LimitRange and
 ResourceQuota admission of pods (``sim.admission``); DELETE with
 cascading garbage collection through ``ownerReferences``; WATCH streams with resourceVersion
-resume, bookmarks and 410 Gone for an expired version.
+resume, bookmarks, 410 Gone for an expired version and the streaming list (`sendInitialEvents`,
+which `kubectl wait` uses).
 
 For tests and benchmarks it keeps a request ``journal`` and takes injected ``faults``. Objects
 are plain dicts, as the API serves them. ``store`` methods are thread-safe so a simulation (or a
@@ -853,6 +854,11 @@ class KubeEmulator:
 
         rv_param = http.query.get("resourceVersion")
         since = int(rv_param) if rv_param not in (None, "", "0") else None
+        # A streaming list (kubectl's informers since 1.32): the state now as ADDED events, then
+        # a bookmark saying the initial events have ended, then the changes.
+        initial = http.query.get("sendInitialEvents") == "true"
+        if initial:
+            since = None
         timeout = float(http.query.get("timeoutSeconds") or 3600)
         bookmarks = http.query.get("allowWatchBookmarks") in ("true", "1")
         loop = asyncio.get_running_loop()
@@ -872,6 +878,17 @@ class KubeEmulator:
         try:
             for old in backlog:
                 await response.write(_line({"type": old.type, "object": shown(old.obj)}))
+            if initial:
+                snapshot = backlog[0].rv if backlog else self.store.resource_version
+                ended = {
+                    "kind": rtype.kind,
+                    "apiVersion": rtype.api_version,
+                    "metadata": {
+                        "resourceVersion": str(snapshot),
+                        "annotations": {"k8s.io/initial-events-end": "true"},
+                    },
+                }
+                await response.write(_line({"type": "BOOKMARK", "object": ended}))
             deadline = loop.time() + timeout
             while True:
                 remaining = deadline - loop.time()

@@ -973,7 +973,8 @@ def test_when_an_oom_kill_counts() -> None:
     into a window that began at .6 reads as before it), or before the window for a container
     not ready since (backing off, or started again and not up yet: the backoff grows to 5
     minutes, so no kill need fall in a shorter window); a crash loop from another exit stays
-    ``crashLoopBackOff``, a kill recovered from before the window is history."""
+    ``crashLoopBackOff``, a kill recovered from before the window is history, and so is one
+    before ``since`` when nothing is carried over (the cohort now, after a verdict)."""
     since = datetime(2026, 1, 1, 12, 0, 0, 600_000, tzinfo=UTC)
     running, crashing = {"running": {}}, {"waiting": {"reason": "CrashLoopBackOff"}}
 
@@ -993,3 +994,7 @@ def test_when_an_oom_kill_counts() -> None:
     assert health(pod(running, "OOMKilled", -1), since) == oom  # started again, not up yet
     recovered = pod(running, "OOMKilled", -1, ready=True)
     assert health(recovered, since)[0] is not FailureReason.OOM_KILLED
+    # The cohort now, after a rollback: a kill before it is not one now; backing off from it
+    # is what the pod does now (its restored size waits out the backoff of the cut's kill).
+    assert health(pod(crashing, "OOMKilled", -1), since, carried=False) == crash_loop
+    assert health(pod(running, "OOMKilled", 0), since, carried=False) == oom

@@ -233,6 +233,10 @@ def _banner_commands(clone: Path, look: list[str], export: str, kubectl: str) ->
     template = next(line for line in described.splitlines() if line.startswith("Template:"))
     assert "1Gi" in template and "annotation applier" in template, template
     shell.run(export)
+    # The restored pods come back once their restart backoff (from the cut's OOM kills) ends,
+    # as a kubelet's do: wait for the Deployment to say so, then look.
+    binary = kubectl.split(maxsplit=1)[0]
+    shell.run(f"{binary} wait deploy/api -n shop --for=condition=Available --timeout=90s")
     deployed = shell.run(kubectl)
     assert re.search(r"NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE", deployed), deployed
     assert re.search(r"deployment\.apps/api\s+3/3\s+3\s+3", deployed), deployed

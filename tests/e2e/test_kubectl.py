@@ -212,3 +212,31 @@ def test_events_by_field_selector_and_describe(cluster: tuple[KubeEmulator, Path
     assert re.search(
         r"RollingUpdateStrategy:\s+25% max unavailable, 25% max surge", described.stdout
     )
+
+
+def test_wait_sees_a_condition_come_true(cluster: tuple[KubeEmulator, Path]) -> None:
+    """``kubectl wait`` lists by a streaming watch (``sendInitialEvents``) and waits for the
+    bookmark that ends its initial events: it returns once a change makes the condition true,
+    not at its timeout (the first-hour test waits so for the demo's restored pods)."""
+    api, config = cluster
+    deployments = api.store.rtype("Deployment")
+    waiting = subprocess.Popen(
+        [kubectl(), f"--kubeconfig={config}", "wait", "deploy/api", "-n", "team",
+         "--for=condition=Available", "--timeout=60s"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        # Not Available yet: the wait is still on when the watch reports no change (its own
+        # list came back without the condition), and returns only after the change below.
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=2)
+        available = {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"}
+        api.store.patch(
+            deployments, "team", "api", {"status": {"conditions": [available]}},
+            "application/merge-patch+json", subresource="status",
+        )  # fmt: skip
+        out, _ = waiting.communicate(timeout=30)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, out
+    assert "deployment.apps/api condition met" in out
