@@ -281,7 +281,8 @@ def docs_demo_commands() -> list[str]:
     for page in sorted((ROOT / "docs").rglob("*.md")):
         text = page.read_text(encoding="utf-8")
         for block in re.findall(r"<!-- demo-runs.*?-->\s*```console\n(.*?)```", text, re.S):
-            lines = [line.strip() for line in block.splitlines()]
+            joined = re.sub(r"\\\n\s*", "", block)  # a command continued on the next line
+            lines = [line.strip() for line in joined.splitlines()]
             commands += [line[2:] for line in lines if line.startswith("$ ")]
     return commands
 

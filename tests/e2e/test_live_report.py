@@ -238,7 +238,9 @@ async def oom_rollback() -> AsyncIterator[Played]:
             zero = datetime.now(UTC) - timedelta(seconds=time.monotonic() - world.recorder.start)
             await play(world)
             client = await Client.connect(world.temporal.address)
-            yield Played(world, client, zero, await _until_mode(world, "failedPermanent", 0))
+            ended = await _until_mode(world, "failedPermanent", 0)
+            await _expectations_met(world, scenario.timeout)  # test_scenarios leaves it to us
+            yield Played(world, client, zero, ended)
         finally:
             await world.stop()
 
@@ -345,6 +347,14 @@ def _same_past(
                 both = story.UNRECORDED not in (state, other)
                 if both and _overlap(a, b, c - shift, d - shift) > 0.3:
                     assert state == other, (pod, (a, b, state), (c - shift, d - shift, other))
+
+
+async def _expectations_met(world: World, timeout: float) -> None:
+    """The scenario's own expectations hold (``World.problems``), as ``run_scenario`` asks."""
+    deadline = time.monotonic() + timeout
+    while (problems := world.problems()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert not problems, problems
 
 
 async def _until_mode(world: World, mode: str, after: int) -> int:

@@ -144,18 +144,19 @@ async def test_describe_unknown_workload(
         f"error: no rollback attempt recorded for nowhere/StatefulSet/none in cluster {CLUSTER}"
         f" {hint}{unasked}"
     )
-    # With a cluster to ask, a misspelt name and a workload never resized read apart.
+    # With a cluster to ask, a misspelt name and a workload never resized read apart (in a
+    # namespace of their own: the session's Temporal holds other tests' runs of shop's).
     with KubeEmulator() as api:
         for name in ("api", "web"):
-            meta = {"name": name, "namespace": "shop"}
+            meta = {"name": name, "namespace": "orders"}
             api.store.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})
-        misspelt = await error("describe", "shop/deploy/apii", "--kube-url", api.url)
+        misspelt = await error("describe", "orders/deploy/apii", "--kube-url", api.url)
         assert misspelt.endswith(
-            "; no Deployment apii in namespace shop of the cluster:"
-            " did you mean shop/Deployment/api?"
+            "; no Deployment apii in namespace orders of the cluster:"
+            " did you mean orders/Deployment/api?"
         ), misspelt
-        never = await error("describe", "shop/deploy/web", "--kube-url", api.url)
-        assert "; shop/Deployment/web exists in the cluster: no recommendation reached it" in never
+        never = await error("describe", "orders/deploy/web", "--kube-url", api.url)
+        assert "; orders/Deployment/web exists in the cluster: no recommendation reached" in never
     assert await error("describe", "nowhere/pods/none") == (
         "error: unknown kind 'pods': one of Deployment, StatefulSet, CronJob, Rollout, Job,"
         " AnalysisRun, DaemonSet, Model, StrimziPodSet (any case, or plural), or a short name:"
