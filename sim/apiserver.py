@@ -854,7 +854,7 @@ class KubeEmulator:
 
         rv_param = http.query.get("resourceVersion")
         since = int(rv_param) if rv_param not in (None, "", "0") else None
-        # A streaming list (kubectl's informers since 1.32): the state now as ADDED events, then
+        # A streaming list (what the kubectl here asks for): the state now as ADDED events, then
         # a bookmark saying the initial events have ended, then the changes.
         initial = http.query.get("sendInitialEvents") == "true"
         if initial:
