@@ -117,10 +117,10 @@ def cohort_sample(
     pod counts only once Ready for ``min_ready`` (``carried``: ``cohort.health``)."""
     now = datetime.now(UTC)
     tally = Tally(min_ready=min_ready)
+    since, ready_by = input.window_started_at, now - min_ready
     for pod in pods:
         try:
-            since = input.window_started_at
-            tally.add(judge(pod, input.recommendation, since, now - min_ready, carried))
+            tally.add(judge(pod, input.recommendation, since, ready_by, carried))
         except MalformedRecommendationError as exc:
             error = f"pod {pod['metadata']['name']}: malformed recommendation: {exc}"
             log.warning("%s: %s", owner, error)

@@ -63,11 +63,15 @@ class PodHistory:
     resizes: list[tuple[datetime, str]] = field(default_factory=list)  # (when, memory after)
     happenings: list[Happening] = field(default_factory=list)
     restarts: int = 0  # now, of a pod still there
-    last_restart: tuple[datetime, str] | None = None  # (when, cause) of a pod still there
     running_since: datetime | None = None  # every container runs, since (a pod still there)
     # Of a pod still there: each container's last exit (when, why) to its start again (None:
     # it waits in its restart backoff still).
     down: list[tuple[datetime, datetime | None, str]] = field(default_factory=list)
+
+    @property
+    def last_restart(self) -> tuple[datetime, str] | None:
+        """(when, cause) of the last container's last exit, of a pod still there."""
+        return (self.down[-1][0], self.down[-1][2]) if self.down else None
 
 
 @dataclass
@@ -99,9 +103,7 @@ def _containers(pod: PodHistory, statuses: list[Obj]) -> None:
         terminated = (cs.get("lastState") or {}).get("terminated")
         at = parse_kube_time((terminated or {}).get("finishedAt"))
         if terminated and at is not None:
-            cause = str(terminated.get("reason") or "restart")
-            pod.last_restart = (at, cause)
-            pod.down.append((at, started, cause))
+            pod.down.append((at, started, str(terminated.get("reason") or "restart")))
 
 
 def history(owner: OwnerRef, events: list[Any], pods: list[Obj]) -> OwnerHistory:

@@ -363,8 +363,8 @@ def _age(at: datetime | None, origin: datetime) -> float:
 
 def _instant(at: datetime) -> datetime:
     """A time the cluster keeps to the second (a kubelet's Event, a container's start or exit)
-    stands for that whole second: drawn at its middle, half a second at most from the truth,
-    and after a transition of the engine that caused it within the same second."""
+    stands for that whole second: drawn at its middle, half a second at most from the truth
+    (a resize caused by a rollback in the same second: ``_resized``)."""
     return at + HALF_SECOND if at.microsecond == 0 else at
 
 

@@ -15,12 +15,14 @@ from typing import Any
 
 import websocket  # websocket-client, which the kubernetes client brings
 
+from tests.conftest import chromium
+
 
 class Browser:
     def __init__(self) -> None:
         self.profile = tempfile.mkdtemp(prefix="chromium-")
         self.process = subprocess.Popen(
-            [shutil.which("chromium") or "chromium", "--headless", "--no-sandbox", "--disable-gpu",
+            [chromium(), "--headless", "--no-sandbox", "--disable-gpu",
              "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
