@@ -465,3 +465,30 @@ def test_each_run_says_in_its_summary_which_attempt_it_opens_and_why() -> None:
     assert said(Trigger.OBSERVE, None, None) == (
         f"{REF} in {CLUSTER}: an attempt of {REC.fingerprint}, its pods adopted it"
     )
+
+
+async def test_a_pod_that_failed_before_its_owners_window_opened_is_suspected_when_it_opens(
+    env: Env,
+) -> None:
+    """A pod is OOM-killed (and crash-loops) before the intake's owner cache shows the window
+    open: its own event is no suspicion then, and its next one is a restart backoff away. The
+    owner's window opening tells the run (CI at 143311f: an early verdict 10 s late)."""
+    env.api.store.create(policy(monitoringPeriod="1h", earlyVerdict={"confirmationPeriod": "3s"}))
+    await started(env)
+    rs = deployment(env.api, replicas=1)
+    killed = {"terminated": {"reason": "OOMKilled", "finishedAt": "2026-12-06T12:00:00Z"}}
+    env.api.store.create(pod("web-a", WEB, ready=False, last_state=killed, owner_ref=rs))
+    await handled_so_far(env)
+    assert env.intake.stats["suspects"] == 0  # no window yet: no run to tell
+    opened = OwnerState(
+        mode=Mode.MONITORING,
+        active_recommendation_fingerprint=REC.fingerprint,
+        turn=1,
+        last_transition_time=datetime(2026, 12, 6, 12, 0, 1, tzinfo=UTC),
+    )
+    env.api.store.patch(
+        env.api.store.rtype("Deployment"), NS, "web",
+        {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: opened.to_json()}}},
+        "application/merge-patch+json",
+    )  # fmt: skip
+    await eventually(lambda: env.intake.stats["suspects"] == 1)
