@@ -515,8 +515,10 @@ def describe_text(
     ``held``: the pause the run waits on; ``earlier``: the transitions recorded before the
     state's history (``earlier_transitions``), listed with ``every``, else counted."""
     workflow_id = rollback_id(cluster, owner)
-    if state is None:
+    if state is None and status == "Running":
         return f"{workflow_id}: {status}, no state yet"
+    if state is None:
+        return f"{workflow_id}: {status} before a worker ran it: no state recorded"
     lines = [
         f"Workload:     {owner}",
         f"Cluster:      {cluster}",

@@ -152,11 +152,21 @@ class FencedError(Exception):
 async def newest_run(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[WorkflowExecutionStatus | None, RollbackState | None]:
-    """Status and state (the ``status`` query: a worker must be up) of the owner's newest run;
-    raises ``RPCError`` (NOT_FOUND: no run at all)."""
+    """Status and state (the ``status`` query: a worker must be up) of the owner's newest run,
+    None for a run that ended before a worker ran it; raises ``RPCError`` (NOT_FOUND: no run at
+    all)."""
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     info = await handle.describe()
-    return info.status, await handle.query(RollbackWorkflow.status)
+    try:
+        return info.status, await handle.query(RollbackWorkflow.status)
+    except RPCError as exc:
+        # Temporal's answer to a query of a run closed before its first workflow task (one
+        # terminated or timed out waiting for a worker): it has no state to tell.
+        if info.status is WorkflowExecutionStatus.RUNNING or (
+            exc.status is not RPCStatusCode.FAILED_PRECONDITION
+        ):
+            raise
+        return info.status, None
 
 
 async def held(client: Client, cluster: str, owner: OwnerRef) -> Pause | None:

@@ -266,3 +266,18 @@ async def test_upgrade_check_waits_for_attempts_started_by_0_1(
             break
         await asyncio.sleep(0.1)
     assert code == 0 and "No 0.1 attempt is running" in out, out
+
+
+async def test_describe_of_a_run_that_ended_before_a_worker_ran_it(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No worker polls its task queue, and the run is terminated: Temporal refuses its query
+    ("closed before WorkflowTaskStarted"); describe says what happened instead."""
+    queue = f"cli-{uuid.uuid4().hex[:6]}"
+    ref = OwnerRef(namespace="orders", kind=WorkloadKind.DEPLOYMENT, name=f"never-{queue}")
+    handle = await observe(temporal_env.client, CLUSTER, queue, ref, rec("768Mi"))
+    await handle.terminate("no worker came")
+    code, out = await cli(capsys, temporal_env, queue, "describe", str(ref), "--cluster", CLUSTER)
+    assert code == 0 and out.strip() == (
+        f"{rollback_id(CLUSTER, ref)}: Terminated before a worker ran it: no state recorded"
+    ), out
