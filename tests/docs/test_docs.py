@@ -227,6 +227,32 @@ def test_every_worker_and_intake_command_the_docs_print_runs_as_written() -> Non
         assert config.cluster, (page, argv)
 
 
+def test_the_policy_commands_the_docs_show_print_what_they_show() -> None:
+    """Each ``rollbackctl policy ...`` a page shows with its output, over files of this
+    repository (``deploy/examples/``; the reader's own ``bad.yaml`` and the like are not here),
+    prints that output, line for line (the examples' count once said 3 when they were 4)."""
+    compared = []
+    for page in _pages():
+        for block in re.findall(r"```console\n(.*?)```", page.read_text(), re.S):
+            for part in re.split(r"^\$ ", block, flags=re.M)[1:]:
+                command, *shown = part.rstrip("\n").split("\n")
+                words = command.split()
+                files = [w for w in words[3:] if w.endswith(".yaml")]
+                if words[:2] != ["rollbackctl", "policy"] or not all(
+                    list(ROOT.glob(f)) for f in files
+                ):
+                    continue
+                # As a reader's shell runs it: its globs expanded, the venv's rollbackctl.
+                path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+                real = subprocess.run(
+                    command, shell=True, cwd=ROOT, capture_output=True, text=True, check=False,
+                    env={**os.environ, "PATH": path},
+                )  # fmt: skip
+                assert real.stdout.rstrip("\n").split("\n") == shown, (page.name, command)
+                compared.append(command)
+    assert len(compared) >= 2, compared
+
+
 def test_the_workflow_page_names_every_signal_update_query_and_search_attribute() -> None:
     """The "Signals, Updates and queries" table and the search-attribute list, against the
     workflow's handlers and ``SearchAttribute``."""
