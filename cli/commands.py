@@ -27,7 +27,7 @@ from temporalio.service import RPCError
 
 from activities.errors import first_line
 from activities.health import Prometheus, PrometheusError
-from cli import crds, localrun, ops, podhistory, policies
+from cli import crds, localrun, ops, pausing, podhistory, policies
 from cli import report as story
 from cli.ops import OpsError
 from worker import versioning
@@ -424,6 +424,70 @@ def cmd_reopen(args: argparse.Namespace) -> int:
         return 0
 
     return _ops(args, action)
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Write Kubex's pause on a namespace, workload or pod; list the running attempts it covers."""
+    return _pause_or_resume(args, pause=True)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Remove the pause: what it held goes ahead once the intake's watch sees it go."""
+    return _pause_or_resume(args, pause=False)
+
+
+def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
+    kube = _cluster(args)
+    try:
+        if kube is None:
+            raise OpsError(
+                "a pause is written in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
+                " (or run this where `make run` is running)"
+            )
+        namespace = args.namespace_filter or pausing.context_namespace(
+            kube.kubeconfig, kube.context
+        )
+        target = pausing.parse_target(args.target, namespace)
+        until = pausing.until_value(args.until, datetime.now(UTC)) if pause else ""
+        api = kube.client()
+        try:
+            written = pausing.annotate(
+                api,
+                target,
+                pausing.pause_annotations(until, args.reason) if pause else pausing.RESUME,
+            )
+            owner = pausing.target_owner(api, target, written) if pause else None
+        except OpsError:
+            raise
+        except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
+            raise OpsError(f"cannot reach Kubernetes: {_unreachable(kube, exc)}") from None
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if not pause:
+        print(f"{target} resumed: what its pause held goes ahead within seconds")
+        return 0
+    print(f"{target} paused until {until}" + (f": {args.reason}" if args.reason else ""))
+    print(asyncio.run(_covered(args, target, owner)))
+    return 0
+
+
+async def _covered(args: argparse.Namespace, target: pausing.Target, owner: OwnerRef | None) -> str:
+    """The running attempts the pause covers, as one line (Temporal is only asked: a pause
+    written stands whether it answers or not)."""
+    config = _temporal(args)
+    try:
+        client = await config.connect()
+        namespace = target.name if target.owner is None and target.namespace is None else None
+        rows = await ops.get(client, namespace or (owner.namespace if owner else None))
+    except Exception as exc:  # the SDK's connect and RPC errors alike
+        problem = connect_problem(exc)
+        return f"Running attempts not listed: cannot reach Temporal at {config.address} ({problem})"
+    covered = pausing.covered(rows, target, owner)
+    if not covered:
+        return "It covers no running attempt now; one that starts is held where it first acts."
+    listed = ", ".join(f"{r.namespace}/{r.workload} ({r.mode}, turn {r.turn})" for r in covered)
+    return f"It holds {len(covered)} running attempt(s), each where it next acts: {listed}"
 
 
 def cmd_versions(args: argparse.Namespace) -> int:

@@ -159,6 +159,36 @@ def _add_operations(sub: Any) -> None:
         cmd.set_defaults(handler=_command(f"cmd_{name}"))
 
 
+def _add_pauses(sub: Any) -> None:
+    """``pause``, ``resume``: Kubex's pause annotations, written for the operator."""
+    for name, text in (
+        ("pause", "stop the engine (and Kubex) on a namespace, workload or pod: nothing that"
+         " changes what runs is written there until it ends"),
+        ("resume", "remove a pause: what it held goes ahead within seconds"),
+    ):  # fmt: skip
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument(
+            "target",
+            metavar="namespace/NAME | pod/NAME | KIND/NAME",
+            help="a namespace, a pod, or a workload (the kind as kubectl takes it: deploy/api);"
+            " NAMESPACE/KIND/NAME names its namespace too",
+        )
+        cmd.add_argument(
+            "-n", "--namespace", dest="namespace_filter",
+            help="the pod's or workload's namespace (default: the context's, else default)",
+        )  # fmt: skip
+        if name == "pause":
+            cmd.add_argument(
+                "--until",
+                help="infinite (default), a duration from now (30m, 2h) or an RFC 3339 time with"
+                " its zone (2026-12-05T18:00:00Z)",
+            )
+            cmd.add_argument("--reason", help="why, for whoever finds it (pause-reason)")
+            add_temporal_flags(cmd)
+        add_kube_flags(cmd, serving=False)
+        cmd.set_defaults(handler=_command(f"cmd_{name}"))
+
+
 def _add_versions(sub: Any) -> None:
     """``versions``: the engine's own rollout under Worker Versioning."""
     versions = sub.add_parser(
@@ -320,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     intake.set_defaults(handler=_command("cmd_intake"))
 
     _add_operations(sub)
+    _add_pauses(sub)
 
     _add_versions(sub)
 
@@ -349,11 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def entry() -> None:
+def entry(argv: Sequence[str] | None = None) -> None:
     """The ``rollbackctl`` console script: ``main``, then leave with its status at once once
     Temporal's client has been loaded, whose native runtime can abort the interpreter while it
     tears down (sdk-python issue 300): a command that did its work must not end in SIGABRT."""
-    code = main()
+    code = main(argv)
     sys.stdout.flush()
     sys.stderr.flush()
     if "temporalio.bridge" in sys.modules:

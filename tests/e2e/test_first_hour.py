@@ -293,8 +293,16 @@ def _docs_demo_blocks(shell: Shell) -> None:
     commands = docs_demo_commands()
     assert any("pause-until=infinite" in c for c in commands), commands
     said = {command: shell.run(command) for command in commands}
-    paused = said["rollbackctl get --held -o wide"]
-    assert "NAMESPACE" in paused or "No rollback workflows found." in paused, paused
+    # The incident how-to, through the kubectl plugin: the pause written, what it covers said.
+    paused = said['kubectl rollback pause namespace/shop --reason "incident 4711"']
+    assert "namespace/shop paused until infinite: incident 4711" in paused, paused
+    held = said["kubectl rollback get -n shop --held -o wide"]
+    assert "NAMESPACE" in held or "No rollback workflows found." in held, held
+    # The health checks' how-to: the policy taken, the engine says it will ask Prometheus.
+    asked = said[
+        "kubectl wait rbp/shop-rollback -n shop --for=condition=HealthChecksAsked --timeout=60s"
+    ]
+    assert "condition met" in asked, asked
 
 
 def _used_together(shell: Shell) -> None:

