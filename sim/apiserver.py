@@ -3,8 +3,8 @@
 What it honours, because the engine depends on it: namespaced and cluster-scoped resources of
 the built-in and custom groups the engine touches; GET/LIST with label and field selectors;
 POST, PUT (``resourceVersion`` preconditions, 409 on conflict), PATCH with merge,
-strategic-merge and JSON patches; the ``status`` and ``pods/resize`` subresources; LimitRange and
-ResourceQuota admission of pods (``sim.admission``); DELETE with
+strategic-merge and JSON patches; the ``status``, ``scale`` and ``pods/resize`` subresources;
+LimitRange and ResourceQuota admission of pods (``sim.admission``); DELETE with
 cascading garbage collection through ``ownerReferences``; WATCH streams with resourceVersion
 resume, bookmarks, 410 Gone for an expired version and the streaming list (`sendInitialEvents`,
 which `kubectl wait` uses).
@@ -763,6 +763,15 @@ class KubeEmulator:
         as_table = discovery.wants_table(http.headers.get("Accept", ""))
         if request.verb == "watch":
             return await self._watch(http, rtype, namespace, name, as_table)
+        if http.content_type == PROTOBUF:  # as a server without protobuf answers (415)
+            raise ApiError(
+                415, "UnsupportedMediaType",
+                f"the simulated cluster speaks JSON only, not {PROTOBUF} (kubectl create sends"
+                " protobuf: write the object with kubectl apply -f instead)",
+            )  # fmt: skip
+        if sub == "scale":
+            assert name is not None
+            return web.json_response(await self._scale(http, rtype, namespace, name))
         if request.verb == "list":
             items, rv = store.list_objects(
                 rtype, namespace, http.query.get("labelSelector"), http.query.get("fieldSelector")
@@ -807,6 +816,45 @@ class KubeEmulator:
                 store.patch(rtype, namespace, name, body, request.content_type, sub, _validate)
             )
         raise ApiError(405, "MethodNotAllowed", f"{http.method} is not supported")
+
+    async def _scale(
+        self, http: web.Request, rtype: ResourceType, namespace: str | None, name: str
+    ) -> Obj:
+        """The ``scale`` subresource (``kubectl scale``, an HPA): an ``autoscaling/v1`` Scale
+        read from the object, and written back as its ``spec.replicas``; a Scale that names a
+        ``resourceVersion`` is a precondition, as on a real server."""
+        if rtype.kind not in SCALABLE:
+            raise ApiError(404, "NotFound", f"{rtype.plural} have no scale subresource")
+        if http.method in ("PUT", "PATCH"):
+            try:
+                body = await http.json()
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ApiError(400, "BadRequest", f"invalid JSON body: {exc}") from exc
+            # One read, one patch: the patch alone is atomic; a PUT's Scale that names a
+            # resourceVersion makes it a precondition.
+            scale, version = body, (body.get("metadata") or {}).get("resourceVersion")
+            if http.method == "PATCH":
+                current, version = _scale_of(self.store.get(rtype, namespace, name)), None
+                try:
+                    if http.content_type.startswith("application/json-patch+json"):
+                        scale = json_patch(current, body)
+                    else:
+                        scale = merge_patch(current, body)
+                except PatchError as exc:
+                    raise ApiError(422, "Invalid", str(exc)) from exc
+            replicas = (scale.get("spec") or {}).get("replicas")
+            if not isinstance(replicas, int) or replicas < 0:
+                raise ApiError(
+                    422, "Invalid", f"spec.replicas: a non-negative integer, not {replicas!r}"
+                )
+            change: Obj = {"spec": {"replicas": replicas}}
+            if version:
+                change["metadata"] = {"resourceVersion": version}
+            merge = "application/merge-patch+json"
+            self.store.patch(rtype, namespace, name, change, merge)
+        elif http.method != "GET":
+            raise ApiError(405, "MethodNotAllowed", f"{http.method} is not supported on scale")
+        return _scale_of(self.store.get(rtype, namespace, name))
 
     async def _server_side_apply(
         self, http: web.Request, rtype: ResourceType, namespace: str | None, name: str | None
@@ -917,6 +965,30 @@ class KubeEmulator:
 
 
 APPLY_PATCH = "application/apply-patch"
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+SCALABLE = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "Rollout"})
+
+
+def _scale_of(obj: Obj) -> Obj:
+    """The ``autoscaling/v1`` Scale of a scalable object, as the API server serves it."""
+    meta = obj["metadata"]
+    labels = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+        "status": {
+            "replicas": (obj.get("status") or {}).get("replicas", 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        },
+    }
+
+
 _DISCOVERY = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")
 _OPENAPI = re.compile(r"^/openapi/v3/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<v>[^/]+))$")
 

@@ -7,7 +7,8 @@ Every tick (default 100ms) it runs, in order:
   rolls the pods over to a new one), StatefulSet, DaemonSet (a pod per node), Job
   (``parallelism`` pods that run to completion), CronJob (one Job), KubeAI Model (``model=<name>``
   pods) and StrimziPodSet (one pod per ``spec.pods`` entry) create and recreate pods from their
-  template, and delete extras;
+  template, and delete extras; a workload created through the API (``kubectl apply``) is
+  controlled too, its app with the default behaviour;
 - **admission**: a new pod gets the owner's highest-precedence resources (the rollback
   recommendation, else the static/proactive recommendation, else the template) and the owner's
   recommendation annotations;
@@ -271,6 +272,7 @@ class SimulatedCluster:
         # last account]: what ``cadvisor`` serves
         self._cfs: dict[tuple[str, str, str], list[float]] = {}
         self._metrics_lock = threading.Lock()
+        store.listeners.append(self._created)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -286,6 +288,19 @@ class SimulatedCluster:
             created["kind"], meta.get("namespace", ""), meta["name"], behaviour or {}, pod_template
         )
         return created
+
+    def _created(self, event: str, rtype: Any, obj: Obj) -> None:
+        """A workload created through the API (``kubectl apply``, ``kubectl create``) is
+        controlled as a scenario's is, its app with the default behaviour: as a cluster's
+        controllers take every object of their kind. One another controller owns (a CronJob's
+        Job) is that controller's."""
+        if event != "ADDED" or rtype.kind not in CONTROLLERS:
+            return
+        meta = obj["metadata"]
+        if any(ref.get("controller") for ref in meta.get("ownerReferences") or []):
+            return
+        key = (rtype.kind, meta.get("namespace", ""), meta["name"])
+        self.workloads.setdefault(key, Workload(*key))
 
     def behave(self, workload: tuple[str, str, str], container: str, **changed: Any) -> None:
         """The container's behaviour from now on, ``changed`` fields replaced (a story's

@@ -16,6 +16,7 @@ import yaml
 
 from cli.localrun import write_kubeconfig
 from sim.apiserver import KubeEmulator
+from sim.cluster import SimulatedCluster
 from tests.conftest import EXAMPLES, ROOT, policy_doc
 from tests.deploy.kustomize import kubectl
 
@@ -240,3 +241,51 @@ def test_wait_sees_a_condition_come_true(cluster: tuple[KubeEmulator, Path]) -> 
         waiting.kill()
     assert waiting.returncode == 0, out
     assert "deployment.apps/api condition met" in out
+
+
+def test_a_deployment_applied_with_kubectl_runs_and_scales_as_on_a_cluster(tmp_path: Path) -> None:
+    """Created through the API, not by a scenario, it still gets its ReplicaSet and pods (the
+    controllers take every object of their kind), and ``kubectl scale`` goes through the
+    ``scale`` subresource (it once answered "unknown subresource scale")."""
+    manifest = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+            },
+        },
+    }
+    with KubeEmulator() as api:
+        api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
+        api.store.create(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"},
+             "status": {"allocatable": {"cpu": "8", "memory": "16Gi"}}}
+        )  # fmt: skip
+        world = SimulatedCluster(api.store).start()
+        try:
+            cluster = (api, write_kubeconfig(tmp_path / "kubeconfig", api.url))
+            applied = run(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+            assert applied.returncode == 0, applied.stderr
+            ready = run(cluster, "rollout", "status", "deploy/web", "-n", "shop", "--timeout=60s")
+            assert ready.returncode == 0, ready.stdout + ready.stderr
+            scaled = run(cluster, "scale", "deploy/web", "-n", "shop", "--replicas=3")
+            assert scaled.returncode == 0 and "deployment.apps/web scaled" in scaled.stdout, (
+                scaled.stderr
+            )
+            waited = run(cluster, "wait", "deploy/web", "-n", "shop", "--timeout=60s",
+                         "--for=jsonpath={.status.readyReplicas}=3")  # fmt: skip
+            assert waited.returncode == 0, waited.stdout + waited.stderr
+            pods = run(cluster, "get", "pods", "-n", "shop", "-l", "app=web", "-o", "name")
+            assert len(pods.stdout.split()) == 3, pods.stdout
+            rs = run(cluster, "get", "rs", "-n", "shop", "-o", "name")
+            assert rs.stdout.count("replicaset.apps/web-") == 1, rs.stdout
+            # kubectl create sends protobuf: refused as a JSON-only server refuses it, saying so.
+            created = run(cluster, "create", "deployment", "db", "-n", "shop", "--image=pg")
+            assert created.returncode == 1 and "speaks JSON only" in created.stderr, created
+        finally:
+            world.stop()
