@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.client import ApiClient
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
 from activities.errors import first_line
 from activities.health import Prometheus, PrometheusError
-from cli import crds, localrun, ops, pausing, podhistory, policies
+from activities.lookup import OwnerLookup, read_state
+from cli import crds, history, localrun, ops, pausing, podhistory, policies
 from cli import report as story
 from cli.ops import OpsError
 from worker import versioning
@@ -424,6 +425,48 @@ def cmd_reopen(args: argparse.Namespace) -> int:
         return 0
 
     return _ops(args, action)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """A workload's attempts, newest first (``cli.history``): from Temporal, else, when it does
+    not answer, from the owner's state annotation in the cluster."""
+    config = _temporal(args)
+
+    async def main() -> int:
+        try:
+            client = await config.connect()
+        except RuntimeError as exc:  # the SDK's "Failed client connect: ..."
+            away = f"Temporal at {config.address} unreachable: {connect_problem(exc)}"
+            return await asyncio.to_thread(_history_from_cluster, args, away)
+        cluster, owner = await _owner(args, client, args.owner)
+        lines = await history.from_temporal(client, cluster, owner)
+        source = f"Temporal, every run of {rollback_id(cluster, owner)}"
+        print(history.render(owner, lines, source))
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _history_from_cluster(args: argparse.Namespace, away: str) -> int:
+    cluster, owner = ops.parse_owner(args.owner, args.cluster)
+    kube = _kube_of(args, cluster)
+    if kube is None:
+        raise OpsError(f"{away}; and no cluster to read the state annotation from (--kubeconfig)")
+    api = kube.client()
+    try:
+        obj = OwnerLookup(CoreV1Api(api), CustomObjectsApi(api)).get(owner)
+    except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
+        raise OpsError(f"{away}; and cannot reach Kubernetes: {_unreachable(kube, exc)}") from None
+    state, problem = read_state(obj) if obj is not None else (None, f"no {owner} in the cluster")
+    if state is None:
+        raise OpsError(f"{away}; and {problem or f'{owner} carries no rollback state'}")
+    source = f"the owner's state annotation, its newest transitions ({away})"
+    print(history.render(owner, history.from_state(state), source))
+    return 0
 
 
 def cmd_pause(args: argparse.Namespace) -> int:

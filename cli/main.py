@@ -108,6 +108,16 @@ def _add_operations(sub: Any) -> None:
     )
     listing.set_defaults(handler=_command("cmd_get"))
 
+    past = sub.add_parser(
+        "history",
+        help="a workload's attempts, one line per run (turn, reopen, recommendation), newest"
+        " first, with where each ended and why; from Temporal, else the state annotation",
+    )
+    past.add_argument("owner", metavar="NAMESPACE/KIND/NAME", help="the workload")
+    add_temporal_flags(past)
+    add_kube_flags(past, serving=False)
+    past.set_defaults(handler=_command("cmd_history"))
+
     for name, text in (
         ("describe", "status and recent history of one workload"),
         ("cancel", "stop monitoring a workload, leaving its resources as they are"),

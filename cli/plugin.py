@@ -4,6 +4,7 @@ with its conventions, each translated to the ``rollbackctl`` command that does i
 
     kubectl rollback get [-n NS | -A] [-o wide|json|yaml] [--held] [--mode MODE] [-w]
     kubectl rollback describe KIND/NAME [-n NS]      rollbackctl describe NS/KIND/NAME
+    kubectl rollback history KIND/NAME [-n NS]       rollbackctl history NS/KIND/NAME
     kubectl rollback abort KIND/NAME [-n NS]         rollbackctl cancel NS/KIND/NAME
     kubectl rollback retry KIND/NAME [-n NS]         rollbackctl reopen NS/KIND/NAME
     kubectl rollback pause TARGET [-n NS] [--until T] [--reason R]
@@ -31,12 +32,13 @@ from cli.pausing import context_namespace
 COMMANDS = {
     "get": "get",
     "describe": "describe",
+    "history": "history",
     "abort": "cancel",
     "retry": "reopen",
     "pause": "pause",
     "resume": "resume",
 }
-ON_A_WORKLOAD = ("describe", "abort", "retry")
+ON_A_WORKLOAD = ("describe", "history", "abort", "retry")
 USAGE = "usage: kubectl rollback {" + ",".join(COMMANDS) + "} ... (kubectl rollback COMMAND -h)"
 
 
@@ -94,7 +96,7 @@ def translate(argv: Sequence[str], env_kubeconfig: str | None = None) -> list[st
     if len(at) == 1 and rest[at[0]].count("/") == 1:
         rest[at[0]] = f"{namespace}/{rest[at[0]]}"
     # cancel and reopen only talk to Temporal: no cluster flags to pass on.
-    return [target, *rest, *(kube if target == "describe" else [])]
+    return [target, *rest, *(kube if target in ("describe", "history") else [])]
 
 
 def entry() -> None:

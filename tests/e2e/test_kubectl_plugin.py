@@ -156,6 +156,7 @@ def test_the_plugins_words_become_rollbackctls(tmp_path: Path) -> None:
         "cancel", "default/deploy/api", "--reason", "x y"]  # fmt: skip
     assert translate(["retry", "--address", "h:1", "sts/db", "-n", "a"], env) == [
         "reopen", "--address", "h:1", "a/sts/db"]  # fmt: skip
+    assert translate(["history", "deploy", "api", "-n", "a"], env) == ["history", "a/deploy/api"]
     assert translate(["get", "-A", "-o", "wide"], env) == ["get", "-A", "-o", "wide"]
     assert translate(["get", "--context", "sim"], env) == [
         "get", "--namespace=default", "--context", "sim"]  # fmt: skip

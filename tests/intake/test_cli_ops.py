@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
@@ -17,15 +18,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.clusters import ClusterGuard
 from cli.main import main
-from sim.apiserver import KubeEmulator
+from sim.apiserver import KubeEmulator, free_port
 from tests import CLUSTER
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
 from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef, rollback_id
-from workflows.contract import Mode, WorkloadKind
+from workflows.contract import ROLLBACK_STATE_ANNOTATION, FailureReason, Mode, WorkloadKind
 from workflows.rollback import RollbackInput, RollbackWorkflow
+from workflows.state import HistoryEntry, OwnerState
 
 
 async def cli(
@@ -194,6 +196,18 @@ async def test_reopen_of_a_failed_workload_retries_it(
             break
         await asyncio.sleep(0.1)
     assert len(runs) == 2
+    # history: both runs, newest first, each where it ended and why.
+    code, out = await cli(capsys, temporal_env, queue, "history", str(ref), "--cluster", CLUSTER)
+    heading, columns, *lines = out.splitlines()
+    assert code == 0 and heading == (
+        f"{ref}: 2 line(s), newest first; from Temporal, every run of {rollback_id(CLUSTER, ref)}"
+    )
+    assert columns.split() == ["STARTED", "RECOMMENDATION", "TURN", "ENDED", "REASON", "RUN"]
+    cells = [line.split() for line in lines]
+    assert [c[1:] for c in cells] == [
+        [oom.fingerprint, "1", "failedPermanent", "rollbackRecommendationUnavailable", "Completed"]
+    ] * 2
+    assert cells[0][0] >= cells[1][0]  # newest first
 
 
 async def test_the_same_workload_in_two_clusters(
@@ -281,3 +295,41 @@ async def test_describe_of_a_run_that_ended_before_a_worker_ran_it(
     assert code == 0 and out.strip() == (
         f"{rollback_id(CLUSTER, ref)}: Terminated before a worker ran it: no state recorded"
     ), out
+
+
+async def test_history_without_temporal_reads_the_state_annotation(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Temporal away: the owner's state annotation still tells the newest turns, and says so."""
+    at = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+    def entry(seconds: int, mode: Mode, turn: int, reason: FailureReason | None = None) -> object:
+        return HistoryEntry(time=at + timedelta(seconds=seconds), mode=mode, turn=turn,
+                            fingerprint="f1", failure_reason=reason)  # fmt: skip
+
+    state = OwnerState(
+        mode=Mode.FAILED_PERMANENT, active_recommendation_fingerprint="f1", turn=2,
+        failure_reason=FailureReason.OOM_KILLED, last_transition_time=at + timedelta(seconds=9),
+        history=[
+            entry(0, Mode.MONITORING, 1),
+            entry(2, Mode.ROLLING_BACK, 1, FailureReason.OOM_KILLED),
+            entry(3, Mode.BACKING_OFF, 1, FailureReason.OOM_KILLED),
+            entry(4, Mode.BACKED_OFF, 1),
+            entry(6, Mode.MONITORING, 2),
+            entry(9, Mode.FAILED_PERMANENT, 2, FailureReason.OOM_KILLED),
+        ],
+    )  # fmt: skip
+    with KubeEmulator() as api:
+        meta = {"name": "api", "namespace": "orders",
+                "annotations": {ROLLBACK_STATE_ANNOTATION: state.to_json()}}  # fmt: skip
+        api.store.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})
+        argv = ["history", "orders/deploy/api", "--address", f"127.0.0.1:{free_port()}",
+                "--kube-url", api.url]  # fmt: skip
+        code = await asyncio.to_thread(main, argv)
+    out = capsys.readouterr().out
+    heading, _, *lines = out.splitlines()
+    assert code == 0 and "from the owner's state annotation" in heading and "unreachable" in heading
+    assert [line.split()[1:] for line in lines] == [
+        ["f1", "2", "failedPermanent", "oomKilled"],
+        ["f1", "1", "backedOff", "-"],
+    ]
