@@ -14,7 +14,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 from activities.errors import first_line
 from activities.health import Prometheus, PrometheusError
 from activities.lookup import OwnerLookup, read_state
-from cli import crds, history, localrun, ops, pausing, podhistory, policies
+from cli import crds, history, localrun, ops, pausing, podhistory, policies, watch
 from cli import report as story
 from cli.ops import OpsError
 from worker import versioning
@@ -186,9 +186,6 @@ def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
     return [r for r in rows if kind is None or r.kind == kind]
 
 
-WATCH_EVERY = 2.0  # seconds between two looks of get -w (Temporal's visibility has no watch)
-
-
 def _print_rows(args: argparse.Namespace, rows: list[Any], render: Callable[..., str]) -> None:
     if args.output == "json":
         print(json.dumps([r.as_json() for r in rows], indent=2))
@@ -234,23 +231,49 @@ def _get(
     render: Callable[..., str],
     needs_temporal: bool,
 ) -> int:
-    """``get``, once or (``-w``) again every ``WATCH_EVERY`` seconds, printing the rows that
-    changed (as ``kubectl get -w`` does) until Ctrl-C."""
+    """``get``, and with ``-w`` each change after it as the cluster's watches tell it
+    (``cli.watch``: a transition of a workload, a policy's change), until Ctrl-C."""
+    cluster = _policy_cluster(args)
+    kube = _kube_of(args, cluster) if args.watch else None
+    if args.watch and getattr(args, "held", False):
+        print("error: --held cannot be watched: a hold is Temporal's, not in the cluster's"
+              " watches (rollbackctl get --held looks once)", file=sys.stderr)  # fmt: skip
+        return 2
+    if args.watch and kube is None:
+        print(
+            "error: get -w follows the cluster's watches: give --kubeconfig, $KUBECONFIG or"
+            " --kube-url (or run it where `make run` is running)",
+            file=sys.stderr,
+        )
+        return 2
+
+    async def changes(client: Client | None) -> AsyncIterator[list[Any]]:
+        assert kube is not None
+        api = kube.client()
+        if needs_temporal:  # workloads: each transition, as its state annotation shows it
+            async for row in watch.owner_rows(api, cluster, args.namespace_filter):
+                if not args.mode or row.mode == args.mode:
+                    yield [row]
+        else:
+            async for _ in watch.policy_changes(api):
+                yield await look(client)
 
     async def action(client: Client | None, _: TemporalConfig | None = None) -> int:
         rows = await look(client)
         _print_rows(args, rows, render)
         if not args.watch:
             return 0
-        seen = {_key(r) for r in rows}
-        while True:
-            await asyncio.sleep(WATCH_EVERY)
-            changed = [r for r in await look(client) if _key(r) not in seen]
+        seen, headed = {_key(r) for r in rows}, bool(rows)
+        async for batch in changes(client):
+            changed = [r for r in batch if _key(r) not in seen]
             seen |= {_key(r) for r in changed}
             if changed and args.output in ("table", "wide"):
-                print(render(changed, wide=args.output == "wide", header=False), flush=True)
+                print(render(changed, wide=args.output == "wide", header=not headed), flush=True)
+                headed = True
             elif changed:
                 _print_rows(args, changed, render)
+                sys.stdout.flush()
+        return 0
 
     try:
         if needs_temporal:

@@ -104,7 +104,11 @@ def _add_operations(sub: Any) -> None:
         help="table (default); wide adds the start, the workflow ID and what holds it; json, yaml",
     )
     listing.add_argument(
-        "-w", "--watch", action="store_true", help="then print each change, until Ctrl-C"
+        "-w",
+        "--watch",
+        action="store_true",
+        help="then print each change as the cluster's watches show it (needs the cluster),"
+        " until Ctrl-C",
     )
     listing.set_defaults(handler=_command("cmd_get"))
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +21,7 @@ from activities.clusters import ClusterGuard
 from cli.main import main
 from sim.apiserver import KubeEmulator, free_port
 from tests import CLUSTER
+from tests.conftest import policy_doc
 from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import new_owner, rec, running_worker, settings, wait_for
 from worker.runner import build_worker
@@ -75,34 +77,11 @@ async def test_get_describe_cancel_reopen(
         mine = [r for r in yaml.safe_load(out) if r["workload"] == ref.workload]
         assert code == 0 and [r["mode"] for r in mine] == ["monitoring"]
 
-        # get -w: the table, then a line for each change, until Ctrl-C.
-        address = temporal_env.client.service_client.config.target_host
-        watcher = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "get", "-w", "--address", address,
-             "--task-queue", queue],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
-        lines: queue_module.Queue[str] = queue_module.Queue()
-        assert watcher.stdout is not None
-        threading.Thread(target=lambda: [lines.put(x) for x in watcher.stdout], daemon=True).start()
-        assert lines.get(timeout=30).split()[:3] == ["CLUSTER", "NAMESPACE", "WORKLOAD"]
-
-        def next_line_of_ours() -> str:  # other tests' rows share the dev server
-            while ref.workload not in (line := lines.get(timeout=30)):
-                pass
-            return line
-
-        assert "monitoring" in next_line_of_ours()
-
         code, out = await cli(
             capsys, temporal_env, queue, "cancel", str(ref), "--reason", "maintenance"
         )
         assert code == 0
         assert (await handle.result()).mode is Mode.CANCELLED
-        changed = await asyncio.to_thread(next_line_of_ours)
-        assert "cancelled" in changed and "Completed" in changed
-        watcher.send_signal(signal.SIGINT)
-        assert watcher.wait(timeout=30) == 0
 
         code, out = await cli(capsys, temporal_env, queue, "get", "--mode", "cancelled")
         assert code == 0 and ref.workload in out and "cancelled" in out
@@ -333,3 +312,79 @@ async def test_history_without_temporal_reads_the_state_annotation(
         ["f1", "2", "failedPermanent", "oomKilled"],
         ["f1", "1", "backedOff", "-"],
     ]
+
+
+async def test_get_w_prints_each_transition_as_the_clusters_watch_shows_it(
+    temporal_env: WorkflowEnvironment,
+) -> None:
+    """``get -w``: the table, then a line for each transition the owner's state annotation
+    shows, the moment the watch tells it; an owner's other changes (its status) print nothing;
+    Ctrl-C ends it with 0."""
+    at = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+    def state(mode: Mode, seconds: int) -> str:
+        written = at + timedelta(seconds=seconds)
+        return OwnerState(mode=mode, active_recommendation_fingerprint="f1", turn=1,
+                          last_transition_time=written).to_json()  # fmt: skip
+
+    with KubeEmulator() as api:
+        deployments = api.store.rtype("Deployment")
+        meta = {"name": "watched", "namespace": "watching"}
+        api.store.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})
+
+        def annotate(**annotations: str) -> None:
+            body = {"metadata": {"annotations": annotations}}
+            api.store.patch(
+                deployments, "watching", "watched", body, "application/merge-patch+json"
+            )
+
+        address = temporal_env.client.service_client.config.target_host
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "get", "-w", "-n", "watching", "--address", address,
+             "--kube-url", api.url, "--cluster", CLUSTER],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        lines: queue_module.Queue[str] = queue_module.Queue()
+        assert watcher.stdout is not None
+        threading.Thread(target=lambda: [lines.put(x) for x in watcher.stdout], daemon=True).start()
+        assert lines.get(timeout=30).strip() == "No rollback workflows found."
+        await asyncio.to_thread(eventually_watching, api)
+        annotate(**{ROLLBACK_STATE_ANNOTATION: state(Mode.MONITORING, 0)})
+        assert lines.get(timeout=30).split()[:3] == ["CLUSTER", "NAMESPACE", "WORKLOAD"]
+        first = lines.get(timeout=30).split()
+        assert first[:5] == [CLUSTER, "watching", "Deployment/watched", "monitoring", "1"], first
+        annotate(unrelated="1")  # not a transition: nothing printed for it ...
+        annotate(**{ROLLBACK_STATE_ANNOTATION: state(Mode.CANCELLED, 5)})
+        second = lines.get(timeout=30).split()  # ... the next line is the next transition's
+        assert second[3] == "cancelled" and "Completed" in second, second
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 0
+
+
+def eventually_watching(api: KubeEmulator, kind: str = "Deployment") -> None:
+    """The watcher's watch of ``kind`` is open (its informer listed): a change now is told."""
+    deadline = time.monotonic() + 30
+    while api.store.watching(kind) < 1:
+        assert time.monotonic() < deadline, f"get -w never watched {kind}"
+        time.sleep(0.05)
+
+
+def test_get_policies_w_prints_a_policy_as_its_watch_tells_it() -> None:
+    """``get policies -w``: the policies, then each one that changed when the watch says so."""
+    with KubeEmulator() as api:
+        api.store.create(policy_doc(name="first"))
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "get", "policies", "-w", "-n", "team",
+             "--kube-url", api.url],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        lines: queue_module.Queue[str] = queue_module.Queue()
+        assert watcher.stdout is not None
+        threading.Thread(target=lambda: [lines.put(x) for x in watcher.stdout], daemon=True).start()
+        assert lines.get(timeout=30).split()[:2] == ["KIND", "NAMESPACE"]
+        assert "first" in lines.get(timeout=30)
+        eventually_watching(api, "RollbackPolicy")
+        api.store.create(policy_doc(name="second"))
+        assert "second" in lines.get(timeout=30).split()
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 0
