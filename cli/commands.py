@@ -187,7 +187,10 @@ def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
 
 
 def _print_rows(args: argparse.Namespace, rows: list[Any], render: Callable[..., str]) -> None:
-    if args.output == "json":
+    if args.output == "name":  # kubectl's: the objects, deployment.apps/api
+        for row in rows:
+            print(row.resource_name)
+    elif args.output == "json":
         print(json.dumps([r.as_json() for r in rows], indent=2))
     elif args.output == "yaml":
         print(yaml.safe_dump([r.as_json() for r in rows], sort_keys=False), end="")

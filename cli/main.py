@@ -99,9 +99,10 @@ def _add_operations(sub: Any) -> None:
     listing.add_argument(
         "-o",
         "--output",
-        choices=["table", "wide", "json", "yaml"],
+        choices=["table", "wide", "json", "yaml", "name"],
         default="table",
-        help="table (default); wide adds the start, the workflow ID and what holds it; json, yaml",
+        help="table (default); wide adds the start, the workflow ID and what holds it; json,"
+        " yaml; name: one kubectl name per line (deployment.apps/api)",
     )
     listing.add_argument(
         "-w",

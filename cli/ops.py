@@ -188,6 +188,13 @@ class Row:
     started: datetime
     held: str = ""  # what a pause holds and why (``RollbackHeld``), while it does
 
+    @property
+    def resource_name(self) -> str:
+        """As ``kubectl get -o name`` names the workload: ``deployment.apps/api``."""
+        kind, name = self.workload.split("/", 1)
+        where = OWNER_KINDS[WorkloadKind(kind)]
+        return f"{kind.lower()}.{where.group}/{name}" if where.group else f"{kind.lower()}/{name}"
+
     def as_json(self) -> dict[str, Any]:
         return {
             "workflowId": self.workflow_id,

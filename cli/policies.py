@@ -35,6 +35,11 @@ class PolicyRow:
     values: dict[str, str]  # printer column name -> text
     doc: Obj
 
+    @property
+    def resource_name(self) -> str:
+        """As ``kubectl get -o name`` names the policy."""
+        return f"{self.kind.lower()}.{API_GROUP}/{self.name}"
+
     def as_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

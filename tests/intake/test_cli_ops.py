@@ -76,6 +76,9 @@ async def test_get_describe_cancel_reopen(
         # Other tests' workflows share this dev server: find ours among them.
         mine = [r for r in yaml.safe_load(out) if r["workload"] == ref.workload]
         assert code == 0 and [r["mode"] for r in mine] == ["monitoring"]
+        code, out = await cli(capsys, temporal_env, queue, "get", "-n", "shop", "-o", "name")
+        kind = ref.kind.value.lower()
+        assert code == 0 and f"{kind}.apps/{ref.name}" in out.splitlines(), out
 
         code, out = await cli(
             capsys, temporal_env, queue, "cancel", str(ref), "--reason", "maintenance"
