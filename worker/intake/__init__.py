@@ -9,12 +9,14 @@ attempt it opens. The workflow decides what that means: join the current window,
 with a new fingerprint, reopen a succeeded turn for a newer pod, or start the next turn after
 ``backedOff``.
 
-Four modules, importing downward only (the import-linter contracts in pyproject.toml), along
+Five modules, importing downward only (the import-linter contracts in pyproject.toml), along
 the seams of kopf's reactor:
 
 - ``watching`` (``Intake``): the informers, what they last showed, per-owner queueing; the one
   owner of that state.
 - ``controls`` (``Controls``): the kubectl control annotation, carried out once.
+- ``suspects`` (``Suspects``): the early verdict's side, a pod failing for certain told to its
+  owner's run, the pods that may fail kept by owner for when its window shows.
 - ``delivery`` (``Delivery``): signals, Updates and resumes to Temporal, Events on the cluster;
   the one owner of what is in flight.
 - ``causes``: what a change means, one pure function per cause (adoption, a backed-off turn

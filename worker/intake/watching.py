@@ -24,6 +24,7 @@ from worker.intake import causes
 from worker.intake.causes import Adoption, PauseSeen, Sighted
 from worker.intake.controls import Controls
 from worker.intake.delivery import Delivery
+from worker.intake.suspects import Suspects
 from worker.status import StatusWriter
 from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
@@ -78,10 +79,7 @@ class Intake:
         # Pause annotations as last seen, of the objects that carry one (bounded by them).
         self._pauses: dict[ObjectKey, PauseSeen] = {}
         self._paused_pods: dict[OwnerRef, set[str]] = {}  # owner -> its pods that carry one
-        # The pods that may fail for certain (``causes.might_fail``), by owner, as last seen: an
-        # owner's window opening looks at them again (``_suspect_again``).
-        self._unready: dict[OwnerRef, dict[str, Obj]] = {}
-        self._unready_owner: dict[str, OwnerRef] = {}  # pod uid -> its owner, while in there
+        self.suspects = Suspects(self.delivery, self.owners, self._policy)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -180,8 +178,8 @@ class Intake:
             going_on = causes.backed_off(obj, adopters)
             if going_on is not None:
                 self._consider(going_on)
-        if event != "DELETED" and owner in self._unready:
-            self._suspect_again(owner, obj)
+        if event != "DELETED":
+            self.suspects.owner_seen(owner, obj)
         self.controls.owner_seen(owner, None if event == "DELETED" else obj)
 
     def _owners_changed(self) -> None:
@@ -190,7 +188,7 @@ class Intake:
     def _on_pod(self, event: str, pod: Obj, initial: bool) -> None:
         meta = pod["metadata"]
         self._pod_pause(event, pod)
-        self._suspect(event, pod)
+        self.suspects.pod_seen(event, pod)
         uid = meta.get("uid") or meta["name"]
         try:
             rec = None if event == "DELETED" else causes.adopted_recommendation(pod)
@@ -251,42 +249,6 @@ class Intake:
             return self.index.policy_of(
                 WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
             )
-
-    def _suspect(self, event: str, pod: Obj) -> None:
-        """A pod failing for certain under an early verdict (``causes.suspect``): run told.
-        The pod is kept before its owner's state is read, so that a window the owner cache
-        shows only after this read still sees it (``_suspect_again``)."""
-        may = event != "DELETED" and causes.might_fail(pod)
-        owner = self.owners.owner_of(pod) if may else None
-        self._keep_unready(pod, owner)
-        obj = self.owners.get(owner) if owner else None
-        failing = bool(owner and obj and causes.suspect(pod, obj, self._policy(owner, obj)))
-        self.delivery.suspect(owner, pod, failing)
-
-    def _keep_unready(self, pod: Obj, owner: OwnerRef | None) -> None:
-        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
-        if owner is None and uid not in self._unready_owner:
-            return  # the common case, a Ready pod not kept before: no lock taken
-        with self._lock:
-            before = self._unready_owner.pop(uid, None)
-            if before is not None:
-                pods = self._unready[before]
-                del pods[uid]
-                if not pods:
-                    del self._unready[before]
-            if owner is not None:
-                self._unready_owner[uid] = owner
-                self._unready.setdefault(owner, {})[uid] = pod
-
-    def _suspect_again(self, owner: OwnerRef, obj: Obj) -> None:
-        """The owner changed while pods of it may fail for certain: its window may have opened
-        on pods that failed before the owner cache showed it (their next event can be a restart
-        backoff away, minutes), so each is asked again, as its own event would be."""
-        with self._lock:
-            pods = list(self._unready.get(owner, {}).values())
-        policy = self._policy(owner, obj)
-        for pod in pods:
-            self.delivery.suspect(owner, pod, causes.suspect(pod, obj, policy))
 
     # --- pauses --------------------------------------------------------------------------------
 
