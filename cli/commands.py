@@ -197,7 +197,8 @@ def _print_rows(args: argparse.Namespace, rows: list[Any], render: Callable[...,
     elif rows:
         print(render(rows, wide=args.output == "wide"))
     else:
-        print(f"No rollback {'workflows' if args.resource == 'workloads' else 'policies'} found.")
+        what = {"workloads": "rollback workflows", "pauses": "pauses"}.get(args.resource)
+        print(f"No {what or 'rollback policies'} found.")
 
 
 def _key(row: Any) -> str:
@@ -211,8 +212,10 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.resource != "workloads":
         given = [flag for flag, on in (("--mode", args.mode), ("--held", args.held)) if on]
         if given:
-            print(f"error: {given[0]} filters workloads, not policies", file=sys.stderr)
+            print(f"error: {given[0]} filters workloads, not {args.resource}", file=sys.stderr)
             return 2
+        if args.resource == "pauses":
+            return _get_pauses(args)
 
         async def look_policies(_: Client | None = None) -> list[Any]:
             return await asyncio.to_thread(_list_policies, args)
@@ -226,6 +229,28 @@ def cmd_get(args: argparse.Namespace) -> int:
         )
 
     return _get(args, look_workloads, ops.table, needs_temporal=True)
+
+
+def _get_pauses(args: argparse.Namespace) -> int:
+    """``get pauses``: every pause annotation in the namespace (or the cluster), in force or not."""
+    if args.watch:
+        print("error: get pauses -w: not watched; get pauses looks once", file=sys.stderr)
+        return 2
+    kube = _kube_of(args, _policy_cluster(args))
+    try:
+        if kube is None:
+            raise OpsError(
+                "pauses live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
+            )
+        try:
+            rows = pausing.pauses(kube.client(), args.namespace_filter, datetime.now(UTC))
+        except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
+            raise OpsError(f"cannot reach Kubernetes: {_unreachable(kube, exc)}") from None
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _print_rows(args, rows, pausing.pauses_table)
+    return 0
 
 
 def _get(

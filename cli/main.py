@@ -75,8 +75,9 @@ def _add_operations(sub: Any) -> None:
         "resource",
         nargs="?",
         default="workloads",
-        choices=["workloads", "policies", *POLICY_ALIASES],
-        help="workloads (default, from Temporal) or policies (from the cluster: rbp, crbp)",
+        choices=["workloads", "policies", *POLICY_ALIASES, "pauses"],
+        help="workloads (default, from Temporal), policies (from the cluster: rbp, crbp) or"
+        " pauses (the pause annotations on namespaces, workloads and pods, in force or not)",
     )
     add_temporal_flags(listing)
     add_kube_flags(listing, serving=False)

@@ -29,7 +29,7 @@ from cli.ops import OpsError, kind_of
 from workflows.activity_api import OwnerRef
 from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION, Obj
 from workflows.durations import parse_duration
-from workflows.pause import INFINITE, PauseScope
+from workflows.pause import INFINITE, PauseScope, said
 
 NAMESPACE_WORDS = ("namespace", "namespaces", "ns")
 POD_WORDS = ("pod", "pods", "po")
@@ -169,3 +169,79 @@ def context_namespace(kubeconfig: str | None, context: str | None) -> str:
             if isinstance(entry, dict) and entry.get("name") == name:
                 return str((entry.get("context") or {}).get("namespace") or "default")
     return "default"
+
+
+@dataclass(frozen=True)
+class PauseRow:
+    """A pause annotation as written on one object, and whether it holds now."""
+
+    target: str  # namespace/shop, shop/Deployment/api, shop/Pod/api-1
+    until: str  # the value as written
+    reason: str
+    state: str  # in force, ended (its time passed), or unreadable (it holds until fixed)
+
+    @property
+    def resource_name(self) -> str:
+        return self.target
+
+    def as_json(self) -> dict[str, str]:
+        return {"target": self.target, "until": self.until, "reason": self.reason,
+                "state": self.state}  # fmt: skip
+
+
+def pauses(api: ApiClient, namespace: str | None, now: datetime) -> list[PauseRow]:
+    """Every pause annotation in ``namespace`` (or the cluster): on the namespace, on each
+    workload of the nine kinds the cluster serves, on each pod. One LIST per kind."""
+    core, custom = CoreV1Api(api), CustomObjectsApi(api)
+    raw: dict[str, Any] = {"_preload_content": False}
+    found: list[tuple[str, PauseScope, Obj]] = []
+    for ns in response_body(core.list_namespace(**raw))["items"]:
+        if namespace in (None, ns["metadata"]["name"]):
+            found.append((f"namespace/{ns['metadata']['name']}", PauseScope.NAMESPACE, ns))
+    for kind, where in OWNER_KINDS.items():
+        coordinates = (where.group, where.version)
+        try:
+            listed = response_body(
+                custom.list_namespaced_custom_object(*coordinates, namespace, where.plural, **raw)
+                if namespace
+                else custom.list_cluster_custom_object(*coordinates, where.plural, **raw)
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                continue  # a kind the cluster does not serve: none of it to pause
+            raise
+        for obj in listed["items"]:
+            meta = obj["metadata"]
+            found.append(
+                (f"{meta['namespace']}/{kind.value}/{meta['name']}", PauseScope.OWNER, obj)
+            )
+    pods = (
+        core.list_namespaced_pod(namespace, **raw)
+        if namespace
+        else core.list_pod_for_all_namespaces(**raw)
+    )
+    for pod in response_body(pods)["items"]:
+        meta = pod["metadata"]
+        found.append((f"{meta['namespace']}/Pod/{meta['name']}", PauseScope.POD, pod))
+    rows = []
+    for target, scope, obj in found:
+        annotations = obj["metadata"].get("annotations") or {}
+        if PAUSE_UNTIL_ANNOTATION not in annotations:
+            continue
+        _, pause = said((target, annotations), scope, now)
+        state = "ended" if pause is None else "in force"
+        if pause is not None and pause.problem:
+            state = f"unreadable, holds until fixed ({pause.problem})"
+        rows.append(PauseRow(target, annotations[PAUSE_UNTIL_ANNOTATION],
+                             annotations.get(PAUSE_REASON_ANNOTATION, ""), state))  # fmt: skip
+    return rows
+
+
+def pauses_table(rows: list[PauseRow], wide: bool = False, header: bool = True) -> str:
+    heading = ("TARGET", "UNTIL", "REASON", "STATE")
+    cells = [(r.target, r.until, r.reason or "-", r.state) for r in rows]
+    shown = [heading, *cells] if header else cells
+    widths = [max(len(row[i]) for row in [heading, *cells]) for i in range(len(heading))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in shown
+    )

@@ -59,7 +59,7 @@ class Pause(CamelModel):
 Annotated = tuple[str, Mapping[str, str] | None]  # (name, annotations) of one object
 
 
-def _say(level: Annotated, scope: PauseScope, now: datetime) -> tuple[bool, Pause | None]:
+def said(level: Annotated, scope: PauseScope, now: datetime) -> tuple[bool, Pause | None]:
     """Whether this level says anything (it carries the key: the next level does not decide),
     and the ``Pause`` it puts in force (None: its time has passed)."""
     name, annotations = level
@@ -86,13 +86,13 @@ def effective_pause(
     pods: Sequence[Annotated], owner: Annotated, namespace: Annotated, now: datetime
 ) -> Pause | None:
     """The pause that holds the workload now (see the module), or None."""
-    says, inherited = _say(owner, PauseScope.OWNER, now)
+    says, inherited = said(owner, PauseScope.OWNER, now)
     if not says:
-        _, inherited = _say(namespace, PauseScope.NAMESPACE, now)
+        _, inherited = said(namespace, PauseScope.NAMESPACE, now)
     if not pods:
         return inherited
     for pod in pods:
-        says, own = _say(pod, PauseScope.POD, now)
+        says, own = said(pod, PauseScope.POD, now)
         found = own if says else inherited
         if found is not None:
             return found

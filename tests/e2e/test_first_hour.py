@@ -296,6 +296,8 @@ def _docs_demo_blocks(shell: Shell) -> None:
     # The incident how-to, through the kubectl plugin: the pause written, what it covers said.
     paused = said['kubectl rollback pause namespace/shop --reason "incident 4711"']
     assert "namespace/shop paused until infinite: incident 4711" in paused, paused
+    listed = said["kubectl rollback get pauses -n shop"]
+    assert re.search(r"namespace/shop\s+infinite\s+incident 4711\s+in force", listed), listed
     held = said["kubectl rollback get -n shop --held -o wide"]
     assert "NAMESPACE" in held or "No rollback workflows found." in held, held
     # The health checks' how-to: the policy taken, the engine says it will ask Prometheus.

@@ -77,7 +77,7 @@ async def plugin(
 ) -> subprocess.CompletedProcess[str]:
     """``kubectl rollback ARGS`` as an operator types it, the kubeconfig in $KUBECONFIG."""
     address = env.client.service_client.config.target_host if env else f"127.0.0.1:{free_port()}"
-    temporal = ["--address", address] if args[0] == "pause" else []  # resume asks it nothing
+    temporal = ["--address", address] if args[0] == "pause" else []  # the rest ask it nothing
     path = f"{BIN}{os.pathsep}{os.environ['PATH']}"
     return await asyncio.to_thread(
         subprocess.run,
@@ -133,6 +133,23 @@ async def test_pause_and_resume_a_namespace_a_workload_and_a_pod(
     )
     missing = await plugin(cluster, None, "pause", "deploy/nope")
     assert missing.returncode == 1 and f"{NS}/Deployment/nope not found" in missing.stderr
+    # The pauses in force, where they are (a value written by hand that cannot be read too).
+    api.store.patch(api.store.rtype("Pod"), NS, "api-1-x", {"metadata": {"annotations": {
+        PAUSE_UNTIL_ANNOTATION: "tomorrow"}}}, "application/merge-patch+json")  # fmt: skip
+    listed = await plugin(cluster, None, "get", "pauses")
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split(None, 3) for line in listed.stdout.splitlines()]
+    assert rows == [
+        ["TARGET", "UNTIL", "REASON", "STATE"],
+        [f"namespace/{NS}", written[PAUSE_UNTIL_ANNOTATION], "incident", "4711  in force"],
+        [f"{NS}/Deployment/api", "infinite", "-", "in force"],
+        [
+            f"{NS}/Pod/api-1-x",
+            "tomorrow",
+            "-",
+            "unreadable, holds until fixed ('tomorrow' is neither infinite nor an RFC 3339 time)",
+        ],
+    ], listed.stdout
     # Resumed: both annotations gone from each.
     paused = [(f"namespace/{NS}", "Namespace", NS), ("deploy/api", "Deployment", "api"),
               ("pod/api-1-x", "Pod", "api-1-x")]  # fmt: skip
