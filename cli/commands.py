@@ -210,7 +210,11 @@ def cmd_get(args: argparse.Namespace) -> int:
         print("error: -A and -n cannot be used together", file=sys.stderr)
         return 2
     if args.resource != "workloads":
-        given = [flag for flag, on in (("--mode", args.mode), ("--held", args.held)) if on]
+        given = [
+            flag
+            for flag, on in (("--mode", args.mode), ("--held", args.held), ("-l", args.selector))
+            if on
+        ]
         if given:
             print(f"error: {given[0]} filters workloads, not {args.resource}", file=sys.stderr)
             return 2
@@ -224,11 +228,26 @@ def cmd_get(args: argparse.Namespace) -> int:
 
     async def look_workloads(client: Client | None) -> list[Any]:
         assert client is not None
-        return await ops.get(
+        rows = await ops.get(
             client, args.namespace_filter, args.mode, cluster=args.cluster, held=args.held
         )
+        if args.selector is None:
+            return rows
+        selected = await asyncio.to_thread(_labelled, args)
+        return [r for r in rows if (r.namespace, r.workload) in selected]
 
     return _get(args, look_workloads, ops.table, needs_temporal=True)
+
+
+def _labelled(args: argparse.Namespace) -> set[tuple[str, str]]:
+    """``get -l``: the workloads the selector selects, from the cluster."""
+    kube = _kube_of(args, _policy_cluster(args))
+    if kube is None:
+        raise OpsError("-l selects by the workloads' labels, in the cluster: give --kubeconfig")
+    try:
+        return ops.labelled(kube.client(), args.namespace_filter, args.selector)
+    except Exception as exc:  # a selector the API server refuses, unreachable: one line
+        raise OpsError(f"cannot select by {args.selector!r}: {_unreachable(kube, exc)}") from None
 
 
 def _get_pauses(args: argparse.Namespace) -> int:
@@ -279,7 +298,7 @@ def _get(
         assert kube is not None
         api = kube.client()
         if needs_temporal:  # workloads: each transition, as its state annotation shows it
-            async for row in watch.owner_rows(api, cluster, args.namespace_filter):
+            async for row in watch.owner_rows(api, cluster, args.namespace_filter, args.selector):
                 if not args.mode or row.mode == args.mode:
                     yield [row]
         else:

@@ -88,6 +88,11 @@ def _add_operations(sub: Any) -> None:
         "-A", "--all-namespaces", action="store_true", help="every namespace (the default)"
     )
     listing.add_argument(
+        "-l",
+        "--selector",
+        help="only the workloads whose labels it selects, as kubectl's (app=api,tier in (web))",
+    )
+    listing.add_argument(
         "--mode",
         choices=[m.value for m in Mode],
         help="only this mode, e.g. failedPermanent",

@@ -262,6 +262,32 @@ async def get(
     return sorted(rows, key=lambda r: (r.cluster, r.namespace, r.workload))
 
 
+def labelled(api: ApiClient, namespace: str | None, selector: str) -> set[tuple[str, str]]:
+    """The workloads (namespace, ``Kind/name``) whose labels ``selector`` selects, as the API
+    server selects them: one LIST per kind the cluster serves."""
+    custom, found = CustomObjectsApi(api), set()
+    for kind, where in OWNER_KINDS.items():
+        coordinates = (where.group, where.version)
+        listed: Any
+        try:
+            if namespace:
+                listed = custom.list_namespaced_custom_object(
+                    *coordinates, namespace, where.plural, label_selector=selector
+                )
+            else:
+                listed = custom.list_cluster_custom_object(
+                    *coordinates, where.plural, label_selector=selector
+                )
+        except ApiException as exc:
+            if exc.status == 404:
+                continue  # a kind the cluster does not serve
+            raise
+        for obj in listed.get("items") or []:
+            meta = obj["metadata"]
+            found.add((meta["namespace"], f"{kind.value}/{meta['name']}"))
+    return found
+
+
 async def describe(
     client: Client, cluster: str, owner: OwnerRef
 ) -> tuple[str, RollbackState | None, Pause | None]:

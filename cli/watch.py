@@ -60,7 +60,7 @@ async def _stream(informers: list[Informer], queue: asyncio.Queue[T]) -> AsyncIt
 
 
 async def owner_rows(
-    api: ApiClient, cluster: str | None, namespace: str | None
+    api: ApiClient, cluster: str | None, namespace: str | None, selector: str | None = None
 ) -> AsyncIterator[Row]:
     """A row each time an owner's rollback state changes (in ``namespace``, or any): a
     transition, not the owner's other changes (its status, its scale)."""
@@ -83,7 +83,7 @@ async def owner_rows(
         if cache.owners[owner.kind].synced.is_set():
             loop.call_soon_threadsafe(queue.put_nowait, row)
 
-    cache = WorkloadCache(CoreV1Api(api), CustomObjectsApi(api), on_owner)
+    cache = WorkloadCache(CoreV1Api(api), CustomObjectsApi(api), on_owner, label_selector=selector)
     async for row in _stream(list(cache.owners.values()), queue):
         yield row
 

@@ -65,9 +65,11 @@ class WorkloadCache(OwnerLookup):
         on_owner: Callable[[str, OwnerRef, Obj], None] = lambda *_: None,
         on_bad_object: BadObjectHandler | None = None,
         on_change: Callable[[], None] | None = None,
+        label_selector: str | None = None,  # the owners of these labels only (a CLI's -l)
     ) -> None:
         super().__init__(core, custom)
         self.on_owner = on_owner
+        self.label_selector = label_selector
         self.owners: dict[WorkloadKind, Informer] = {}
         self.parents: dict[str, Informer] = {}
         for kind, where in OWNER_KINDS.items():
@@ -98,6 +100,8 @@ class WorkloadCache(OwnerLookup):
 
     def _lister(self, group: str, version: str, plural: str) -> Callable[..., Any]:
         def call(**kwargs: Any) -> Any:
+            if self.label_selector is not None:
+                kwargs["label_selector"] = self.label_selector
             return self.custom.list_cluster_custom_object(group, version, plural, **kwargs)
 
         return call

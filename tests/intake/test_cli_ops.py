@@ -391,3 +391,32 @@ def test_get_policies_w_prints_a_policy_as_its_watch_tells_it() -> None:
         assert "second" in lines.get(timeout=30).split()
         watcher.send_signal(signal.SIGINT)
         assert watcher.wait(timeout=30) == 0
+
+
+async def test_get_l_selects_the_workloads_by_their_labels(
+    temporal_env: WorkflowEnvironment, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``get -l``: Temporal's rows of the workloads whose labels the selector selects, as the
+    API server selects them (runs started with no worker: their search attributes suffice)."""
+    queue = f"cli-{uuid.uuid4().hex[:6]}"
+    with KubeEmulator() as api:
+        refs = []
+        for name, team in (("api", "a"), ("web", "b")):
+            meta = {"name": name, "namespace": "selecting", "labels": {"team": team}}
+            api.store.create({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta})
+            ref = OwnerRef(namespace="selecting", kind=WorkloadKind.DEPLOYMENT, name=name)
+            refs.append(await observe(temporal_env.client, CLUSTER, queue, ref, rec("768Mi")))
+        try:
+            argv = ["get", "-n", "selecting", "-l", "team in (a)", "-o", "name", "--kube-url",
+                    api.url, "--cluster", CLUSTER]  # fmt: skip
+            for _ in range(100):  # visibility lags the starts a little
+                code, out = await cli(capsys, temporal_env, queue, *argv)
+                if out.strip():
+                    break
+                await asyncio.sleep(0.1)
+            assert code == 0 and out.split() == ["deployment.apps/api"], out
+            bad = await cli(capsys, temporal_env, queue, *argv[:4], "team in (", *argv[5:])
+            assert bad[0] == 1
+        finally:
+            for handle in refs:
+                await handle.terminate("test over")
