@@ -81,6 +81,12 @@ def owner(
     return obj
 
 
+def controlled_by(obj: Obj) -> Obj:
+    """The controller ``ownerReference`` that points at ``obj`` (as stored: with its uid)."""
+    meta = obj["metadata"]
+    return {"kind": obj["kind"], "name": meta["name"], "uid": meta["uid"], "controller": True}
+
+
 def pod(
     name: str,
     labels: dict[str, str],

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from cli.localrun import write_kubeconfig
 from cli.plugin import translate
 from sim.apiserver import KubeEmulator, free_port
-from tests.activity.builders import pod
+from tests.activity.builders import controlled_by, pod
 from tests.deploy.kustomize import kubectl
 from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION
 
@@ -42,27 +42,16 @@ def cluster() -> Iterator[tuple[KubeEmulator, Path]]:
                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}}},
             }
         )
-        ref = {
-            "kind": "Deployment",
-            "name": "api",
-            "uid": dep["metadata"]["uid"],
-            "controller": True,
-        }
         rs = api.store.create(
             {
                 "apiVersion": "apps/v1",
                 "kind": "ReplicaSet",
-                "metadata": {"name": "api-1", "namespace": NS, "ownerReferences": [ref]},
+                "metadata": {"name": "api-1", "namespace": NS,
+                             "ownerReferences": [controlled_by(dep)]},
                 "spec": {"selector": {"matchLabels": {"app": "api"}}},
             }
-        )
-        rs_ref = {
-            "kind": "ReplicaSet",
-            "name": "api-1",
-            "uid": rs["metadata"]["uid"],
-            "controller": True,
-        }
-        running = pod("api-1-x", {"app": "api"}, owner_ref=rs_ref)
+        )  # fmt: skip
+        running = pod("api-1-x", {"app": "api"}, owner_ref=controlled_by(rs))
         running["metadata"]["namespace"] = NS
         api.store.create(running)
         config = write_kubeconfig(Path(tmp) / "kubeconfig", api.url)

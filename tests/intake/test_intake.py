@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from activities.clusters import ClusterGuard
 from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
-from tests.activity.builders import NS, owner, pod, policy
+from tests.activity.builders import NS, controlled_by, owner, pod, policy
 from tests.workflow.helpers import terminate_running
 from worker.intake import Intake
 from worker.kube import activities_for, api_client
@@ -69,16 +69,15 @@ class Env:
 
 def deployment(api: KubeEmulator, replicas: int = 2) -> dict:  # type: ignore[type-arg]
     dep = api.store.create(owner("Deployment", replicas=replicas))
-    ref = {"kind": "Deployment", "name": "web", "uid": dep["metadata"]["uid"], "controller": True}
     rs = api.store.create(
         {
             "apiVersion": "apps/v1",
             "kind": "ReplicaSet",
-            "metadata": {"name": "web-1", "namespace": NS, "ownerReferences": [ref]},
+            "metadata": {"name": "web-1", "namespace": NS, "ownerReferences": [controlled_by(dep)]},
             "spec": {"selector": {"matchLabels": WEB}},
         }
     )
-    return {"kind": "ReplicaSet", "name": "web-1", "uid": rs["metadata"]["uid"], "controller": True}
+    return controlled_by(rs)
 
 
 def add_pods(api: KubeEmulator, rs_ref: dict, names: list[str], rec: Recommendation = REC) -> None:  # type: ignore[type-arg]
