@@ -44,6 +44,7 @@ from worker.process import run
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import task_queue_for
 from workflows.machine import RollbackState
+from workflows.pause import PauseScope
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -138,9 +139,10 @@ def _kube_of(args: argparse.Namespace, cluster: str | None) -> KubeConfig | None
 
 
 def _policy_cluster(args: argparse.Namespace) -> str | None:
-    """The cluster whose policies ``describe rbp`` reads: ``--cluster``, else the live run's."""
+    """The cluster a command reads in (``describe rbp``'s policies, ``get -w``'s watches, a
+    pause): ``--cluster`` where the command takes it, else the live run's."""
     run = localrun.find()
-    return args.cluster or (run.cluster if run is not None else None)
+    return getattr(args, "cluster", None) or (run.cluster if run is not None else None)
 
 
 def _queue_of(args: argparse.Namespace, config: TemporalConfig, cluster: str) -> str:
@@ -550,7 +552,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
-    kube = _cluster(args)
+    kube = _kube_of(args, _policy_cluster(args))
     try:
         if kube is None:
             raise OpsError(
@@ -591,8 +593,8 @@ async def _covered(args: argparse.Namespace, target: pausing.Target, owner: Owne
     config = _temporal(args)
     try:
         client = await config.connect()
-        namespace = target.name if target.owner is None and target.namespace is None else None
-        rows = await ops.get(client, namespace or (owner.namespace if owner else None))
+        scope = target.name if target.scope is PauseScope.NAMESPACE else target.namespace
+        rows = await ops.get(client, scope, cluster=_policy_cluster(args))  # this cluster's
     except Exception as exc:  # the SDK's connect and RPC errors alike
         problem = connect_problem(exc)
         return f"Running attempts not listed: cannot reach Temporal at {config.address} ({problem})"

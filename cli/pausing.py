@@ -11,6 +11,7 @@ within seconds (docs: Pause the engine in an incident).
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,21 +79,24 @@ def until_value(text: str | None, now: datetime) -> str:
     from now (``90m``, ``2h``) or an RFC 3339 time with its zone, written in UTC."""
     if text is None or text.strip().lower() == INFINITE:
         return INFINITE
-    try:
-        until = now + parse_duration(text)
-    except ValueError:
-        try:
-            until = datetime.fromisoformat(text)
-        except ValueError:
-            until = now  # neither: refused just below
-        if until.tzinfo is None or until == now:
-            raise OpsError(
-                f"--until: {text!r} is neither {INFINITE}, a duration (30m, 2h) nor an RFC 3339"
-                " time with its zone (2026-12-05T18:00:00Z)"
-            ) from None
+    until = _until(text, now)
+    if until is None:
+        raise OpsError(
+            f"--until: {text!r} is neither {INFINITE}, a duration (30m, 2h) nor an RFC 3339"
+            " time with its zone (2026-12-05T18:00:00Z)"
+        )
     if until <= now:
         raise OpsError(f"--until: {text} is not in the future: nothing would be paused")
     return until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _until(text: str, now: datetime) -> datetime | None:
+    with suppress(ValueError):
+        return now + parse_duration(text)
+    with suppress(ValueError):
+        at = datetime.fromisoformat(text)
+        return at if at.tzinfo is not None else None
+    return None
 
 
 def annotate(api: ApiClient, target: Target, annotations: dict[str, str | None]) -> Obj:
@@ -139,10 +143,7 @@ def covered(rows: list[ops.Row], target: Target, owner: OwnerRef | None) -> list
         return [r for r in running if r.namespace == target.name]
     if owner is None:
         return []
-    return [
-        r for r in running
-        if r.namespace == owner.namespace and r.workload == f"{owner.kind}/{owner.name}"
-    ]  # fmt: skip
+    return [r for r in running if (r.namespace, r.workload) == (owner.namespace, owner.workload)]
 
 
 def target_owner(api: ApiClient, target: Target, written: Obj) -> OwnerRef | None:

@@ -2,7 +2,7 @@
 executable installed with the package: kubectl finds it on the PATH), in kubectl's words and
 with its conventions, each translated to the ``rollbackctl`` command that does it:
 
-    kubectl rollback get [-n NS | -A] [-o wide|json|yaml] [--held] [--mode MODE] [-w]
+    kubectl rollback get [pauses] [-n NS | -A] [-l SELECTOR] [-o wide|json|yaml|name] [-w]
     kubectl rollback describe KIND/NAME [-n NS]      rollbackctl describe NS/KIND/NAME
     kubectl rollback history KIND/NAME [-n NS]       rollbackctl history NS/KIND/NAME
     kubectl rollback abort KIND/NAME [-n NS]         rollbackctl cancel NS/KIND/NAME
