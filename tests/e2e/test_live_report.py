@@ -190,10 +190,16 @@ async def _story(world: World, client: Client) -> story.Story:
 
 
 def _check_against_the_cluster(
-    drawn: dict[str, list[tuple[float, float, str, str]]], lived: list[Obj], offset: float
+    drawn: dict[str, list[tuple[float, float, str, str]]],
+    lived: list[Obj],
+    offset: float,
+    past: float | None = None,
 ) -> None:
     """Every state drawn is one the pod was in (times to the second, as the cluster keeps
-    them), every size drawn is the one it ran, and most of the story is drawn."""
+    them), every size drawn is the one it ran, and most of the story is drawn: of its ``past``
+    only (up to then) when it goes on into a crash loop, whose repeats the kubelet's recorder
+    folds into the Event it already wrote, so that how much of such a tail is known depends on
+    how long it ran (CI at a68e5e5, on a loaded machine: 46% of a later report in all)."""
     for pod, spans in drawn.items():
         lives = _lived(lived, pod, spans[-1][1] + offset + 60)
         definite = 0.0
@@ -214,8 +220,9 @@ def _check_against_the_cluster(
                     for x, y, c in lives
                 ), (pod, a, b, state)
             if state != story.UNRECORDED:
-                definite += b - a
-        assert definite >= 0.5 * (spans[-1][1] - spans[0][0]), (pod, spans)
+                definite += _overlap(a, b, spans[0][0], spans[-1][1] if past is None else past)
+        told = (spans[-1][1] if past is None else past) - spans[0][0]
+        assert definite >= 0.5 * told, (pod, spans)
 
 
 @dataclass
@@ -332,7 +339,8 @@ async def test_the_oom_rollback_story_is_drawn_as_the_cluster_lived_it(
     again = _drawn(later_page, later.end)
     shift = (first.start - later.start).total_seconds() if later.start else 0.0
     _same_past(drawn, again, shift)
-    _check_against_the_cluster(again, world.recorder.pods, offset - shift)
+    past = max(spans[-1][1] for spans in drawn.values()) + shift  # the first's end, on its clock
+    _check_against_the_cluster(again, world.recorder.pods, offset - shift, past)
 
 
 def _same_past(
