@@ -7,7 +7,7 @@ strategic-merge and JSON patches; the ``status``, ``scale`` and ``pods/resize`` 
 LimitRange and ResourceQuota admission of pods (``sim.admission``); DELETE with
 cascading garbage collection through ``ownerReferences``; WATCH streams with resourceVersion
 resume, bookmarks, 410 Gone for an expired version and the streaming list (`sendInitialEvents`,
-which `kubectl wait` uses).
+which `kubectl wait` uses); LISTs in pages (``limit``, ``continue``, 410 for an expired token).
 
 For tests and benchmarks it keeps a request ``journal`` and takes injected ``faults``. Objects
 are plain dicts, as the API serves them. ``store`` methods are thread-safe so a simulation (or a
@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -605,6 +605,9 @@ class KubeEmulator:
         # A node's cAdvisor metrics by node name, as a kubelet serves them through the API
         # server's proxy (``SimulatedCluster.cadvisor``); None: not served.
         self.cadvisor: Callable[[str], str] | None = None
+        # A paged LIST's rest by continue token: the snapshot its first page was cut from, as
+        # the real server's etcd revision (``_page``); the oldest go first, as a compaction.
+        self._pages: OrderedDict[str, tuple[list[Obj], int]] = OrderedDict()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -773,15 +776,14 @@ class KubeEmulator:
             assert name is not None
             return web.json_response(await self._scale(http, rtype, namespace, name))
         if request.verb == "list":
-            items, rv = store.list_objects(
-                rtype, namespace, http.query.get("labelSelector"), http.query.get("fieldSelector")
-            )
+            items, meta = self._page(http, rtype, namespace)
             if as_table:
-                return web.json_response(self._table(rtype, items, str(rv)))
+                table = self._table(rtype, items, meta["resourceVersion"])
+                return web.json_response(table | {"metadata": table["metadata"] | meta})
             body = {
                 "kind": f"{rtype.kind}List",
                 "apiVersion": rtype.api_version,
-                "metadata": {"resourceVersion": str(rv)},
+                "metadata": meta,
                 "items": items,
             }
             return web.json_response(body)
@@ -877,6 +879,47 @@ class KubeEmulator:
         merge = "application/merge-patch+json"
         return self.store.patch(rtype, namespace, name, body, merge, None, _validate)
 
+    def _page(
+        self, http: web.Request, rtype: ResourceType, namespace: str | None
+    ) -> tuple[list[Obj], Obj]:
+        """A LIST's items and metadata, in pages as the real server cuts them: ``limit`` items
+        at most, in namespace and name order, with a ``continue`` token for the rest, each
+        page of the snapshot the first was cut from (its ``resourceVersion``). A token the
+        server no longer holds is ``410 Expired``: the client lists again from the start."""
+        token, raw = http.query.get("continue"), http.query.get("limit") or "0"
+        try:
+            limit = int(raw)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"limit: {raw!r} is not an integer") from None
+        if token:
+            with self._lock:
+                page = self._pages.pop(token, None)
+            if page is None:
+                raise ApiError(410, "Expired", CONTINUE_EXPIRED)
+            items, rv = page
+        else:
+            items, rv = self.store.list_objects(
+                rtype, namespace, http.query.get("labelSelector"), http.query.get("fieldSelector")
+            )
+            if limit > 0:  # pages follow the key order; an unpaged LIST keeps the store's
+                items.sort(
+                    key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"])
+                )
+        meta: Obj = {"resourceVersion": str(rv)}
+        if 0 < limit < len(items):
+            items, rest, token = items[:limit], items[limit:], uuid.uuid4().hex
+            with self._lock:
+                self._pages[token] = (rest, rv)
+                while len(self._pages) > PAGES_KEPT:
+                    self._pages.popitem(last=False)
+            meta |= {"continue": token, "remainingItemCount": len(rest)}
+        return items, meta
+
+    def expire_pages(self) -> None:
+        """Forget every continue token, as a compaction of the revision they read does."""
+        with self._lock:
+            self._pages.clear()
+
     def _table(self, rtype: ResourceType, objects: list[Obj], resource_version: str) -> Obj:
         crds = list(self.store.items("CustomResourceDefinition"))
         columns = discovery.printer_columns(crds, rtype.group, rtype.version, rtype.plural)
@@ -965,6 +1008,11 @@ class KubeEmulator:
 
 
 APPLY_PATCH = "application/apply-patch"
+PAGES_KEPT = 256  # continue tokens held at once; older ones expire (410), as compacted ones do
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can"
+    " start a new list without the continue parameter."
+)
 PROTOBUF = "application/vnd.kubernetes.protobuf"
 SCALABLE = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "Rollout"})
 

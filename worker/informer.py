@@ -1,4 +1,5 @@
-"""A small informer: LIST, then WATCH from that resourceVersion, and keep going.
+"""A small informer: LIST (in pages of ``LIST_PAGE``), then WATCH from that resourceVersion, and
+keep going.
 
 - Resumes each watch from the last resourceVersion it saw (events and BOOKMARKs advance it), so
   a dropped connection or a server-side timeout loses nothing.
@@ -58,6 +59,8 @@ WATCH_TIMEOUT_SECONDS = 300
 MAX_BACKOFF_SECONDS = 30.0
 HANDLER_ATTEMPTS = 6
 ABSENT_RECHECK_SECONDS = 60.0
+LIST_PAGE = 500  # items per LIST page (client-go's default pager size)
+LIST_RESTARTS = 3  # a paged LIST started over at most this often on expired tokens, then backed off
 
 
 def object_key(obj: Obj) -> tuple[str, str]:
@@ -163,7 +166,7 @@ class Informer:
     def _relist(self) -> bool:
         """LIST and deliver everything; False when the resource is not served (absent)."""
         try:
-            body = json.loads(self.list_call(_preload_content=False).data)
+            items, resource_version = self._list_pages()
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -175,7 +178,7 @@ class Informer:
             return False
         self.absent = False
         fresh: dict[tuple[str, str], Obj] = {}
-        for obj in body.get("items", []):
+        for obj in items:
             if self.type_meta is not None and isinstance(obj, dict):
                 obj.setdefault("apiVersion", self.type_meta[0])
                 obj.setdefault("kind", self.type_meta[1])
@@ -187,7 +190,7 @@ class Informer:
             self._handle("DELETED", self.cache[key], True)
         for obj in fresh.values():
             self._handle("ADDED", obj, True)
-        self.resource_version = body["metadata"]["resourceVersion"]
+        self.resource_version = resource_version
         self.relists += 1
         self.failing_since = None
         if not self.synced.is_set():
@@ -195,6 +198,29 @@ class Informer:
         if self.on_synced is not None:
             self.on_synced()
         return True
+
+    def _list_pages(self) -> tuple[list[Obj], str]:
+        """Every item, ``LIST_PAGE`` at a time as client-go's pager does (one answer per page,
+        not one of the whole cluster), and the resourceVersion of the snapshot they were cut
+        from. A continue token the server no longer holds (410) starts the list over."""
+        items: list[Obj] = []
+        token: str | None = None
+        restarts = 0
+        while True:
+            paging = {"limit": LIST_PAGE} | ({"_continue": token} if token else {})
+            try:
+                body = json.loads(self.list_call(_preload_content=False, **paging).data)
+            except ApiException as exc:
+                expired = exc.status == 410 and token is not None
+                if not expired or restarts == LIST_RESTARTS or self._stop.is_set():
+                    raise  # the informer's own backoff takes it from there
+                log.info("%s informer: its continue token expired; listing again", self.name)
+                items, token, restarts = [], None, restarts + 1
+                continue
+            items += body.get("items") or []
+            token = (body.get("metadata") or {}).get("continue") or None
+            if token is None:
+                return items, body["metadata"]["resourceVersion"]
 
     def _handle(self, kind: str, obj: Obj, initial: bool) -> None:
         """Cache and deliver one event; a handler failing on a transient API error is retried,
