@@ -17,7 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
@@ -47,6 +47,7 @@ from workflows.machine import RollbackState
 from workflows.pause import PauseScope
 
 Handler = Callable[[argparse.Namespace], int]
+T = TypeVar("T")
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -156,14 +157,29 @@ def _queue_of(args: argparse.Namespace, config: TemporalConfig, cluster: str) ->
     return task_queue_for(cluster)
 
 
-def _kube(args: argparse.Namespace) -> ApiClient:
+def _kube(args: argparse.Namespace, needs: str) -> KubeConfig:
+    """The cluster the command reads or writes (``_kube_of``), or an error saying what
+    ``needs`` it."""
     kube = _kube_of(args, _policy_cluster(args))
     if kube is None:
         raise OpsError(
-            "policies live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
+            f"{needs} in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
             " (or run this where `make run` is running)"
         )
-    return kube.client()
+    return kube
+
+
+def _asking(kube: KubeConfig, ask: Callable[[ApiClient], T], failing: str = "") -> T:
+    """``ask`` of the cluster; what keeps it from answering (unreachable, TLS, credentials, a
+    request it refuses) in one line, not a traceback."""
+    try:
+        return ask(kube.client())
+    except OpsError:
+        raise
+    except Exception as exc:
+        raise OpsError(
+            f"{failing or 'cannot reach Kubernetes'}: {_unreachable(kube, exc)}"
+        ) from None
 
 
 def _unreachable(kube: KubeConfig | None, exc: Exception) -> str:
@@ -178,12 +194,9 @@ def _unreachable(kube: KubeConfig | None, exc: Exception) -> str:
 
 
 def _list_policies(args: argparse.Namespace) -> list[policies.PolicyRow]:
-    try:
-        rows = policies.list_policies(_kube(args), args.namespace_filter)
-    except OpsError:
-        raise
-    except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
-        raise OpsError(f"cannot reach Kubernetes: {_unreachable(_cluster(args), exc)}") from None
+    rows = _asking(
+        _kube(args, "policies live"), lambda api: policies.list_policies(api, args.namespace_filter)
+    )
     kind = policies.ALIASES.get(args.resource)
     return [r for r in rows if kind is None or r.kind == kind]
 
@@ -243,13 +256,11 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 def _labelled(args: argparse.Namespace) -> set[tuple[str, str]]:
     """``get -l``: the workloads the selector selects, from the cluster."""
-    kube = _kube_of(args, _policy_cluster(args))
-    if kube is None:
-        raise OpsError("-l selects by the workloads' labels, in the cluster: give --kubeconfig")
-    try:
-        return ops.labelled(kube.client(), args.namespace_filter, args.selector)
-    except Exception as exc:  # a selector the API server refuses, unreachable: one line
-        raise OpsError(f"cannot select by {args.selector!r}: {_unreachable(kube, exc)}") from None
+    return _asking(
+        _kube(args, "-l selects by the workloads' labels"),
+        lambda api: ops.labelled(api, args.namespace_filter, args.selector),
+        f"cannot select by {args.selector!r}",
+    )
 
 
 def _get_pauses(args: argparse.Namespace) -> int:
@@ -257,16 +268,11 @@ def _get_pauses(args: argparse.Namespace) -> int:
     if args.watch:
         print("error: get pauses -w: not watched; get pauses looks once", file=sys.stderr)
         return 2
-    kube = _kube_of(args, _policy_cluster(args))
     try:
-        if kube is None:
-            raise OpsError(
-                "pauses live in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
-            )
-        try:
-            rows = pausing.pauses(kube.client(), args.namespace_filter, datetime.now(UTC))
-        except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
-            raise OpsError(f"cannot reach Kubernetes: {_unreachable(kube, exc)}") from None
+        rows = _asking(
+            _kube(args, "pauses live"),
+            lambda api: pausing.pauses(api, args.namespace_filter, datetime.now(UTC)),
+        )
     except OpsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -284,7 +290,7 @@ def _get(
     (``cli.watch``: a transition of a workload, a policy's change), until Ctrl-C."""
     cluster = _policy_cluster(args)
     kube = _kube_of(args, cluster) if args.watch else None
-    if args.watch and getattr(args, "held", False):
+    if args.watch and args.held:
         print("error: --held cannot be watched: a hold is Temporal's, not in the cluster's"
               " watches (rollbackctl get --held looks once)", file=sys.stderr)  # fmt: skip
         return 2
@@ -552,30 +558,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
-    kube = _kube_of(args, _policy_cluster(args))
     try:
-        if kube is None:
-            raise OpsError(
-                "a pause is written in the cluster: give --kubeconfig, $KUBECONFIG or --kube-url"
-                " (or run this where `make run` is running)"
-            )
+        kube = _kube(args, "a pause is written")
         namespace = args.namespace_filter or pausing.context_namespace(
             kube.kubeconfig, kube.context
         )
         target = pausing.parse_target(args.target, namespace)
         until = pausing.until_value(args.until, datetime.now(UTC)) if pause else ""
-        api = kube.client()
-        try:
-            written = pausing.annotate(
-                api,
-                target,
-                pausing.pause_annotations(until, args.reason) if pause else pausing.RESUME,
-            )
-            owner = pausing.target_owner(api, target, written) if pause else None
-        except OpsError:
-            raise
-        except Exception as exc:  # unreachable, TLS, credentials: one line, not a traceback
-            raise OpsError(f"cannot reach Kubernetes: {_unreachable(kube, exc)}") from None
+        annotations = pausing.pause_annotations(until, args.reason) if pause else pausing.RESUME
+
+        def write(api: ApiClient) -> OwnerRef | None:
+            written = pausing.annotate(api, target, annotations)
+            return pausing.target_owner(api, target, written) if pause else None
+
+        owner = _asking(kube, write)
     except OpsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from cli.ops import columns
 from worker import temporal as control
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import SearchAttribute
@@ -80,9 +81,5 @@ def from_state(state: OwnerState) -> list[Line]:
 
 def render(owner: OwnerRef, lines: list[Line], source: str) -> str:
     heading = ("STARTED", "RECOMMENDATION", "TURN", "ENDED", "REASON", "RUN")
-    rows = [heading, *(line.cells() for line in lines)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(heading))]
-    table = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
-    return "\n".join([f"{owner}: {len(lines)} line(s), newest first; from {source}", *table])
+    table = columns(heading, [line.cells() for line in lines])
+    return f"{owner}: {len(lines)} line(s), newest first; from {source}\n{table}"

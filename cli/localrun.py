@@ -24,7 +24,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import yaml
 
@@ -140,27 +140,33 @@ def write_kubeconfig(path: Path, url: str, fleet: dict[str, str] | None = None) 
     return path
 
 
-def contexts(kubeconfig: str | None) -> set[str]:
-    """The context names of ``kubeconfig`` (a path, or a ``:``-separated list)."""
-    found: set[str] = set()
+def kubeconfig_documents(kubeconfig: str | None) -> list[dict[str, Any]]:
+    """The readable documents of ``kubeconfig`` (a path, or a ``:``-separated list as in
+    ``$KUBECONFIG``), in order; a file that is missing or not YAML is skipped."""
+    found = []
     for part in (kubeconfig or "").split(os.pathsep):
         try:
             doc = yaml.safe_load(Path(part).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError):
             continue
         if isinstance(doc, dict):
-            found |= {str(c.get("name")) for c in doc.get("contexts") or [] if isinstance(c, dict)}
+            found.append(doc)
     return found
+
+
+def contexts(kubeconfig: str | None) -> set[str]:
+    """The context names of ``kubeconfig`` (a path, or a ``:``-separated list)."""
+    return {
+        str(c.get("name"))
+        for doc in kubeconfig_documents(kubeconfig)
+        for c in doc.get("contexts") or []
+        if isinstance(c, dict)
+    }
 
 
 def names_simulated_cluster(kubeconfig: str | None) -> bool:
     """Whether ``kubeconfig`` (a path, or a ``:``-separated list as in ``$KUBECONFIG``) is one
     that ``rollbackctl run`` wrote for its simulated cluster."""
-    for part in (kubeconfig or "").split(os.pathsep):
-        try:
-            doc = yaml.safe_load(Path(part).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(doc, dict) and doc.get("current-context") == SIMULATED_CONTEXT:
-            return True
-    return False
+    return any(
+        doc.get("current-context") == SIMULATED_CONTEXT for doc in kubeconfig_documents(kubeconfig)
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,7 +45,7 @@ from workflows.activity_api import (
     parse_rollback_id,
     rollback_id,
 )
-from workflows.contract import Mode, SearchAttribute, WorkloadKind, check_cluster
+from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind, check_cluster
 from workflows.machine import RollbackState
 from workflows.pause import Pause
 from workflows.rollback import WORKFLOW_NAME
@@ -262,30 +262,37 @@ async def get(
     return sorted(rows, key=lambda r: (r.cluster, r.namespace, r.workload))
 
 
-def labelled(api: ApiClient, namespace: str | None, selector: str) -> set[tuple[str, str]]:
-    """The workloads (namespace, ``Kind/name``) whose labels ``selector`` selects, as the API
-    server selects them: one LIST per kind the cluster serves."""
-    custom, found = CustomObjectsApi(api), set()
+def owners_listed(
+    api: ApiClient, namespace: str | None, selector: str | None = None
+) -> Iterator[tuple[WorkloadKind, Obj]]:
+    """Every workload of the nine kinds in ``namespace`` (or the cluster) that ``selector``
+    selects (None: all), as the API server lists them: one LIST per kind it serves."""
+    custom = CustomObjectsApi(api)
+    query: dict[str, Any] = {} if selector is None else {"label_selector": selector}
     for kind, where in OWNER_KINDS.items():
         coordinates = (where.group, where.version)
         listed: Any
         try:
             if namespace:
                 listed = custom.list_namespaced_custom_object(
-                    *coordinates, namespace, where.plural, label_selector=selector
+                    *coordinates, namespace, where.plural, **query
                 )
             else:
-                listed = custom.list_cluster_custom_object(
-                    *coordinates, where.plural, label_selector=selector
-                )
+                listed = custom.list_cluster_custom_object(*coordinates, where.plural, **query)
         except ApiException as exc:
             if exc.status == 404:
-                continue  # a kind the cluster does not serve
+                continue  # a kind the cluster does not serve: none of it
             raise
         for obj in listed.get("items") or []:
-            meta = obj["metadata"]
-            found.add((meta["namespace"], f"{kind.value}/{meta['name']}"))
-    return found
+            yield kind, obj
+
+
+def labelled(api: ApiClient, namespace: str | None, selector: str) -> set[tuple[str, str]]:
+    """The workloads (namespace, ``Kind/name``) whose labels ``selector`` selects."""
+    return {
+        (obj["metadata"]["namespace"], f"{kind.value}/{obj['metadata']['name']}")
+        for kind, obj in owners_listed(api, namespace, selector)
+    }
 
 
 async def describe(
@@ -455,16 +462,16 @@ def table(rows: list[Row], wide: bool = False, header: bool = True) -> str:
         )
         for r in rows
     ]
-    text = columns(names, body)
-    return text if header else "\n".join(text.splitlines()[1:])
+    return columns(names, body, header)
 
 
-def columns(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
-    """Left-aligned columns two spaces apart, as kubectl prints them."""
+def columns(header: tuple[str, ...], body: Sequence[tuple[str, ...]], headed: bool = True) -> str:
+    """Left-aligned columns two spaces apart, as kubectl prints them (``headed``: under their
+    names; without, as ``get -w`` prints the rows after the first, the widths still theirs)."""
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body, strict=False)]
     return "\n".join(
         "  ".join(str(v).ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
-        for line in (header, *body)
+        for line in ((header, *body) if headed else body)
     )
 
 

@@ -10,14 +10,12 @@ within seconds (docs: Pause the engine in an incident).
 
 from __future__ import annotations
 
-import os
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
@@ -25,7 +23,7 @@ from activities.lookup import OwnerLookup
 from activities.lookup import body as response_body
 from activities.owners import OWNER_KINDS
 from activities.writes import MERGE_PATCH
-from cli import ops
+from cli import localrun, ops
 from cli.ops import OpsError, kind_of
 from workflows.activity_api import OwnerRef
 from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION, Obj
@@ -155,15 +153,9 @@ def target_owner(api: ApiClient, target: Target, written: Obj) -> OwnerRef | Non
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str:
     """kubectl's default namespace: the context's (``context``, else the current one, of the
-    first file of ``kubeconfig`` that names it), else ``default``."""
-    docs = []
-    for part in (kubeconfig or str(Path.home() / ".kube" / "config")).split(os.pathsep):
-        try:
-            doc = yaml.safe_load(Path(part).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(doc, dict):
-            docs.append(doc)
+    first file of ``kubeconfig`` that names it; ``~/.kube/config`` when none), else
+    ``default``."""
+    docs = localrun.kubeconfig_documents(kubeconfig or str(Path.home() / ".kube" / "config"))
     name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
     for doc in docs:
         for entry in doc.get("contexts") or []:
@@ -193,29 +185,15 @@ class PauseRow:
 def pauses(api: ApiClient, namespace: str | None, now: datetime) -> list[PauseRow]:
     """Every pause annotation in ``namespace`` (or the cluster): on the namespace, on each
     workload of the nine kinds the cluster serves, on each pod. One LIST per kind."""
-    core, custom = CoreV1Api(api), CustomObjectsApi(api)
+    core = CoreV1Api(api)
     raw: dict[str, Any] = {"_preload_content": False}
     found: list[tuple[str, PauseScope, Obj]] = []
     for ns in response_body(core.list_namespace(**raw))["items"]:
         if namespace in (None, ns["metadata"]["name"]):
             found.append((f"namespace/{ns['metadata']['name']}", PauseScope.NAMESPACE, ns))
-    for kind, where in OWNER_KINDS.items():
-        coordinates = (where.group, where.version)
-        try:
-            listed = response_body(
-                custom.list_namespaced_custom_object(*coordinates, namespace, where.plural, **raw)
-                if namespace
-                else custom.list_cluster_custom_object(*coordinates, where.plural, **raw)
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                continue  # a kind the cluster does not serve: none of it to pause
-            raise
-        for obj in listed["items"]:
-            meta = obj["metadata"]
-            found.append(
-                (f"{meta['namespace']}/{kind.value}/{meta['name']}", PauseScope.OWNER, obj)
-            )
+    for kind, obj in ops.owners_listed(api, namespace):
+        meta = obj["metadata"]
+        found.append((f"{meta['namespace']}/{kind.value}/{meta['name']}", PauseScope.OWNER, obj))
     pods = (
         core.list_namespaced_pod(namespace, **raw)
         if namespace
@@ -239,10 +217,5 @@ def pauses(api: ApiClient, namespace: str | None, now: datetime) -> list[PauseRo
 
 
 def pauses_table(rows: list[PauseRow], wide: bool = False, header: bool = True) -> str:
-    heading = ("TARGET", "UNTIL", "REASON", "STATE")
-    cells = [(r.target, r.until, r.reason or "-", r.state) for r in rows]
-    shown = [heading, *cells] if header else cells
-    widths = [max(len(row[i]) for row in [heading, *cells]) for i in range(len(heading))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in shown
-    )
+    body = [(r.target, r.until, r.reason or "-", r.state) for r in rows]
+    return ops.columns(("TARGET", "UNTIL", "REASON", "STATE"), body, header)

@@ -85,8 +85,7 @@ def table(rows: list[PolicyRow], wide: bool = False, header: bool = True) -> str
     body = [
         (r.kind, r.namespace or "", r.name, *(r.values[c["name"]] for c in shown)) for r in rows
     ]
-    text = columns(names, body)
-    return text if header else "\n".join(text.splitlines()[1:])
+    return columns(names, body, header)
 
 
 def find(rows: list[PolicyRow], kind: str, namespace: str | None, name: str) -> PolicyRow:
