@@ -30,6 +30,7 @@ from bench.regular import RegularActivitiesWorkflow
 from sim.apiserver import KubeEmulator
 from sim.scenario import SCENARIOS, Scenario, World, play
 from worker.config import TemporalConfig
+from worker.intake.budget import ATTEMPT_ACTIONS
 from worker.kube import activities_for, api_client
 from worker.runner import build_worker
 from worker.temporal import observe
@@ -96,6 +97,8 @@ async def attempt_cost(windows: list[str], lines: Lines) -> None:
         f" (target <= 40{met(first[1]['events'] <= 40)})",
     )
     assert same, rows
+    # The intake's Temporal budget charges each start this much (worker.intake.budget).
+    assert first[1]["actions"] == ATTEMPT_ACTIONS, (first[1], ATTEMPT_ACTIONS)
 
 
 PATHS = {"local activities": RollbackWorkflow, "regular activities": RegularActivitiesWorkflow}

@@ -179,6 +179,7 @@ ENGINE_FLAGS = {
     "cluster": "--cluster",
     "task_queue": "--task-queue",
     "identity": "--identity",
+    "temporal_budget": "--temporal-budget",
 }
 
 

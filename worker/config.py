@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import importlib.metadata
 import logging
+import math
 import os
 import re
 import socket
@@ -419,6 +420,8 @@ class IntakeConfig(_OneCluster):
     # The worker's Prometheus, as the intake is told it: a policy with health checks says in
     # its status whether its checks can be asked (``workflows.policy_status``).
     prometheus_url: str | None = None
+    # Billable actions a second the intake may spend (``worker.intake.budget``); None: unpaced.
+    temporal_budget: float | None = None
 
     @classmethod
     def from_args(
@@ -430,4 +433,20 @@ class IntakeConfig(_OneCluster):
             lease_namespace=args.lease_namespace or _env(env, "POD_NAMESPACE") or "default",
             identity=args.identity or _env(env, "POD_NAME") or default_identity(),
             prometheus_url=parse_prometheus_url(args, env),
+            temporal_budget=_budget(args, env),
         )
+
+
+def _budget(args: argparse.Namespace, env: Mapping[str, str]) -> float | None:
+    raw = getattr(args, "temporal_budget", None) or _env(env, "ROLLBACK_TEMPORAL_BUDGET")
+    if raw is None:
+        return None
+    try:
+        rate = float(raw)
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and rate >= 1):
+        raise ConfigError(
+            f"--temporal-budget: {raw!r} is not a number of actions a second (1 or more)"
+        )
+    return rate

@@ -161,6 +161,12 @@ def add_intake_flags(parser: argparse.ArgumentParser, prometheus: bool = False) 
     if prometheus:
         add_prometheus_flag(group)
     group.add_argument(
+        "--temporal-budget",
+        metavar="ACTIONS_PER_SECOND",
+        help="the billable Temporal actions a second this cluster's intake may spend starting"
+        " and signalling attempts, paced (ROLLBACK_TEMPORAL_BUDGET; default none: no pacing)",
+    )
+    group.add_argument(
         "--lease-namespace", help="namespace of the leader-election Lease (POD_NAMESPACE)"
     )
     group.add_argument(

@@ -90,6 +90,7 @@ class IntakeService:
                 fence=self.elector.time_left,
                 protection=config.kube.protection,
                 prometheus=config.prometheus_url is not None,
+                budget=config.temporal_budget,
             )
 
         self._term = term

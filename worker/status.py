@@ -65,9 +65,12 @@ class StatusWriter:
         protection: Protection = PROTECTED,
         held: Callable[[OwnerRef], bool] = lambda _: False,
         prometheus: bool = True,
+        budget: float | None = None,
+        waiting: Callable[[], dict[str, list[str]]] = dict,
     ) -> None:
         self.custom, self.owners, self.period = custom, owners, period
         self.prometheus = prometheus  # whether the worker has a Prometheus (health checks)
+        self.budget, self.waiting = budget, waiting  # the Temporal budget, what waits under it
         self.protection = protection
         self.held = held  # whether a pause on a pod of it, on it or on its namespace is in force
         self.fence = fence  # checked before each write: only the acting leader writes
@@ -169,11 +172,15 @@ class StatusWriter:
         counts = tally(index, workloads)
         if export:
             self._export(workloads)
+        waiting = self.waiting() if self.budget is not None else {}
         due = []
         for k in known:
             key = str(k.ref)
             if k.policy is not None:
-                status = status_of(k.policy, counts.get(key), k.stored, now, self.prometheus)
+                status = status_of(
+                    k.policy, counts.get(key), k.stored, now, self.prometheus,
+                    self.budget, waiting.get(key, ()),
+                )  # fmt: skip
             else:
                 status = invalid_status(
                     k.error or "invalid", k.generation, counts.get(key), k.stored, now

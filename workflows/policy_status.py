@@ -18,8 +18,10 @@ engine's (docs/concepts/status-and-control.md, "Policy status"):
   the active attempts a pause on a pod of theirs, their owner or namespace holds); and, for a
   policy with health checks, ``HealthChecksAsked`` (False: ``NoPrometheus``, the engine has no
   Prometheus to ask, so its verdicts are decided on adoption alone, or failed under
-  ``onPrometheusError: fail``). A condition keeps its ``lastTransitionTime`` while its status
-  does not change.
+  ``onPrometheusError: fail``); and, where the engine has a Temporal budget
+  (``--temporal-budget``), ``AttemptsWaiting`` (True: ``Budget``, how many of the policy's
+  adoptions wait for their turn under it, naming the first). A condition keeps its
+  ``lastTransitionTime`` while its status does not change.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from workflows.state import CamelModel, OwnerState, PolicyRef
 
 READY, MATCHED, PAUSED = "Ready", "WorkloadsMatched", "WorkloadsPaused"
 HEALTH = "HealthChecksAsked"  # only on a policy with health checks
+WAITING = "AttemptsWaiting"  # only where the engine has a Temporal budget
 ConditionStatus = Literal["True", "False", "Unknown"]
 SUMMARY_MAX = 1024  # characters of lastErrorSummary
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # metav1.Time: RFC 3339 to the second
@@ -156,8 +159,12 @@ def status_of(
     previous: PolicyStatus | None,
     now: datetime,
     prometheus: bool = True,
+    budget: float | None = None,
+    waiting: Iterable[str] = (),
 ) -> PolicyStatus:
-    """The status of a valid policy; ``prometheus``: whether the engine has one to ask."""
+    """The status of a valid policy; ``prometheus``: whether the engine has one to ask;
+    ``budget``: the engine's Temporal budget (actions a second), ``waiting``: the owners whose
+    adoption under this policy waits for its turn."""
     counts = counts or Tally()
     generation = policy.metadata.generation
     summary = previous.last_error_summary if previous else None
@@ -177,6 +184,7 @@ def status_of(
             _condition(previous, MATCHED, matched, now, generation),
             _condition(previous, PAUSED, _paused(counts), now, generation),
             *_health(policy, prometheus, previous, now, generation),
+            *_waiting(budget, list(waiting), previous, now, generation),
         ],
     )
 
@@ -248,6 +256,25 @@ def _health(
             f" the health checks are not run and each verdict is {rule}",
         )
     return [_condition(previous, HEALTH, said, now, generation)]
+
+
+def _waiting(
+    budget: float | None,
+    waiting: list[str],
+    previous: PolicyStatus | None,
+    now: datetime,
+    generation: int | None,
+) -> list[Condition]:
+    if budget is None:
+        return []
+    rate = f"{budget:g} actions/s"
+    said: Said = (
+        ("True", "Budget", f"{len(waiting)} adoption(s) wait for their turn under the engine's"
+         f" Temporal budget ({rate}): {_some(waiting, 3)}")
+        if waiting
+        else ("False", "NoneWaiting", f"no adoption waits for the Temporal budget ({rate})")
+    )  # fmt: skip
+    return [_condition(previous, WAITING, said, now, generation)]
 
 
 def invalid_status(

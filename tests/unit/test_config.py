@@ -217,6 +217,16 @@ def test_the_prometheus_url_is_none_by_default_and_an_http_url_else() -> None:
         WorkerConfig.from_args(args("--prometheus-url", "prometheus:9090"), {})
 
 
+def test_the_temporal_budget_is_off_by_default_and_a_rate_of_one_or_more() -> None:
+    assert IntakeConfig.from_args(args(), {}).temporal_budget is None
+    env = {"ROLLBACK_TEMPORAL_BUDGET": "200"}
+    assert IntakeConfig.from_args(args(), env).temporal_budget == 200.0
+    assert IntakeConfig.from_args(args("--temporal-budget", "50.5"), env).temporal_budget == 50.5
+    for bad in ("0", "0.5", "-3", "fast", "inf", "nan"):
+        with pytest.raises(ConfigError, match=f"--temporal-budget: '{bad}' is not a number"):
+            IntakeConfig.from_args(args("--temporal-budget", bad), {})
+
+
 def test_namespace_is_the_kubernetes_one_as_in_kubectl() -> None:
     """`rollbackctl get --namespace shop` filters Kubernetes namespace shop; it used to name the
     Temporal namespace and fail with "Namespace shop is not found"."""

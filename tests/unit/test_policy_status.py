@@ -16,6 +16,7 @@ from workflows.policy_status import (
     MATCHED,
     PAUSED,
     READY,
+    WAITING,
     PolicyStatus,
     Tally,
     Workload,
@@ -209,3 +210,20 @@ def test_a_policy_with_health_checks_says_whether_they_can_be_asked() -> None:
     plain = status_of(policy(), Tally(), None, T0, prometheus=False)
     assert plain.condition(HEALTH) is None  # no checks, nothing to say
     jsonschema.validate(status_of(checked, Tally(), None, T0, False).body(), STATUS_SCHEMA)
+
+
+def test_adoptions_waiting_for_the_temporal_budget_are_a_condition_where_there_is_one() -> None:
+    p = policy()
+    waiting = ["team/Deployment/b", "team/Deployment/a", "team/Deployment/d", "team/Deployment/c"]
+    said = status_of(p, Tally(), None, T0, budget=200.0, waiting=waiting).condition(WAITING)
+    assert said is not None and (said.status, said.reason) == ("True", "Budget")
+    assert said.message == (
+        "4 adoption(s) wait for their turn under the engine's Temporal budget (200 actions/s):"
+        " team/Deployment/a, team/Deployment/b, team/Deployment/c, ..."
+    )
+    none = status_of(p, Tally(), None, T0, budget=200.0).condition(WAITING)
+    assert none is not None and (none.status, none.reason) == ("False", "NoneWaiting")
+    assert status_of(p, Tally(), None, T0).condition(WAITING) is None  # no budget, no condition
+    jsonschema.validate(
+        status_of(p, Tally(), None, T0, budget=2.5, waiting=waiting).body(), STATUS_SCHEMA
+    )

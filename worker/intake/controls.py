@@ -130,6 +130,7 @@ class Controls:
         request = f"{value}@{obj['metadata'].get('resourceVersion', '')}"
         failures, d = 0, self.delivery
         while d.acting():
+            d.budget.charge(1)  # an operator's control never waits for the budget; it counts
             try:
                 if value == Control.CANCEL:
                     await temporal.cancel(

@@ -1,10 +1,11 @@
 """Delivery: what the intake decided, carried to Temporal and answered on the cluster.
 
-Sightings (signal-with-start ``observe``, per owner the newest, retried until accepted),
-controls (an Update the workflow answers; a refusal as an Event; the annotation then removed),
-resumes, and Warning Events (``causes.Notice``). Every send is fenced (``acting``: still the
-leader, not stopped) and given a deadline within the term (``rpc_timeout``), so none lands
-after it; the Temporal client retries nothing by itself (the package's docstring says more).
+Sightings (signal-with-start ``observe``, per owner the newest, retried until accepted, paced by
+the Temporal budget when one is set: ``budget``), controls (an Update the workflow answers; a
+refusal as an Event; the annotation then removed), resumes, and Warning Events
+(``causes.Notice``). Every send is fenced (``acting``: still the leader, not stopped) and given
+a deadline within the term (``rpc_timeout``), so none lands after it; the Temporal client
+retries nothing by itself (the package's docstring says more).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from temporalio.common import MetricMeter
 
 from activities.writes import emit_once, event_body, reference
 from worker import temporal
+from worker.intake.budget import ATTEMPT_ACTIONS, Budget
 from worker.intake.causes import (
     Notice,
     Sighted,
@@ -62,24 +64,37 @@ class Delivery:
         fence: Callable[[], float],
         stats: Counter[str],
         meter: MetricMeter,
+        budget: Budget | None = None,
     ) -> None:
         # Every run it starts or signals is its own cluster's (``rollback_id``): in a fleet on
         # one Temporal, it never wakes another cluster's run.
         self.client, self.cluster, self.task_queue, self.loop = client, cluster, task_queue, loop
         self.core, self.custom = kube
         self.acting, self._fence, self.stats = acting, fence, stats
+        self.budget = budget or Budget(None)
+        self.on_waiting: Callable[[], None] = lambda: None  # the sightings waiting changed
         self.pending: set[Future[None]] = set()
         self._lock = threading.Lock()
         self.undelivered: dict[OwnerRef, Sighted] = {}  # the newest per owner, until accepted
         self._signalled: dict[OwnerRef, Signalled] = {}  # one signal per owner, basis and all
         self._retained: dict[OwnerRef, str] = {}  # the fingerprint last logged as retained
         self._delivering: set[OwnerRef] = set()
+        self._retrying: set[OwnerRef] = set()  # undelivered whose last send failed
         self._sending: asyncio.Semaphore | None = None  # made on the loop, in _deliver
         self._failing: set[str] = set()  # pods failing for certain, by uid (``suspect``)
         self._suspecting: set[OwnerRef] = set()  # a suspect sent within its debounce
         self._suspect_again: set[OwnerRef] = set()  # another pod failed meanwhile
         self._bad_objects = meter.create_counter(
             "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
+        )
+        self._waiting_gauge = meter.create_gauge(
+            "rollback_intake_waiting_sightings",
+            "adoptions accepted and not yet delivered to Temporal, by what they wait for: budget"
+            " (their turn under the Temporal budget, or a send slot), temporal (a failed send,"
+            " retried with backoff)",
+        )
+        self._budget_wait = meter.create_histogram_timedelta(
+            "rollback_intake_budget_wait", "how long each sighting waited for its budget turn"
         )
 
     def rpc_timeout(self) -> timedelta:
@@ -116,6 +131,7 @@ class Delivery:
                 return
             self._signalled[owner] = verdict.basis
             self.undelivered[owner] = verdict.signal
+            self._waiting_changed()
             log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, verdict.basis[0])
             if owner in self._delivering:
                 return
@@ -126,25 +142,33 @@ class Delivery:
         failures = 0
         while True:
             with self._lock:
-                seen = self.undelivered.get(owner)
-                if seen is None or not self.acting():
+                if owner not in self.undelivered or not self.acting():
                     self._delivering.discard(owner)
                     return  # a deposed leader drops it: the next one relists and sees it too
             if self._sending is None:
                 self._sending = asyncio.Semaphore(MAX_CONCURRENT_SIGNALS)
             try:
                 async with self._sending:
-                    if not self.acting():  # fenced while waiting for a slot
+                    # Reserved in a send slot, so at most that many reservations are ahead.
+                    waited = await self.budget.spend(ATTEMPT_ACTIONS)
+                    if waited:
+                        self._budget_wait.record(timedelta(seconds=waited))
+                    with self._lock:
+                        seen = self.undelivered[owner]  # the newest, after the wait
+                    if not self.acting():  # fenced while waiting for a slot or the budget
                         continue
                     await temporal.observe(
                         self.client, self.cluster, self.task_queue, seen.owner,
                         seen.recommendation, pod=seen.pod, pod_created_at=seen.pod_created_at,
                         rpc_timeout=self.rpc_timeout(), turn=seen.turn, policy=seen.policy,
                     )  # fmt: skip
-            except Exception as exc:  # RPC errors of every kind: retried alike
+            except Exception as exc:  # RPC errors of every kind, ResourceExhausted too: retried
                 failures += 1
                 self.stats["signal_retries"] += 1
                 delay = backoff(failures)
+                with self._lock:
+                    self._retrying.add(owner)
+                    self._waiting_changed()
                 log.warning(
                     "%s: signal-with-start failed (%s), retrying in %.1fs", owner, exc, delay
                 )
@@ -155,6 +179,24 @@ class Delivery:
             with self._lock:
                 if self.undelivered.get(owner) is seen:
                     del self.undelivered[owner]
+                self._retrying.discard(owner)
+                self._waiting_changed()
+
+    def _waiting_changed(self) -> None:
+        """The gauge of what waits, and the status writer told (under ``_lock``)."""
+        retrying = len(self._retrying)
+        self._waiting_gauge.set(len(self.undelivered) - retrying, {"waiting_for": "budget"})
+        self._waiting_gauge.set(retrying, {"waiting_for": "temporal"})
+        self.on_waiting()
+
+    def waiting(self) -> dict[str, list[str]]:
+        """The owners whose adoption waits to be delivered, by the policy that opens it."""
+        found: dict[str, list[str]] = {}
+        with self._lock:
+            for owner, seen in self.undelivered.items():
+                if seen.policy is not None:
+                    found.setdefault(str(seen.policy.ref), []).append(str(owner))
+        return found
 
     # --- resumes -----------------------------------------------------------------------------
 
@@ -168,6 +210,7 @@ class Delivery:
         for owner in owners:
             if not self.acting():
                 return
+            self.budget.charge(1)  # a resume never waits for the budget (nor a suspect)
             try:
                 await temporal.resume(self.client, self.cluster, owner, self.rpc_timeout())
                 self.stats["resumes"] += 1
@@ -207,6 +250,7 @@ class Delivery:
     async def _suspect(self, owner: OwnerRef, pod: str) -> None:
         try:
             while self.acting():
+                self.budget.charge(1)
                 try:
                     await temporal.suspect(
                         self.client, self.cluster, owner, pod, self.rpc_timeout()

@@ -21,6 +21,7 @@ from temporalio.common import MetricMeter
 from activities.lookup import read_state
 from worker.informer import Informer, Informers, identity
 from worker.intake import causes
+from worker.intake.budget import Budget
 from worker.intake.causes import Adoption, PauseSeen, Sighted
 from worker.intake.controls import Controls
 from worker.intake.delivery import Delivery
@@ -50,6 +51,7 @@ class Intake:
         fence: Callable[[], float] = lambda: math.inf,
         protection: Protection = PROTECTED,
         prometheus: bool = True,  # the worker has a Prometheus to ask (for the policies' status)
+        budget: float | None = None,  # the Temporal budget, actions a second (``budget``)
     ) -> None:
         self.core, self.custom, self.cluster = core, custom, cluster
         # The leader's fence (``LeaderElector.time_left``) and this intake's end, checked right
@@ -59,16 +61,19 @@ class Intake:
         self.stats: Counter[str] = Counter()
         kube = (core, custom)
         self.delivery = Delivery(
-            temporal, cluster, task_queue, loop, kube, self.acting, fence, self.stats, meter
-        )
+            temporal, cluster, task_queue, loop, kube, self.acting, fence, self.stats, meter,
+            Budget(budget),
+        )  # fmt: skip
         self.controls = Controls(self.delivery, custom)
         self.owners = WorkloadCache(
             core, custom, self._on_owner, self.delivery.bad_object, on_change=self._owners_changed
         )
         self.status = StatusWriter(
             custom, self.owners.views, meter=meter, fence=self.acting, protection=protection,
-            held=self.held, prometheus=prometheus,
+            held=self.held, prometheus=prometheus, budget=budget, waiting=self.delivery.waiting,
         )  # fmt: skip
+        if budget is not None:
+            self.delivery.on_waiting = self.status.changed
         self.index = PolicyIndex(protection)
         self._lock = threading.RLock()
         self.started = threading.Event()
