@@ -74,6 +74,7 @@ from workflows.activity_api import (
     SampleCohortInput,
 )
 from workflows.contract import (
+    DEFAULT_ENGINE_NAMESPACE,
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
@@ -169,6 +170,7 @@ class KubernetesActivities:
         protection: Protection = PROTECTED,
         min_ready: timedelta = timedelta(0),
         prometheus: Prometheus | None = None,
+        engine_namespace: str = DEFAULT_ENGINE_NAMESPACE,
     ) -> None:
         self.core = core
         self.prometheus = prometheus  # the health checks' (None: none configured)
@@ -176,7 +178,7 @@ class KubernetesActivities:
         # How long a pod must have been Ready to count; the worker's configuration gives
         # Kubex's 10 s by default (``--min-ready-duration``).
         self.min_ready = min_ready
-        self.lookup = OwnerLookup(core, custom, protection)
+        self.lookup = OwnerLookup(core, custom, protection, engine_namespace)
         self.writer = OwnerWriter(core, custom, self.lookup, instance or socket.gethostname())
         self.notifier = Notifier(notifications or NotificationConfig(), self.lookup, self.writer)
 
@@ -243,7 +245,9 @@ class KubernetesActivities:
             policy = self.lookup.policy(input.owner, obj)
             paused = None
             if input.attempt is not None and _published(obj):
-                _, paused = self._gate(input.owner, obj, "backoff end", input.attempt)
+                _, paused = self._gate(
+                    input.owner, obj, "backoff end", input.attempt, brings_back=True
+                )
             return ResolvePolicyResult(policy=policy, paused=paused)
 
     @activity.defn(name=SAMPLE_COHORT)
@@ -276,12 +280,20 @@ class KubernetesActivities:
         return sample
 
     def _paused(
-        self, owner: OwnerRef, obj: Obj, pods: list[Obj], step: str, attempt: str
+        self,
+        owner: OwnerRef,
+        obj: Obj,
+        pods: list[Obj],
+        step: str,
+        attempt: str,
+        brings_back: bool = False,
     ) -> Pause | None:
-        """The pause in force on ``owner`` (``workflows.pause``), told where it holds ``step``
-        of the attempt on ``attempt`` (a fingerprint): one Warning Event per pause, a log line,
-        the ``rollback_holds`` metric."""
-        paused = self.lookup.pause(owner, obj, pods)
+        """The pause in force on ``owner`` (``workflows.pause``), and for a step that
+        ``brings_back`` a cut the kill switch before it, told where it holds ``step`` of the
+        attempt on ``attempt`` (a fingerprint): one Warning Event per pause, a log line, the
+        ``rollback_holds`` metric."""
+        off = self.lookup.automation_off() if brings_back else None
+        paused = off or self.lookup.pause(owner, obj, pods)
         if paused is None:
             return None
         message = f"{step} held: {paused.describe()}"
@@ -384,7 +396,9 @@ class KubernetesActivities:
             obj = self.lookup.get(input.owner)
             if obj is None:
                 return ActuationResult(exists=False)
-            listed, paused = self._gate(input.owner, obj, "re-apply", rec.fingerprint)
+            listed, paused = self._gate(
+                input.owner, obj, "re-apply", rec.fingerprint, brings_back=True
+            )
             if paused is not None:
                 return ActuationResult(paused=paused, message=paused.describe())
             return self._actuate(
@@ -397,19 +411,22 @@ class KubernetesActivities:
                 "re-apply",
                 rec.fingerprint,
                 stop_on_crash=True,
+                brings_back=True,
             )
 
     def _gate(
-        self, owner: OwnerRef, obj: Obj, step: str, attempt: str
+        self, owner: OwnerRef, obj: Obj, step: str, attempt: str, brings_back: bool = False
     ) -> tuple[Listed, Pause | None]:
         """The one gate of every write that changes what runs (docs/concepts/status-and-control.md,
         "Pauses"): the cohort from one LIST, and the pause in force over it read right before
         the write, at every level (its pods', the owner's as ``obj`` shows it, its namespace's).
         Publishing a rollback recommendation, clearing one, a re-apply and each batch of resizes
-        (``_actuate``'s ``Pace.paused``) go through it, in both actuation modes."""
+        (``_actuate``'s ``Pace.paused``) go through it, in both actuation modes. A write that
+        ``brings_back`` a cut (a backoff's end, a re-apply, clearing a published rollback) also
+        reads the engine's kill switch first."""
         query = self.lookup.cohort_query(owner, obj)
         listed = Listed(query, *self.lookup.pods_listed(owner.namespace, query))
-        return listed, self._paused(owner, obj, listed.pods, step, attempt)
+        return listed, self._paused(owner, obj, listed.pods, step, attempt, brings_back)
 
     def _clearing_held(self, input: RecordTransitionInput) -> RecordTransitionResult | None:
         """A record that clears a published rollback recommendation, held by a pause: the
@@ -421,7 +438,8 @@ class KubernetesActivities:
             return None  # nothing to clear: the record acts on nothing
         mode = input.state.mode.value if input.state else "cleared"
         attempt = input.state.active_recommendation_fingerprint if input.state else "-"
-        _, paused = self._gate(input.owner, obj, f"{mode} (clears the rollback)", attempt)
+        step = f"{mode} (clears the rollback)"
+        _, paused = self._gate(input.owner, obj, step, attempt, brings_back=True)
         return None if paused is None else RecordTransitionResult(paused=paused)
 
     def _paced(self, owner: OwnerRef, obj: Obj, step: str, attempt: str, budget: Budget) -> None:
@@ -462,6 +480,7 @@ class KubernetesActivities:
         attempt: str,
         stop_on_crash: bool = False,
         recreate: bool = False,
+        brings_back: bool = False,
     ) -> ActuationResult:
         """In-place mode: resize the cohort to the target, paced by the workload's
         ``maxUnavailable`` and the disruption budgets over it, the pause read again before each
@@ -478,7 +497,9 @@ class KubernetesActivities:
 
         def paused(pods: list[Obj]) -> Pause | None:  # the owner's and namespace's, afresh
             now = self.lookup.get(owner)
-            return None if now is None else self._paused(owner, now, pods, step, attempt)
+            return (
+                None if now is None else self._paused(owner, now, pods, step, attempt, brings_back)
+            )
 
         desired = desired_replicas(owner.kind, obj)
         budgets = Budgets(self.core.api_client, owner.namespace, _heartbeat)

@@ -36,11 +36,12 @@ from workflows.activity_api import CohortQuery, OwnerRef, PolicySettings
 from workflows.contract import (
     API_GROUP,
     API_VERSION,
+    DEFAULT_ENGINE_NAMESPACE,
     ROLLBACK_STATE_ANNOTATION,
     Obj,
     WorkloadKind,
 )
-from workflows.pause import Pause, effective_pause
+from workflows.pause import Pause, automation_off, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy
 from workflows.selection import PROTECTED, Protection, WorkloadRef, resolve
 from workflows.state import OwnerState, PolicyRef
@@ -71,11 +72,16 @@ def read_state(obj: Obj) -> tuple[OwnerState | None, str | None]:
 
 class OwnerLookup:
     def __init__(
-        self, core: CoreV1Api, custom: CustomObjectsApi, protection: Protection = PROTECTED
+        self,
+        core: CoreV1Api,
+        custom: CustomObjectsApi,
+        protection: Protection = PROTECTED,
+        engine_namespace: str = DEFAULT_ENGINE_NAMESPACE,
     ) -> None:
         self.core = core
         self.custom = custom
         self.protection = protection  # namespaces where no policy applies
+        self.engine_namespace = engine_namespace  # where the kill switch is (``automation_off``)
         self._parents: dict[tuple[str, str, str], Obj | None] = {}
 
     def get(self, owner: OwnerRef) -> Obj | None:
@@ -177,19 +183,27 @@ class OwnerLookup:
     def pause(self, owner: OwnerRef, obj: Obj, pods: list[Obj]) -> Pause | None:
         """The pause holding the owner now (``workflows.pause``), from its annotations, its
         pods' (as listed) and its namespace's (one GET)."""
-        try:
-            namespace: Any = self.core.read_namespace(owner.namespace, _preload_content=False)
-            ns_annotations = body(namespace)["metadata"].get("annotations")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            ns_annotations = None
         return effective_pause(
             [(p["metadata"]["name"], p["metadata"].get("annotations")) for p in pods],
             (str(owner), obj["metadata"].get("annotations")),
-            (owner.namespace, ns_annotations),
+            (owner.namespace, self._namespace_annotations(owner.namespace)),
             datetime.now(UTC),
         )
+
+    def automation_off(self) -> Pause | None:
+        """The engine's kill switch, off its namespace (one GET; ``workflows.pause``)."""
+        name = self.engine_namespace
+        return automation_off((name, self._namespace_annotations(name)))
+
+    def _namespace_annotations(self, name: str) -> dict[str, str] | None:
+        try:
+            namespace: Any = self.core.read_namespace(name, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return None
+        annotations: dict[str, str] | None = body(namespace)["metadata"].get("annotations")
+        return annotations
 
     def pods(self, namespace: str, query: CohortQuery) -> list[Obj]:
         """The cohort in one LIST: the selector server-side, the Job-name pattern client-side."""

@@ -49,9 +49,9 @@ MUTATIONS = [
     _one(
         "the intake never starts the attempts of one fate (healthy)",
         "worker/intake/watching.py",
-        "            self.delivery.offer(seen, state, self._policy(seen.owner, obj))\n",
+        "            self.sightings.offer(seen, state, self._policy(seen.owner, obj))\n",
         '            if not seen.owner.name.startswith("healthy-"):\n'
-        "                self.delivery.offer(seen, state, self._policy(seen.owner, obj))\n",
+        "                self.sightings.offer(seen, state, self._policy(seen.owner, obj))\n",
         "lostOrStuck",
     ),
     _one(

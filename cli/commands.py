@@ -44,7 +44,7 @@ from worker.process import run
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import task_queue_for
 from workflows.machine import RollbackState
-from workflows.pause import PauseScope
+from workflows.pause import Pause, PauseScope
 
 Handler = Callable[[argparse.Namespace], int]
 T = TypeVar("T")
@@ -580,6 +580,36 @@ def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
         return 0
     print(f"{target} paused until {until}" + (f": {args.reason}" if args.reason else ""))
     print(asyncio.run(_covered(args, target, owner)))
+    return 0
+
+
+def cmd_automation(args: argparse.Namespace) -> int:
+    """Switch the engine's automation on or off for the cluster, or say which it is."""
+    off = None if args.state is None else args.state == "off"
+    if args.reason and not off:
+        print("error: --reason goes with off (why automation is off)", file=sys.stderr)
+        return 2
+    try:
+        kube = _kube(args, "the kill switch is read or written")
+
+        def switch(api: ApiClient) -> tuple[str, Pause | None]:
+            namespace = args.engine_namespace or pausing.engine_namespace(api)
+            return namespace, pausing.automation(api, namespace, off, args.reason)
+
+        namespace, now = _asking(kube, switch)
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if now is None:
+        print(
+            f"automation on (namespace {namespace}): attempts start as pods adopt"
+            " recommendations, backoffs end and re-apply their cuts"
+        )
+        return 0
+    print(
+        f"{now.describe()}: no new attempt starts and nothing brings a cut back (a backoff's"
+        " end, a re-apply); verdicts and rollbacks in flight go on"
+    )
     return 0
 
 

@@ -208,6 +208,19 @@ def _add_pauses(sub: Any) -> None:
             add_temporal_flags(cmd)
         add_kube_flags(cmd, serving=False)
         cmd.set_defaults(handler=_command(f"cmd_{name}"))
+    cmd = sub.add_parser(
+        "automation",
+        help="the engine's kill switch for the whole cluster: off, no new attempt starts and"
+        " nothing brings a cut back (verdicts and rollbacks go on); without on|off, say which",
+    )
+    cmd.add_argument("state", nargs="?", choices=["on", "off"], help="switch it on or off")
+    cmd.add_argument("--reason", help="why it is off, for whoever finds it (automation-reason)")
+    cmd.add_argument(
+        "--engine-namespace",
+        help="the namespace the engine runs in (default: the one holding the intake's Lease)",
+    )
+    add_kube_flags(cmd, serving=False)
+    cmd.set_defaults(handler=_command("cmd_automation"))
 
 
 def _add_versions(sub: Any) -> None:

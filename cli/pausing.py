@@ -1,4 +1,4 @@
-"""``rollbackctl pause|resume`` (and ``kubectl rollback pause|resume``): Kubex's pause annotations
+"""``rollbackctl pause|resume|automation`` (and ``kubectl rollback ...``): Kubex's pause annotations
 (``rightsizing.kubex.ai/pause-until``, ``pause-reason``) written on a namespace, a workload or a
 pod, as an operator would with ``kubectl annotate``, but with the value checked first (the rule
 that reads it is ``workflows.pause``: a value it cannot read would hold until fixed) and, after,
@@ -6,6 +6,11 @@ the running attempts the pause covers listed.
 
 A resume removes both annotations; the intake's watch sees them go and resumes what they held
 within seconds (docs: Pause the engine in an incident).
+
+``automation off|on`` is the engine's kill switch for the whole cluster
+(``rightsizing.kubex.ai/automation`` on the engine's namespace, ``workflows.pause.automation_off``):
+off, no new attempt starts and nothing brings a cut back, while verdicts and rollbacks go on.
+The engine's namespace is the one holding the intake's Lease, unless given.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from activities.lookup import OwnerLookup
@@ -26,9 +31,16 @@ from activities.writes import MERGE_PATCH
 from cli import localrun, ops
 from cli.ops import OpsError, kind_of
 from workflows.activity_api import OwnerRef
-from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION, Obj
+from workflows.contract import (
+    AUTOMATION_ANNOTATION,
+    AUTOMATION_REASON_ANNOTATION,
+    INTAKE_LEASE,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+    Obj,
+)
 from workflows.durations import parse_duration
-from workflows.pause import INFINITE, PauseScope, said
+from workflows.pause import DISABLED, ENABLED, INFINITE, Pause, PauseScope, automation_off, said
 
 NAMESPACE_WORDS = ("namespace", "namespaces", "ns")
 POD_WORDS = ("pod", "pods", "po")
@@ -131,6 +143,48 @@ def pause_annotations(until: str, reason: str | None) -> dict[str, str | None]:
 
 
 RESUME: dict[str, str | None] = {PAUSE_UNTIL_ANNOTATION: None, PAUSE_REASON_ANNOTATION: None}
+
+
+def engine_namespace(api: ApiClient) -> str:
+    """The namespace holding the intake's Lease (one LIST, by name): where the engine runs."""
+    try:
+        leases: Any = CoordinationV1Api(api).list_lease_for_all_namespaces(
+            field_selector=f"metadata.name={INTAKE_LEASE}", _preload_content=False
+        )
+    except ApiException as exc:
+        raise OpsError(f"leases: the API server refused ({exc.status} {exc.reason})") from None
+    found = sorted({i["metadata"]["namespace"] for i in response_body(leases).get("items", [])})
+    if len(found) != 1:
+        said = f"in {', '.join(found)}" if found else "nowhere"
+        raise OpsError(
+            f"the intake's Lease {INTAKE_LEASE} is {said}: give --engine-namespace, the"
+            " namespace the engine runs in"
+        )
+    return str(found[0])
+
+
+def automation(
+    api: ApiClient, namespace: str, off: bool | None, reason: str | None
+) -> Pause | None:
+    """Switch automation ``off`` or on (None: only read it); what the switch says now."""
+    target = Target(PauseScope.NAMESPACE, namespace)
+    if off is None:
+        try:
+            read: Any = CoreV1Api(api).read_namespace(namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise OpsError(f"{target} not found in the cluster") from None
+            raise OpsError(
+                f"{target}: the API server refused ({exc.status} {exc.reason})"
+            ) from None
+        obj = response_body(read)
+    else:
+        value = DISABLED if off else ENABLED
+        reason = (reason or None) if off else None
+        obj = annotate(
+            api, target, {AUTOMATION_ANNOTATION: value, AUTOMATION_REASON_ANNOTATION: reason}
+        )
+    return automation_off((namespace, obj["metadata"].get("annotations")))
 
 
 def covered(rows: list[ops.Row], target: Target, owner: OwnerRef | None) -> list[ops.Row]:

@@ -9,6 +9,7 @@ with its conventions, each translated to the ``rollbackctl`` command that does i
     kubectl rollback retry KIND/NAME [-n NS]         rollbackctl reopen NS/KIND/NAME
     kubectl rollback pause TARGET [-n NS] [--until T] [--reason R]
     kubectl rollback resume TARGET [-n NS]
+    kubectl rollback automation [on|off] [--reason R]   the cluster's kill switch
 
 ``KIND/NAME`` may also be written ``KIND NAME``, the kind as kubectl takes it (``deploy``,
 ``deployments``, ...). ``-n`` defaults to the kubeconfig context's namespace, as kubectl's; ``get``
@@ -37,6 +38,7 @@ COMMANDS = {
     "retry": "reopen",
     "pause": "pause",
     "resume": "resume",
+    "automation": "automation",
 }
 ON_A_WORKLOAD = ("describe", "history", "abort", "retry")
 USAGE = "usage: kubectl rollback {" + ",".join(COMMANDS) + "} ... (kubectl rollback COMMAND -h)"
@@ -85,6 +87,8 @@ def translate(argv: Sequence[str], env_kubeconfig: str | None = None) -> list[st
         *(["--kubeconfig", known.kubeconfig] if known.kubeconfig else []),
         *(["--context", known.context] if known.context else []),
     ]
+    if command == "automation":  # the whole cluster's: no namespace
+        return [target, *rest, *kube]
     if command == "get":
         return ["get", "-A" if known.all_namespaces else f"--namespace={namespace}", *rest, *kube]
     at = _positionals(rest, _valued(target))

@@ -49,6 +49,7 @@ from worker.flags import (
 )
 from worker.kube import api_client
 from workflows.contract import (
+    DEFAULT_ENGINE_NAMESPACE,
     DEFAULT_MIN_READY,
     TASK_QUEUE,
     Actuation,
@@ -226,6 +227,8 @@ class KubeConfig:
     metrics_address: str | None = None
     health_address: str | None = None  # /livez and /readyz (worker.health)
     protection: Protection = PROTECTED
+    # The engine's own namespace (its pods', POD_NAMESPACE): where its kill switch is read.
+    engine_namespace: str = DEFAULT_ENGINE_NAMESPACE
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> KubeConfig:
@@ -244,6 +247,7 @@ class KubeConfig:
             metrics_address=args.metrics_address or _env(env, "ROLLBACK_METRICS_ADDRESS"),
             health_address=args.health_address or _env(env, "ROLLBACK_HEALTH_ADDRESS"),
             protection=protection_from(args, env),
+            engine_namespace=_env(env, "POD_NAMESPACE") or DEFAULT_ENGINE_NAMESPACE,
         )
 
     @property

@@ -30,7 +30,7 @@ from activities.health import Prometheus
 from activities.kubernetes import KubernetesActivities
 from activities.notify import NotificationConfig
 from worker.flags import DEFAULT_READ_TIMEOUT
-from workflows.contract import Actuation
+from workflows.contract import DEFAULT_ENGINE_NAMESPACE, Actuation
 from workflows.selection import PROTECTED, Protection
 
 kube_config: Any = _kube_config  # the config loaders are untyped
@@ -144,6 +144,7 @@ def activities_for(
     protection: Protection = PROTECTED,
     min_ready: timedelta = timedelta(0),
     prometheus_url: str | None = None,
+    engine_namespace: str = DEFAULT_ENGINE_NAMESPACE,
 ) -> KubernetesActivities:
     return KubernetesActivities(
         CoreV1Api(client),
@@ -153,4 +154,5 @@ def activities_for(
         protection=protection,
         min_ready=min_ready,
         prometheus=Prometheus(prometheus_url) if prometheus_url else None,
+        engine_namespace=engine_namespace,
     )

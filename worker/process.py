@@ -35,11 +35,10 @@ from worker.kube import activities_for
 from worker.leader import LeaderElector
 from worker.runner import build_worker
 from worker.versioning import adopt_if_first
-from workflows.contract import Mode, SearchAttribute
+from workflows.contract import INTAKE_LEASE, Mode, SearchAttribute
 from workflows.rollback import WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
-LEASE_NAME = "rightsizing-rollback-intake"
 STUCK_AFTER = 120.0  # seconds an informer may fail without a break before the intake is not live
 TEMPORAL_CHECK_EVERY = 10.0
 
@@ -69,7 +68,7 @@ class IntakeService:
         self.elector = LeaderElector(
             CustomObjectsApi(api),
             config.lease_namespace,
-            LEASE_NAME,
+            INTAKE_LEASE,
             config.identity,
             on_started=self._started,
             on_stopped=self._stopped,
@@ -91,6 +90,7 @@ class IntakeService:
                 protection=config.kube.protection,
                 prometheus=config.prometheus_url is not None,
                 budget=config.temporal_budget,
+                engine_namespace=config.kube.engine_namespace,
             )
 
         self._term = term
@@ -241,6 +241,7 @@ async def _work(
         worker.kube.protection,
         worker.min_ready,
         worker.prometheus_url,
+        worker.kube.engine_namespace,
     )
     queue = worker.temporal.task_queue
     guard = ClusterGuard(worker.cluster, CoreV1Api(kube), worker.pod)

@@ -33,10 +33,14 @@ from workflows.contract import CONTROL_ANNOTATION, ROLLBACK_STATE_ANNOTATION, Ob
 
 def _view(obj: Obj) -> Obj:
     """What the intake reads of a workload, in the object's own shape (``read_state`` and
-    ``controller_of`` work on it): name, labels, the rollback state and control annotations,
-    the controller."""
+    ``controller_of`` work on it): name, uid (its Events), labels, the rollback state and
+    control annotations, the controller."""
     meta = obj.get("metadata") or {}
-    view: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    view: Obj = {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+    }
     if meta.get("labels"):
         view["labels"] = meta["labels"]
     annotations = meta.get("annotations") or {}

@@ -52,6 +52,14 @@ OBSERVE_ONLY_ANNOTATION = "rightsizing.kubex.ai/observe-only"
 # RFC 3339 time, with an optional reason. The one annotation stops both engines.
 PAUSE_UNTIL_ANNOTATION = "rightsizing.kubex.ai/pause-until"
 PAUSE_REASON_ANNOTATION = "rightsizing.kubex.ai/pause-reason"
+# The engine's kill switch, on the engine's own namespace (``workflows.pause.automation_off``):
+# ``disabled`` stops new attempts and every write that brings a cut back, and lets the verdicts
+# and rollbacks in flight finish (Kubex's ``automationEnabled: false``); ``enabled`` or none: on.
+AUTOMATION_ANNOTATION = "rightsizing.kubex.ai/automation"
+AUTOMATION_REASON_ANNOTATION = "rightsizing.kubex.ai/automation-reason"
+# The engine's namespace where its pods do not say (POD_NAMESPACE): outside a cluster.
+DEFAULT_ENGINE_NAMESPACE = "default"
+INTAKE_LEASE = "rightsizing-rollback-intake"  # the intake's leader-election Lease
 
 TASK_QUEUE = "rightsizing-rollback"  # the prefix of each cluster's task queue
 

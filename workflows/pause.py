@@ -23,7 +23,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from enum import StrEnum
 
-from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION
+from workflows.contract import (
+    AUTOMATION_ANNOTATION,
+    AUTOMATION_REASON_ANNOTATION,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+)
 from workflows.state import CamelModel
 
 INFINITE = "infinite"
@@ -33,6 +38,8 @@ class PauseScope(StrEnum):
     POD = "pod"
     OWNER = "owner"
     NAMESPACE = "namespace"
+    # The engine's kill switch (``automation_off``): it holds what brings a cut back only.
+    CLUSTER = "cluster"
 
 
 class Pause(CamelModel):
@@ -46,13 +53,18 @@ class Pause(CamelModel):
 
     def describe(self) -> str:
         """``paused by namespace shop until 2026-12-05T10:00:00Z: incident 4711``."""
+        why = f": {self.reason}" if self.reason else ""
+        if self.scope is PauseScope.CLUSTER:
+            where = f"{AUTOMATION_ANNOTATION} on namespace {self.name}"
+            if self.problem is not None:
+                return f"automation stopped until {where} is fixed ({self.problem}){why}"
+            return f"automation disabled by {where} until it is enabled{why}"
         if self.problem is not None:
             until = f"until its {PAUSE_UNTIL_ANNOTATION} is fixed ({self.problem})"
         elif self.until is None:
             until = "until the annotation is removed"
         else:
             until = f"until {self.until.strftime('%Y-%m-%dT%H:%M:%SZ')}"
-        why = f": {self.reason}" if self.reason else ""
         return f"paused by {self.scope} {self.name} {until}{why}"
 
 
@@ -97,3 +109,22 @@ def effective_pause(
         if found is not None:
             return found
     return None
+
+
+ENABLED, DISABLED = "enabled", "disabled"
+
+
+def automation_off(engine: Annotated) -> Pause | None:
+    """The engine's kill switch, read off its own namespace's annotations: ``disabled`` stops
+    new attempts and every write that brings a cut back (a backoff's end, a re-apply, a record
+    clearing a published rollback); verdicts and rollbacks go on. ``enabled`` or no annotation:
+    on. Any other value stops it until fixed, as an unreadable pause holds."""
+    name, annotations = engine
+    value = (annotations or {}).get(AUTOMATION_ANNOTATION)
+    if value is None or value.strip().lower() == ENABLED:
+        return None
+    reason = (annotations or {}).get(AUTOMATION_REASON_ANNOTATION) or None
+    if value.strip().lower() == DISABLED:
+        return Pause(scope=PauseScope.CLUSTER, name=name, reason=reason)
+    problem = f"{value!r} is neither {ENABLED} nor {DISABLED}"
+    return Pause(scope=PauseScope.CLUSTER, name=name, reason=reason, problem=problem)

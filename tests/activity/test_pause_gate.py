@@ -28,6 +28,8 @@ from workflows.activity_api import (
     SampleCohortInput,
 )
 from workflows.contract import (
+    AUTOMATION_ANNOTATION,
+    DEFAULT_ENGINE_NAMESPACE,
     PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
@@ -35,6 +37,7 @@ from workflows.contract import (
     Mode,
     RollbackTarget,
 )
+from workflows.pause import PauseScope
 from workflows.state import OwnerState
 
 MERGE = "application/merge-patch+json"
@@ -169,6 +172,51 @@ def test_no_step_acts_under_a_pause_at_any_level_and_each_does_once_lifted(
         api.clear_journal()
         result = STEPS[step](acts)
         assert not held(step, result), (step, level, mode, result)
+    wrote = acting(api)
+    assert any("/resize" in w for w in wrote) == resizes, wrote
+    assert any("/deployments/web" in w for w in wrote) == publishes, wrote
+
+
+BRINGS_BACK = ("backoff end", "backoff end's record", "re-apply")  # a cut back on the pods
+
+
+def switch(api: KubeEmulator, value: str | None) -> None:
+    """The engine's kill switch on its namespace (``default`` outside a cluster)."""
+    body = {"metadata": {"annotations": {AUTOMATION_ANNOTATION: value}}}
+    api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
+
+
+@pytest.mark.parametrize("mode", [Actuation.ANNOTATIONS, Actuation.IN_PLACE], ids=str)
+@pytest.mark.parametrize("step", list(STEPS))
+def test_automation_off_holds_what_brings_a_cut_back_and_lets_verdicts_and_rollbacks_go(
+    api: KubeEmulator, step: str, mode: Actuation
+) -> None:
+    """The kill switch is no pause: a verdict is taken and a rollback written under it; a
+    backoff's end, its record and a re-apply are held, and go once automation is on again."""
+    if step == "re-apply":  # as above: the pods run the rolled-back resources
+        for i in range(2):
+            body = {"spec": {"containers": [{"name": "app", "resources": {
+                "requests": {"memory": "768Mi"}}}]}}  # fmt: skip
+            api.store.patch(api.store.rtype("Pod"), NS, f"web-{i}", body, MERGE)
+    namespace = {"apiVersion": "v1", "kind": "Namespace"}
+    api.store.create({**namespace, "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})
+    publishes, resizes = WRITES[(step, mode)]
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client), mode, "test")
+        switch(api, "disabled")
+        api.clear_journal()
+        result = STEPS[step](acts)
+        if step in BRINGS_BACK:
+            assert held(step, result), (step, mode, result)
+            assert result.paused.scope is PauseScope.CLUSTER
+            assert "automation disabled by rightsizing.kubex.ai/automation" in (
+                result.paused.describe()
+            )
+            assert acting(api) == [], (step, mode)
+            switch(api, "enabled")
+            api.clear_journal()
+            result = STEPS[step](acts)
+        assert not held(step, result), (step, mode, result)
     wrote = acting(api)
     assert any("/resize" in w for w in wrote) == resizes, wrote
     assert any("/deployments/web" in w for w in wrote) == publishes, wrote

@@ -22,7 +22,13 @@ from cli.plugin import translate
 from sim.apiserver import KubeEmulator, free_port
 from tests.activity.builders import controlled_by, pod
 from tests.deploy.kustomize import kubectl
-from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION
+from workflows.contract import (
+    AUTOMATION_ANNOTATION,
+    AUTOMATION_REASON_ANNOTATION,
+    INTAKE_LEASE,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+)
 
 BIN = Path(sys.executable).parent
 NS = "incident"  # a namespace no other test's attempts are in (the session's Temporal is shared)
@@ -150,6 +156,37 @@ async def test_pause_and_resume_a_namespace_a_workload_and_a_pod(
         )
 
 
+async def test_automation_off_and_on_for_the_cluster(cluster: tuple[KubeEmulator, Path]) -> None:
+    """The kill switch, on the namespace that holds the intake's Lease (found by name)."""
+    api, _ = cluster
+    engine = "rightsizing-rollback"
+    missing = await plugin(cluster, None, "automation", "off")
+    assert missing.returncode == 1, missing.stdout
+    assert f"the intake's Lease {INTAKE_LEASE} is nowhere: give --engine-namespace" in (
+        missing.stderr
+    )
+    api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": engine}})
+    api.store.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                      "metadata": {"name": INTAKE_LEASE, "namespace": engine}})  # fmt: skip
+    off = await plugin(cluster, None, "automation", "off", "--reason", "INC-9")
+    assert off.returncode == 0, off.stderr
+    assert annotations(api, "Namespace", engine) == {
+        AUTOMATION_ANNOTATION: "disabled", AUTOMATION_REASON_ANNOTATION: "INC-9"}  # fmt: skip
+    assert off.stdout.splitlines() == [
+        f"automation disabled by {AUTOMATION_ANNOTATION} on namespace {engine} until it is"
+        " enabled: INC-9: no new attempt starts and nothing brings a cut back (a backoff's end,"
+        " a re-apply); verdicts and rollbacks in flight go on"
+    ]
+    said = await plugin(cluster, None, "automation")  # only read
+    assert said.returncode == 0 and said.stdout == off.stdout, said.stdout + said.stderr
+    refused = await plugin(cluster, None, "automation", "on", "--reason", "x")
+    assert refused.returncode == 2 and "--reason goes with off" in refused.stderr
+    on = await plugin(cluster, None, "automation", "on")
+    assert on.returncode == 0, on.stderr
+    assert annotations(api, "Namespace", engine) == {AUTOMATION_ANNOTATION: "enabled"}
+    assert on.stdout.startswith(f"automation on (namespace {engine})"), on.stdout
+
+
 def test_the_plugins_words_become_rollbackctls(tmp_path: Path) -> None:
     """kubectl's ways of naming a workload and a namespace, Argo Rollouts' verbs."""
     config = write_kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
@@ -163,6 +200,8 @@ def test_the_plugins_words_become_rollbackctls(tmp_path: Path) -> None:
     assert translate(["retry", "--address", "h:1", "sts/db", "-n", "a"], env) == [
         "reopen", "--address", "h:1", "a/sts/db"]  # fmt: skip
     assert translate(["history", "deploy", "api", "-n", "a"], env) == ["history", "a/deploy/api"]
+    assert translate(["automation", "off", "--context", "sim"], env) == [
+        "automation", "off", "--context", "sim"]  # fmt: skip
     assert translate(["get", "-A", "-o", "wide"], env) == ["get", "-A", "-o", "wide"]
     assert translate(["get", "--context", "sim"], env) == [
         "get", "--namespace=default", "--context", "sim"]  # fmt: skip

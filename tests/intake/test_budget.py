@@ -167,7 +167,7 @@ async def test_resource_exhausted_is_retried_and_no_adoption_is_lost(
         once = await TemporalConfig.at(address, queue, CLUSTER).connect(retries=False)
         eager = intake(api, once, queue, budget=None)
         refs = adopters(api, 30)
-        with caplog.at_level(logging.WARNING, logger="worker.intake.delivery"):
+        with caplog.at_level(logging.WARNING, logger="worker.intake.sightings"):
             try:
                 await asyncio.to_thread(eager.start)
                 await eventually(lambda: eager.stats["delivered"] == len(refs), timeout=60)

@@ -52,7 +52,7 @@ class Env:
     async def result(self) -> RollbackResult:
         # The workflow ID is the same in every test: the latest run is this test's only once
         # every signal the intake counted has been accepted by Temporal (it counts on queueing).
-        await eventually(lambda: not self.intake.delivery.undelivered)
+        await eventually(lambda: not self.intake.sightings.undelivered)
         return await self.client.get_workflow_handle_for(
             RollbackWorkflow.run, rollback_id(CLUSTER, REF)
         ).result()
@@ -179,7 +179,7 @@ async def test_adoption_starts_exactly_one_workflow_and_duplicates_none(env: Env
 
 
 async def test_no_policy_retains(env: Env, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="worker.intake.delivery")
+    caplog.set_level(logging.INFO, logger="worker.intake.sightings")
     await started(env)
     add_pods(env.api, deployment(env.api), ["web-a", "web-b"])
     await eventually(lambda: env.intake.stats["retained"] == 2)
@@ -386,9 +386,10 @@ async def test_owners_come_from_the_watch_cache_not_gets(env: Env) -> None:
     # intake (the worker's activities read the Deployment, never the ReplicaSet).
     assert env.api.requests("get", "/replicasets/") == []
     assert env.intake.stats["signals"] == 1
-    # The caches keep a projection, not the objects: a pod is its name and uid.
+    # The caches keep a projection, not the objects: a pod is its name and uid; an owner its
+    # name, uid (for the Events on it), labels and the engine's annotations.
     cached = workloads.owners[WorkloadKind.DEPLOYMENT].cache[(NS, "web")]
-    assert set(cached["metadata"]) <= {"name", "namespace", "labels", "annotations"}
+    assert set(cached["metadata"]) <= {"name", "namespace", "uid", "labels", "annotations"}
     assert "spec" not in cached
     pods = next(i for i in env.intake.informers.running if i.name == "pods")
     assert pods.cache[(NS, "web-a")] == {

@@ -7,8 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from workflows.contract import PAUSE_REASON_ANNOTATION, PAUSE_UNTIL_ANNOTATION
-from workflows.pause import Pause, PauseScope, effective_pause
+from workflows.contract import (
+    AUTOMATION_ANNOTATION,
+    AUTOMATION_REASON_ANNOTATION,
+    PAUSE_REASON_ANNOTATION,
+    PAUSE_UNTIL_ANNOTATION,
+)
+from workflows.pause import Pause, PauseScope, automation_off, effective_pause
 
 NOW = datetime(2026, 12, 5, 10, 0, tzinfo=UTC)
 LATER, EARLIER = "2026-12-05T11:00:00Z", "2026-12-05T09:00:00Z"
@@ -80,3 +85,24 @@ def test_an_unreadable_value_holds_until_fixed(value: str) -> None:
     found = effective_pause([("web-0", until(value))], ("o", None), ("shop", None), NOW)
     assert found is not None and found.until is None and found.problem is not None
     assert "is neither infinite nor an RFC 3339 time" in found.describe()
+
+
+def test_the_kill_switch_reads_enabled_disabled_or_holds_until_fixed() -> None:
+    def switch(**annotations: str) -> Pause | None:
+        return automation_off(("rightsizing-rollback", annotations))
+
+    assert switch() is None
+    assert switch(**{AUTOMATION_ANNOTATION: "enabled"}) is None
+    assert switch(**{AUTOMATION_ANNOTATION: " Enabled "}) is None
+    off = switch(**{AUTOMATION_ANNOTATION: "disabled", AUTOMATION_REASON_ANNOTATION: "INC-7"})
+    assert off == Pause(scope=PauseScope.CLUSTER, name="rightsizing-rollback", reason="INC-7")
+    assert off.describe() == (
+        "automation disabled by rightsizing.kubex.ai/automation on namespace"
+        " rightsizing-rollback until it is enabled: INC-7"
+    )
+    typo = switch(**{AUTOMATION_ANNOTATION: "false"})
+    assert typo is not None and typo.problem == "'false' is neither enabled nor disabled"
+    assert typo.describe() == (
+        "automation stopped until rightsizing.kubex.ai/automation on namespace"
+        " rightsizing-rollback is fixed ('false' is neither enabled nor disabled)"
+    )

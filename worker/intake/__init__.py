@@ -9,7 +9,7 @@ attempt it opens. The workflow decides what that means: join the current window,
 with a new fingerprint, reopen a succeeded turn for a newer pod, or start the next turn after
 ``backedOff``.
 
-Five modules, importing downward only (the import-linter contracts in pyproject.toml), along
+Eight modules, importing downward only (the import-linter contracts in pyproject.toml), along
 the seams of kopf's reactor:
 
 - ``watching`` (``Intake``): the informers, what they last showed, per-owner queueing; the one
@@ -17,8 +17,13 @@ the seams of kopf's reactor:
 - ``controls`` (``Controls``): the kubectl control annotation, carried out once.
 - ``suspects`` (``Suspects``): the early verdict's side, a pod failing for certain told to its
   owner's run, the pods that may fail kept by owner for when its window shows.
-- ``delivery`` (``Delivery``): signals, Updates and resumes to Temporal, Events on the cluster;
-  the one owner of what is in flight.
+- ``pauses`` (``Pauses``): the pause annotations and the kill switch as last seen; the runs to
+  resume when one goes.
+- ``sightings`` (``Sightings``): each owner's newest adoption, signal-with-started in its turn
+  under the Temporal budget, retried until accepted, withheld while automation is disabled.
+- ``delivery`` (``Delivery``): resumes, suspects and Events; the fence and the loop every send
+  goes through, and what is in flight.
+- ``budget`` (``Budget``): the pacer of the Temporal budget.
 - ``causes``: what a change means, one pure function per cause (adoption, a backed-off turn
   going on, a pause, a pod failing for certain, a policy event), tested without a cluster.
 
@@ -43,6 +48,9 @@ What the intake promises:
   gets a ``RollbackControlRejected`` Event saying why (docs/concepts/status-and-control.md,
   "Control from kubectl").
 - Each policy's ``status`` is kept by ``worker.status`` from these same watches.
+- The kill switch (``rightsizing.kubex.ai/automation: disabled`` on the engine's namespace)
+  withholds every sighting until it is enabled again; then they are sent, and the runs it held
+  (a backoff's end, a re-apply) are resumed.
 - A pause annotation (``rightsizing.kubex.ai/pause-until``, ``workflows.pause``) that goes or
   changes on a namespace, an owner or a pod signals ``resume`` to the runs it may hold (owners
   with an active state there), so a held verdict or rollback looks again within seconds. A pause

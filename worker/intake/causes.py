@@ -38,7 +38,7 @@ from workflows.fingerprint import (
     is_recommendation_key,
     recommendations_from_annotations,
 )
-from workflows.pause import effective_pause
+from workflows.pause import Pause, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy, field_errors
 from workflows.state import OwnerState
 from workflows.wake import LastAttempt, Sighting, Trigger, Wake, wake
@@ -252,6 +252,15 @@ class Notice:
         return cls(
             f"{meta.get('uid')}/{meta.get('generation')}/invalid", EventReason.POLICY_INVALID,
             f"policy ignored, it matches no workload until fixed: {error}",
+        )  # fmt: skip
+
+    @classmethod
+    def withheld(cls, seen: Sighted, off: Pause) -> Notice:
+        fingerprint = seen.recommendation.fingerprint
+        return cls(
+            f"{seen.owner}/{fingerprint}/withheld", EventReason.PAUSED,
+            f"adoption of {fingerprint} (pod {seen.pod}) withheld, no attempt started:"
+            f" {off.describe()}; it starts once automation is on again",
         )  # fmt: skip
 
     @classmethod

@@ -17,6 +17,7 @@ from activities.writes import remove_annotation
 from worker import temporal
 from worker.intake.causes import Notice
 from worker.intake.delivery import Delivery, backoff
+from worker.intake.sightings import Sightings
 from workflows.activity_api import OwnerRef
 from workflows.contract import CONTROL_ANNOTATION, Control, Obj
 
@@ -53,8 +54,8 @@ def unknown_control(value: str) -> str | None:
 class Controls:
     """Owns the controls being carried out; sends through ``delivery`` (fenced, deadlined)."""
 
-    def __init__(self, delivery: Delivery, custom: CustomObjectsApi) -> None:
-        self.delivery, self.custom = delivery, custom
+    def __init__(self, delivery: Delivery, sightings: Sightings, custom: CustomObjectsApi) -> None:
+        self.delivery, self.sightings, self.custom = delivery, sightings, custom
         self._lock = threading.Lock()
         self._controlling: set[OwnerRef] = set()  # control annotations being carried out
         # Controls carried out whose annotation is not yet seen removed: not carried out twice.
@@ -71,7 +72,7 @@ class Controls:
             if action is ControlAction.BUSY:
                 return
             if action is ControlAction.FORGET:
-                self.delivery.forget(owner)
+                self.sightings.forget(owner)
             if action is not ControlAction.CARRY_OUT:
                 self._controlling.discard(owner)
                 self._carried_out.pop(owner, None)

@@ -25,17 +25,12 @@ from temporalio.common import MetricMeter
 
 from activities.writes import emit_once, event_body, reference
 from worker import temporal
-from worker.intake.budget import ATTEMPT_ACTIONS, Budget
+from worker.intake.budget import Budget
 from worker.intake.causes import (
     Notice,
-    Sighted,
-    Signalled,
-    adoption,
 )
 from workflows.activity_api import OwnerRef
 from workflows.contract import Obj
-from workflows.policy import AnyPolicy
-from workflows.state import OwnerState
 
 log = logging.getLogger(__name__)
 
@@ -72,29 +67,13 @@ class Delivery:
         self.core, self.custom = kube
         self.acting, self._fence, self.stats = acting, fence, stats
         self.budget = budget or Budget(None)
-        self.on_waiting: Callable[[], None] = lambda: None  # the sightings waiting changed
         self.pending: set[Future[None]] = set()
         self._lock = threading.Lock()
-        self.undelivered: dict[OwnerRef, Sighted] = {}  # the newest per owner, until accepted
-        self._signalled: dict[OwnerRef, Signalled] = {}  # one signal per owner, basis and all
-        self._retained: dict[OwnerRef, str] = {}  # the fingerprint last logged as retained
-        self._delivering: set[OwnerRef] = set()
-        self._retrying: set[OwnerRef] = set()  # undelivered whose last send failed
-        self._sending: asyncio.Semaphore | None = None  # made on the loop, in _deliver
         self._failing: set[str] = set()  # pods failing for certain, by uid (``suspect``)
         self._suspecting: set[OwnerRef] = set()  # a suspect sent within its debounce
         self._suspect_again: set[OwnerRef] = set()  # another pod failed meanwhile
         self._bad_objects = meter.create_counter(
             "rollback_bad_objects", "objects the intake could not handle and skipped, by kind"
-        )
-        self._waiting_gauge = meter.create_gauge(
-            "rollback_intake_waiting_sightings",
-            "adoptions accepted and not yet delivered to Temporal, by what they wait for: budget"
-            " (their turn under the Temporal budget, or a send slot), temporal (a failed send,"
-            " retried with backoff)",
-        )
-        self._budget_wait = meter.create_histogram_timedelta(
-            "rollback_intake_budget_wait", "how long each sighting waited for its budget turn"
         )
 
     def rpc_timeout(self) -> timedelta:
@@ -112,91 +91,6 @@ class Delivery:
     def cancel(self) -> None:
         for future in list(self.pending):
             future.cancel()
-
-    # --- sightings ---------------------------------------------------------------------------
-
-    def offer(self, seen: Sighted, state: OwnerState | None, policy: AnyPolicy | None) -> None:
-        """Deliver ``seen`` if ``causes.adoption`` says so, given what was signalled last for
-        its owner; it replaces the owner's undelivered sighting: the newest says most."""
-        owner = seen.owner
-        with self._lock:
-            verdict = adoption(seen, state, policy, self._signalled.get(owner))
-            self.stats[verdict.why] += 1
-            fingerprint = seen.recommendation.fingerprint
-            if verdict.why == "retained" and self._retained.get(owner) != fingerprint:
-                self._retained[owner] = fingerprint  # said once per recommendation, not per pod
-                log.info("%s: pod %s adopted %s but no policy matches: retained, not monitored",
-                         owner, seen.pod, fingerprint)  # fmt: skip
-            if verdict.signal is None or verdict.basis is None:
-                return
-            self._signalled[owner] = verdict.basis
-            self.undelivered[owner] = verdict.signal
-            self._waiting_changed()
-            log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, verdict.basis[0])
-            if owner in self._delivering:
-                return
-            self._delivering.add(owner)
-        self.spawn(self._deliver(owner))
-
-    async def _deliver(self, owner: OwnerRef) -> None:
-        failures = 0
-        while True:
-            with self._lock:
-                if owner not in self.undelivered or not self.acting():
-                    self._delivering.discard(owner)
-                    return  # a deposed leader drops it: the next one relists and sees it too
-            if self._sending is None:
-                self._sending = asyncio.Semaphore(MAX_CONCURRENT_SIGNALS)
-            try:
-                async with self._sending:
-                    # Reserved in a send slot, so at most that many reservations are ahead.
-                    waited = await self.budget.spend(ATTEMPT_ACTIONS)
-                    if waited:
-                        self._budget_wait.record(timedelta(seconds=waited))
-                    with self._lock:
-                        seen = self.undelivered[owner]  # the newest, after the wait
-                    if not self.acting():  # fenced while waiting for a slot or the budget
-                        continue
-                    await temporal.observe(
-                        self.client, self.cluster, self.task_queue, seen.owner,
-                        seen.recommendation, pod=seen.pod, pod_created_at=seen.pod_created_at,
-                        rpc_timeout=self.rpc_timeout(), turn=seen.turn, policy=seen.policy,
-                    )  # fmt: skip
-            except Exception as exc:  # RPC errors of every kind, ResourceExhausted too: retried
-                failures += 1
-                self.stats["signal_retries"] += 1
-                delay = backoff(failures)
-                with self._lock:
-                    self._retrying.add(owner)
-                    self._waiting_changed()
-                log.warning(
-                    "%s: signal-with-start failed (%s), retrying in %.1fs", owner, exc, delay
-                )
-                await asyncio.sleep(delay)
-                continue
-            failures = 0
-            self.stats["delivered"] += 1
-            with self._lock:
-                if self.undelivered.get(owner) is seen:
-                    del self.undelivered[owner]
-                self._retrying.discard(owner)
-                self._waiting_changed()
-
-    def _waiting_changed(self) -> None:
-        """The gauge of what waits, and the status writer told (under ``_lock``)."""
-        retrying = len(self._retrying)
-        self._waiting_gauge.set(len(self.undelivered) - retrying, {"waiting_for": "budget"})
-        self._waiting_gauge.set(retrying, {"waiting_for": "temporal"})
-        self.on_waiting()
-
-    def waiting(self) -> dict[str, list[str]]:
-        """The owners whose adoption waits to be delivered, by the policy that opens it."""
-        found: dict[str, list[str]] = {}
-        with self._lock:
-            for owner, seen in self.undelivered.items():
-                if seen.policy is not None:
-                    found.setdefault(str(seen.policy.ref), []).append(str(owner))
-        return found
 
     # --- resumes -----------------------------------------------------------------------------
 
@@ -266,11 +160,6 @@ class Delivery:
         finally:
             with self._lock:
                 self._suspecting.discard(owner)
-
-    def forget(self, owner: OwnerRef) -> None:
-        """The owner went: what was signalled for it no longer matters."""
-        with self._lock:
-            self._signalled.pop(owner, None)
 
     # --- Events ------------------------------------------------------------------------------
 

@@ -10,7 +10,6 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -22,14 +21,17 @@ from activities.lookup import read_state
 from worker.informer import Informer, Informers, identity
 from worker.intake import causes
 from worker.intake.budget import Budget
-from worker.intake.causes import Adoption, PauseSeen, Sighted
+from worker.intake.causes import Adoption, Sighted
 from worker.intake.controls import Controls
 from worker.intake.delivery import Delivery
+from worker.intake.pauses import Pauses
+from worker.intake.sightings import Sightings
 from worker.intake.suspects import Suspects
 from worker.status import StatusWriter
 from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
-from workflows.contract import API_GROUP, API_VERSION, GROUP_VERSION, PAUSE_UNTIL_ANNOTATION, Obj
+from workflows.contract import API_GROUP, API_VERSION, GROUP_VERSION, Obj
+from workflows.contract import DEFAULT_ENGINE_NAMESPACE as ENGINE
 from workflows.fingerprint import MalformedRecommendationError
 from workflows.policy import AnyPolicy
 from workflows.selection import PROTECTED, PolicyIndex, Protection, WorkloadRef
@@ -52,6 +54,7 @@ class Intake:
         protection: Protection = PROTECTED,
         prometheus: bool = True,  # the worker has a Prometheus to ask (for the policies' status)
         budget: float | None = None,  # the Temporal budget, actions a second (``budget``)
+        engine_namespace: str = ENGINE,  # where the kill switch is (``pauses``)
     ) -> None:
         self.core, self.custom, self.cluster = core, custom, cluster
         # The leader's fence (``LeaderElector.time_left``) and this intake's end, checked right
@@ -64,16 +67,19 @@ class Intake:
             temporal, cluster, task_queue, loop, kube, self.acting, fence, self.stats, meter,
             Budget(budget),
         )  # fmt: skip
-        self.controls = Controls(self.delivery, custom)
+        self.sightings = Sightings(self.delivery, meter, self._uid)
+        self.controls = Controls(self.delivery, self.sightings, custom)
         self.owners = WorkloadCache(
             core, custom, self._on_owner, self.delivery.bad_object, on_change=self._owners_changed
         )
         self.status = StatusWriter(
             custom, self.owners.views, meter=meter, fence=self.acting, protection=protection,
-            held=self.held, prometheus=prometheus, budget=budget, waiting=self.delivery.waiting,
+            held=self.held, prometheus=prometheus, budget=budget, waiting=self.sightings.waiting,
         )  # fmt: skip
+        changed = self.status.changed
+        self.pauses = Pauses(self.delivery, self.sightings, self.owners, changed, engine_namespace)
         if budget is not None:
-            self.delivery.on_waiting = self.status.changed
+            self.sightings.on_waiting = self.status.changed
         self.index = PolicyIndex(protection)
         self._lock = threading.RLock()
         self.started = threading.Event()
@@ -81,9 +87,6 @@ class Intake:
         self._adopters: dict[OwnerRef, dict[str, Sighted]] = {}  # owner -> uid -> sighting
         self._batch: dict[tuple[OwnerRef, str], Sighted] = {}  # the start-up LIST's, newest
         self._policies_handled: dict[ObjectKey, tuple[object, ...]] = {}
-        # Pause annotations as last seen, of the objects that carry one (bounded by them).
-        self._pauses: dict[ObjectKey, PauseSeen] = {}
-        self._paused_pods: dict[OwnerRef, set[str]] = {}  # owner -> its pods that carry one
         self.suspects = Suspects(self.delivery, self.owners, self._policy)
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -126,7 +129,8 @@ class Intake:
             return
         self.started.set()
         log.info("intake started: %d policies, %d pods", len(self.index), len(pods.cache))
-        self.delivery.spawn(self.delivery.resume_lifted(self.held))
+        if self.sightings.stopped is None:  # automation disabled: what it holds stays held
+            self.delivery.spawn(self.delivery.resume_lifted(self.pauses.held))
 
     def stop(self) -> None:
         """End this intake's term: no write or signal from now on (pending ones are cancelled
@@ -165,18 +169,13 @@ class Intake:
         self.delivery.warn(obj, causes.Notice.invalid_policy(obj, change.error))
 
     def _on_namespace(self, event: str, obj: Obj, initial: bool) -> None:
-        name = obj["metadata"]["name"]
         if event == "DELETED":
             with self._lock:
-                self.index.forget_namespace(name)
-        if self._pause_lifted(("Namespace", "", name), event, obj):
-            views = self.owners.views()
-            self.delivery.resume([o for o, v in views if o.namespace == name and causes.active(v)])
+                self.index.forget_namespace(obj["metadata"]["name"])
+        self.pauses.namespace_seen(event, obj, self.started.is_set())
 
     def _on_owner(self, event: str, owner: OwnerRef, obj: Obj) -> None:
-        key = (owner.kind.value, owner.namespace, owner.name)
-        if self._pause_lifted(key, event, obj) and event != "DELETED" and causes.active(obj):
-            self.delivery.resume([owner])
+        self.pauses.owner_seen(event, owner, obj)
         if event != "DELETED" and owner in self._adopters:  # most owner events: read no state
             with self._lock:
                 adopters = list(self._adopters.get(owner, {}).values())
@@ -192,7 +191,7 @@ class Intake:
 
     def _on_pod(self, event: str, pod: Obj, initial: bool) -> None:
         meta = pod["metadata"]
-        self._pod_pause(event, pod)
+        self.pauses.pod_seen(event, pod)
         self.suspects.pod_seen(event, pod)
         uid = meta.get("uid") or meta["name"]
         try:
@@ -246,7 +245,7 @@ class Intake:
         obj = self.owners.get(seen.owner)
         if obj is not None:
             state, _ = read_state(obj)  # unreadable: the workflow reports and replaces it
-            self.delivery.offer(seen, state, self._policy(seen.owner, obj))
+            self.sightings.offer(seen, state, self._policy(seen.owner, obj))
 
     def _policy(self, owner: OwnerRef, obj: Obj) -> AnyPolicy | None:
         labels = obj["metadata"].get("labels") or {}
@@ -255,45 +254,10 @@ class Intake:
                 WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
             )
 
-    # --- pauses --------------------------------------------------------------------------------
-
-    def _pause_lifted(
-        self, key: ObjectKey, event: str, obj: Obj, pod_owner: OwnerRef | None = None
-    ) -> bool:
-        """Whether ``obj``'s pause went or changed since last seen (``causes.pause_change``)."""
-        with self._lock:
-            change = causes.pause_change(self._pauses.get(key), event, obj)
-            if change.now is None:
-                self._pauses.pop(key, None)
-            else:
-                self._pauses[key] = change.now
-            if pod_owner is not None:
-                pods = self._paused_pods.setdefault(pod_owner, set())
-                (pods.discard if change.now is None else pods.add)(key[2])
-                if not pods:
-                    del self._paused_pods[pod_owner]
-        if change.changed:
-            self.status.changed()  # the policies' WorkloadsPaused condition
-        return change.lifted
-
-    def _pod_pause(self, event: str, pod: Obj) -> None:
-        """A pod's pause, with its owner's for ``held``; one that went resumes the owner's run."""
-        meta = pod["metadata"]
-        key = ("Pod", meta.get("namespace") or "", meta["name"])
-        paused = PAUSE_UNTIL_ANNOTATION in (meta.get("annotations") or {})
-        if not paused and key not in self._pauses:
-            return
-        owner = self.owners.owner_of(pod)
-        lifted = self._pause_lifted(key, event, pod, owner)
-        view = self.owners.get(owner) if owner is not None else None
-        if lifted and owner is not None and view is not None and causes.active(view):
-            self.delivery.resume([owner])
+    def _uid(self, owner: OwnerRef) -> str | None:
+        view = self.owners.get(owner)
+        return None if view is None else view["metadata"].get("uid")
 
     def held(self, owner: OwnerRef) -> bool:
-        """Whether a pause holds the owner now, as the watches show (``causes.held``)."""
-        with self._lock:
-            mine = self._pauses.get((owner.kind.value, owner.namespace, owner.name))
-            namespace = self._pauses.get(("Namespace", "", owner.namespace))
-            on_pods = self._paused_pods.get(owner, ())
-            pods = [(pod, self._pauses.get(("Pod", owner.namespace, pod))) for pod in on_pods]
-        return causes.held(owner, mine, namespace, pods, datetime.now(UTC))
+        """Whether a pause holds the owner now, as the watches show (``pauses``)."""
+        return self.pauses.held(owner)

@@ -1,0 +1,102 @@
+"""Pauses: what the watches show of Kubex's pause annotations and of the engine's kill switch,
+and the runs to resume when one goes.
+
+A pause (``rightsizing.kubex.ai/pause-until``) on a namespace, an owner or a pod is kept as last
+seen (``causes.pause_change``), bounded by the objects that carry one; ``held`` answers from
+them, as the worker's gate would from the cluster. A pause that goes or changes resumes the runs
+it may hold (owners with an active state there), so they look again within seconds. The kill
+switch (``rightsizing.kubex.ai/automation`` on the engine's namespace) withholds new sightings
+while it says ``disabled`` (``sightings``); enabled again, the runs Temporal shows held that no
+pause holds are resumed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from worker.intake import causes
+from worker.intake.causes import PauseSeen
+from worker.intake.delivery import Delivery
+from worker.intake.sightings import Sightings
+from worker.workloads import WorkloadCache
+from workflows.activity_api import OwnerRef
+from workflows.contract import PAUSE_UNTIL_ANNOTATION, Obj
+from workflows.pause import automation_off
+
+ObjectKey = tuple[str, str, str]  # (kind, namespace or "", name)
+
+
+class Pauses:
+    def __init__(
+        self,
+        delivery: Delivery,
+        sightings: Sightings,
+        owners: WorkloadCache,
+        changed: Callable[[], None],
+        engine: str,
+    ) -> None:
+        self.delivery, self.sightings, self.owners = delivery, sightings, owners
+        self.changed = changed  # a pause came, changed or went (the policies' status)
+        self.engine = engine  # the engine's namespace, where the kill switch is
+        self._lock = threading.Lock()
+        # Pause annotations as last seen, of the objects that carry one (bounded by them).
+        self._pauses: dict[ObjectKey, PauseSeen] = {}
+        self._paused_pods: dict[OwnerRef, set[str]] = {}  # owner -> its pods that carry one
+
+    def namespace_seen(self, event: str, obj: Obj, started: bool) -> None:
+        name = obj["metadata"]["name"]
+        if name == self.engine:  # the kill switch: enabled again, the runs it held resumed
+            seen = None if event == "DELETED" else obj["metadata"].get("annotations")
+            if self.sightings.switch(automation_off((name, seen))) and started:
+                self.delivery.spawn(self.delivery.resume_lifted(self.held))
+        if self._lifted(("Namespace", "", name), event, obj):
+            views = self.owners.views()
+            self.delivery.resume([o for o, v in views if o.namespace == name and causes.active(v)])
+
+    def owner_seen(self, event: str, owner: OwnerRef, obj: Obj) -> None:
+        key = (owner.kind.value, owner.namespace, owner.name)
+        if self._lifted(key, event, obj) and event != "DELETED" and causes.active(obj):
+            self.delivery.resume([owner])
+
+    def pod_seen(self, event: str, pod: Obj) -> None:
+        """A pod's pause, with its owner's for ``held``; one that went resumes the owner's run."""
+        meta = pod["metadata"]
+        key = ("Pod", meta.get("namespace") or "", meta["name"])
+        paused = PAUSE_UNTIL_ANNOTATION in (meta.get("annotations") or {})
+        if not paused and key not in self._pauses:
+            return
+        owner = self.owners.owner_of(pod)
+        lifted = self._lifted(key, event, pod, owner)
+        view = self.owners.get(owner) if owner is not None else None
+        if lifted and owner is not None and view is not None and causes.active(view):
+            self.delivery.resume([owner])
+
+    def held(self, owner: OwnerRef) -> bool:
+        """Whether a pause holds the owner now, as the watches show (``causes.held``)."""
+        with self._lock:
+            mine = self._pauses.get((owner.kind.value, owner.namespace, owner.name))
+            namespace = self._pauses.get(("Namespace", "", owner.namespace))
+            on_pods = self._paused_pods.get(owner, ())
+            pods = [(pod, self._pauses.get(("Pod", owner.namespace, pod))) for pod in on_pods]
+        return causes.held(owner, mine, namespace, pods, datetime.now(UTC))
+
+    def _lifted(
+        self, key: ObjectKey, event: str, obj: Obj, pod_owner: OwnerRef | None = None
+    ) -> bool:
+        """Whether ``obj``'s pause went or changed since last seen (``causes.pause_change``)."""
+        with self._lock:
+            change = causes.pause_change(self._pauses.get(key), event, obj)
+            if change.now is None:
+                self._pauses.pop(key, None)
+            else:
+                self._pauses[key] = change.now
+            if pod_owner is not None:
+                pods = self._paused_pods.setdefault(pod_owner, set())
+                (pods.discard if change.now is None else pods.add)(key[2])
+                if not pods:
+                    del self._paused_pods[pod_owner]
+        if change.changed:
+            self.changed()  # the policies' WorkloadsPaused condition
+        return change.lifted
