@@ -1116,10 +1116,11 @@ class World:
         for member in self.members:
             member.recorder.start = now
 
-    async def stop(self) -> None:
+    async def stop(self, graceful: bool = True) -> None:
+        """Everything stopped; ``graceful``: Temporal's history kept (``DevServer.stop``)."""
         for member in self.members:
             await member.stop()
-        await asyncio.to_thread(self.temporal.stop)
+        await asyncio.to_thread(self.temporal.stop, graceful)
         if self.prometheus is not None:
             await asyncio.to_thread(self.prometheus.stop)
         for member in self.members:
@@ -1252,5 +1253,5 @@ async def run_scenario(
             report.pods = world.timeline("pods")
             report.requests = [r for m in world.members for r in m.api.journal]
             report.final = world.final()
-            await world.stop()
+            await world.stop(graceful=False)  # its history goes with the temporary directory
         return report

@@ -429,8 +429,8 @@ class Soak:
         finally:
             for child in self.children.values():
                 child.stop()
-            if self.owns_temporal:
-                await asyncio.to_thread(self.temporal.stop)
+            if self.owns_temporal:  # its history goes with the soak's temporary directory
+                await asyncio.to_thread(self.temporal.stop, False)
             self.receiver.shutdown()
             self.sim.stop()
             self.api.stop()

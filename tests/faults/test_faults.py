@@ -260,7 +260,7 @@ async def story(actuation: str = "annotations") -> dict[str, Any]:
         killed = await asyncio.wait_for(kills, 5)
         events = [(e["owner"], e["reason"]) for e in world.recorder.events]
         reported = bad_pod_reported(world)
-        await world.stop()
+        await world.stop(graceful=False)
         restored_by_resize = [
             pod
             for pod, resources in world.sim.resizes

@@ -192,7 +192,7 @@ async def test_each_transition_reaches_each_receiver_once(
             assert all("to reject failed: HTTP 400, not retried" in e["message"] for e in reported)
             assert receivers.requests["reject"] == 2
         finally:
-            await world.stop()
+            await world.stop(graceful=False)
 
 
 def _the_docs_show_what_was_sent(body: dict[str, Any], slack: list[str]) -> None:
