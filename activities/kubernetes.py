@@ -80,10 +80,12 @@ from workflows.contract import (
     ROLLBACK_STATE_ANNOTATION,
     Actuation,
     EventReason,
+    Mode,
     Obj,
     RollbackTarget,
 )
 from workflows.fingerprint import MalformedRecommendationError, Resources
+from workflows.machine import last_turn
 from workflows.notify import (
     REPORT_NOTIFICATION_FAILURE,
     ROUTE_NOTIFICATION,
@@ -245,9 +247,12 @@ class KubernetesActivities:
             policy = self.lookup.policy(input.owner, obj)
             paused = None
             if input.attempt is not None and _published(obj):
-                _, paused = self._gate(
-                    input.owner, obj, "backoff end", input.attempt, brings_back=True
-                )
+                # The kill switch and the breaker hold a backoff's end only where it re-applies
+                # (not the last turn's, which ends failedPermanent), as the machine decides.
+                state, _ = read_state(obj)
+                last = state is None or policy is None or last_turn(state.turn, policy)
+                step, attempt = "backoff end", input.attempt
+                _, paused = self._gate(input.owner, obj, step, attempt, brings_back=not last)
             return ResolvePolicyResult(policy=policy, paused=paused)
 
     @activity.defn(name=SAMPLE_COHORT)
@@ -289,10 +294,10 @@ class KubernetesActivities:
         brings_back: bool = False,
     ) -> Pause | None:
         """The pause in force on ``owner`` (``workflows.pause``), and for a step that
-        ``brings_back`` a cut the kill switch before it, told where it holds ``step`` of the
-        attempt on ``attempt`` (a fingerprint): one Warning Event per pause, a log line, the
-        ``rollback_holds`` metric."""
-        off = self.lookup.automation_off() if brings_back else None
+        ``brings_back`` a cut the kill switch or the storm breaker before it, told where it
+        holds ``step`` of the attempt on ``attempt`` (a fingerprint): one Warning Event per
+        pause, a log line, the ``rollback_holds`` metric."""
+        off = self.lookup.cluster_hold() if brings_back else None
         paused = off or self.lookup.pause(owner, obj, pods)
         if paused is None:
             return None
@@ -423,7 +428,7 @@ class KubernetesActivities:
         Publishing a rollback recommendation, clearing one, a re-apply and each batch of resizes
         (``_actuate``'s ``Pace.paused``) go through it, in both actuation modes. A write that
         ``brings_back`` a cut (a backoff's end, a re-apply, clearing a published rollback) also
-        reads the engine's kill switch first."""
+        reads the engine's kill switch and storm breaker first."""
         query = self.lookup.cohort_query(owner, obj)
         listed = Listed(query, *self.lookup.pods_listed(owner.namespace, query))
         return listed, self._paused(owner, obj, listed.pods, step, attempt, brings_back)
@@ -439,7 +444,8 @@ class KubernetesActivities:
         mode = input.state.mode.value if input.state else "cleared"
         attempt = input.state.active_recommendation_fingerprint if input.state else "-"
         step = f"{mode} (clears the rollback)"
-        _, paused = self._gate(input.owner, obj, step, attempt, brings_back=True)
+        reapplies = input.state is not None and input.state.mode is Mode.BACKED_OFF
+        _, paused = self._gate(input.owner, obj, step, attempt, brings_back=reapplies)
         return None if paused is None else RecordTransitionResult(paused=paused)
 
     def _paced(self, owner: OwnerRef, obj: Obj, step: str, attempt: str, budget: Budget) -> None:

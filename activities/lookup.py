@@ -41,7 +41,7 @@ from workflows.contract import (
     Obj,
     WorkloadKind,
 )
-from workflows.pause import Pause, automation_off, effective_pause
+from workflows.pause import Pause, cluster_hold, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy
 from workflows.selection import PROTECTED, Protection, WorkloadRef, resolve
 from workflows.state import OwnerState, PolicyRef
@@ -190,10 +190,11 @@ class OwnerLookup:
             datetime.now(UTC),
         )
 
-    def automation_off(self) -> Pause | None:
-        """The engine's kill switch, off its namespace (one GET; ``workflows.pause``)."""
+    def cluster_hold(self) -> Pause | None:
+        """The kill switch or the storm breaker, off the engine's namespace (one GET;
+        ``workflows.pause.cluster_hold``)."""
         name = self.engine_namespace
-        return automation_off((name, self._namespace_annotations(name)))
+        return cluster_hold((name, self._namespace_annotations(name)))
 
     def _namespace_annotations(self, name: str) -> dict[str, str] | None:
         try:

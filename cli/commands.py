@@ -613,6 +613,30 @@ def cmd_automation(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_breaker(args: argparse.Namespace) -> int:
+    """Say whether the storm breaker stops re-applies, or reset it."""
+    reset = args.action == "reset"
+    try:
+        kube = _kube(args, "the storm breaker is read or reset")
+
+        def ask(api: ApiClient) -> tuple[str, Pause | None, str | None]:
+            namespace = args.engine_namespace or pausing.engine_namespace(api)
+            return namespace, *pausing.breaker(api, namespace, reset)
+
+        namespace, held, since = _asking(kube, ask)
+    except OpsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if held is not None:
+        print(f"storm breaker tripped at {since}: {held.describe()}")
+    elif reset:
+        print(f"storm breaker reset (namespace {namespace}): re-applies go on within seconds,"
+              " verdicts counted from now")  # fmt: skip
+    else:
+        print(f"storm breaker not tripped (namespace {namespace}): re-applies go on")
+    return 0
+
+
 async def _covered(args: argparse.Namespace, target: pausing.Target, owner: OwnerRef | None) -> str:
     """The running attempts the pause covers, as one line (Temporal is only asked: a pause
     written stands whether it answers or not)."""

@@ -180,6 +180,7 @@ ENGINE_FLAGS = {
     "task_queue": "--task-queue",
     "identity": "--identity",
     "temporal_budget": "--temporal-budget",
+    "storm_breaker": "--storm-breaker",
 }
 
 

@@ -180,6 +180,11 @@ def _add_operations(sub: Any) -> None:
         cmd.set_defaults(handler=_command(f"cmd_{name}"))
 
 
+ENGINE_NAMESPACE_HELP = (
+    "the namespace the engine runs in (default: the one holding the intake's Lease)"
+)
+
+
 def _add_pauses(sub: Any) -> None:
     """``pause``, ``resume``: Kubex's pause annotations, written for the operator."""
     for name, text in (
@@ -215,12 +220,18 @@ def _add_pauses(sub: Any) -> None:
     )
     cmd.add_argument("state", nargs="?", choices=["on", "off"], help="switch it on or off")
     cmd.add_argument("--reason", help="why it is off, for whoever finds it (automation-reason)")
-    cmd.add_argument(
-        "--engine-namespace",
-        help="the namespace the engine runs in (default: the one holding the intake's Lease)",
-    )
+    cmd.add_argument("--engine-namespace", help=ENGINE_NAMESPACE_HELP)
     add_kube_flags(cmd, serving=False)
     cmd.set_defaults(handler=_command("cmd_automation"))
+    cmd = sub.add_parser(
+        "breaker",
+        help="the storm breaker (the intake's --storm-breaker): whether it stops re-applies,"
+        " and why; reset: re-applies go on, verdicts counted afresh",
+    )
+    cmd.add_argument("action", nargs="?", choices=["reset"], help="reset it")
+    cmd.add_argument("--engine-namespace", help=ENGINE_NAMESPACE_HELP)
+    add_kube_flags(cmd, serving=False)
+    cmd.set_defaults(handler=_command("cmd_breaker"))
 
 
 def _add_versions(sub: Any) -> None:

@@ -7,7 +7,8 @@ the running attempts the pause covers listed.
 A resume removes both annotations; the intake's watch sees them go and resumes what they held
 within seconds (docs: Pause the engine in an incident).
 
-``automation off|on`` is the engine's kill switch for the whole cluster
+``breaker [reset]`` reads or resets the storm breaker (``workflows.breaker``), on the same
+namespace. ``automation off|on`` is the engine's kill switch for the whole cluster
 (``rightsizing.kubex.ai/automation`` on the engine's namespace, ``workflows.pause.automation_off``):
 off, no new attempt starts and nothing brings a cut back, while verdicts and rollbacks go on.
 The engine's namespace is the one holding the intake's Lease, unless given.
@@ -37,10 +38,22 @@ from workflows.contract import (
     INTAKE_LEASE,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
+    STORM_BREAKER_ANNOTATION,
+    STORM_BREAKER_REASON_ANNOTATION,
+    STORM_BREAKER_RESET_ANNOTATION,
     Obj,
 )
 from workflows.durations import parse_duration
-from workflows.pause import DISABLED, ENABLED, INFINITE, Pause, PauseScope, automation_off, said
+from workflows.pause import (
+    DISABLED,
+    ENABLED,
+    INFINITE,
+    Pause,
+    PauseScope,
+    automation_off,
+    breaker_tripped,
+    said,
+)
 
 NAMESPACE_WORDS = ("namespace", "namespaces", "ns")
 POD_WORDS = ("pod", "pods", "po")
@@ -169,15 +182,7 @@ def automation(
     """Switch automation ``off`` or on (None: only read it); what the switch says now."""
     target = Target(PauseScope.NAMESPACE, namespace)
     if off is None:
-        try:
-            read: Any = CoreV1Api(api).read_namespace(namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise OpsError(f"{target} not found in the cluster") from None
-            raise OpsError(
-                f"{target}: the API server refused ({exc.status} {exc.reason})"
-            ) from None
-        obj = response_body(read)
+        obj = _read_namespace(api, target)
     else:
         value = DISABLED if off else ENABLED
         reason = (reason or None) if off else None
@@ -185,6 +190,32 @@ def automation(
             api, target, {AUTOMATION_ANNOTATION: value, AUTOMATION_REASON_ANNOTATION: reason}
         )
     return automation_off((namespace, obj["metadata"].get("annotations")))
+
+
+def breaker(api: ApiClient, namespace: str, reset: bool) -> tuple[Pause | None, str | None]:
+    """The storm breaker (``reset``: reset it, recording when); whether it holds, and when it
+    was tripped."""
+    target = Target(PauseScope.NAMESPACE, namespace)
+    if reset:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        obj = annotate(api, target, {STORM_BREAKER_ANNOTATION: None,
+                                     STORM_BREAKER_REASON_ANNOTATION: None,
+                                     STORM_BREAKER_RESET_ANNOTATION: now})  # fmt: skip
+    else:
+        obj = _read_namespace(api, target)
+    annotations = obj["metadata"].get("annotations") or {}
+    return breaker_tripped((namespace, annotations)), annotations.get(STORM_BREAKER_ANNOTATION)
+
+
+def _read_namespace(api: ApiClient, target: Target) -> Obj:
+    try:
+        read: Any = CoreV1Api(api).read_namespace(target.name, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise OpsError(f"{target} not found in the cluster") from None
+        raise OpsError(f"{target}: the API server refused ({exc.status} {exc.reason})") from None
+    obj: Obj = response_body(read)
+    return obj
 
 
 def covered(rows: list[ops.Row], target: Target, owner: OwnerRef | None) -> list[ops.Row]:

@@ -10,6 +10,7 @@ with its conventions, each translated to the ``rollbackctl`` command that does i
     kubectl rollback pause TARGET [-n NS] [--until T] [--reason R]
     kubectl rollback resume TARGET [-n NS]
     kubectl rollback automation [on|off] [--reason R]   the cluster's kill switch
+    kubectl rollback breaker [reset]                     the storm breaker
 
 ``KIND/NAME`` may also be written ``KIND NAME``, the kind as kubectl takes it (``deploy``,
 ``deployments``, ...). ``-n`` defaults to the kubeconfig context's namespace, as kubectl's; ``get``
@@ -39,6 +40,7 @@ COMMANDS = {
     "pause": "pause",
     "resume": "resume",
     "automation": "automation",
+    "breaker": "breaker",
 }
 ON_A_WORKLOAD = ("describe", "history", "abort", "retry")
 USAGE = "usage: kubectl rollback {" + ",".join(COMMANDS) + "} ... (kubectl rollback COMMAND -h)"
@@ -87,7 +89,7 @@ def translate(argv: Sequence[str], env_kubeconfig: str | None = None) -> list[st
         *(["--kubeconfig", known.kubeconfig] if known.kubeconfig else []),
         *(["--context", known.context] if known.context else []),
     ]
-    if command == "automation":  # the whole cluster's: no namespace
+    if command in ("automation", "breaker"):  # the whole cluster's: no namespace
         return [target, *rest, *kube]
     if command == "get":
         return ["get", "-A" if known.all_namespaces else f"--namespace={namespace}", *rest, *kube]

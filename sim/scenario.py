@@ -78,6 +78,7 @@ from worker.config import IntakeConfig, KubeConfig, TemporalConfig
 from worker.flags import DEFAULT_READ_TIMEOUT
 from worker.process import IntakeService
 from workflows.activity_api import OwnerRef
+from workflows.breaker import StormBreaker
 from workflows.contract import (
     CLUSTER_PATTERN,
     PAUSE_REASON_ANNOTATION,
@@ -385,10 +386,19 @@ class Scenario(ClusterSpec):
     prometheus: bool = False
     """A real Prometheus (Debian's ``prometheus``) scrapes the cluster's kubelets (cAdvisor,
     through the API server proxy), and the worker's health checks ask it."""
+    storm_breaker: str | None = None
+    """The intake's storm breaker, ``SHARE%/WINDOW[/MIN]`` as ``--storm-breaker`` takes it."""
     clusters: list[ClusterSpec] = Field(default_factory=list)
     """A fleet on one Temporal: each cluster with its own workloads, policies and steps."""
     expect: dict[str, Expectation] = Field(default_factory=dict)
     """Owner ``namespace/Kind/name`` (``cluster/...`` in a fleet) -> what must hold at the end."""
+
+    @field_validator("storm_breaker")
+    @classmethod
+    def _a_breaker(cls, value: str | None) -> str | None:
+        if value is not None:
+            StormBreaker.parse(value)  # ValueError: the model's error, with the field's path
+        return value
 
     @model_validator(mode="after")
     def _one_cluster_or_a_fleet(self) -> Self:
@@ -809,7 +819,11 @@ class Member:
             await temporal.connect(runtime),
             kube.client(runtime),
             IntakeConfig(
-                temporal, kube, identity=f"simulation-{self.name}", prometheus_url=prometheus_url
+                temporal,
+                kube,
+                identity=f"simulation-{self.name}",
+                prometheus_url=prometheus_url,
+                storm_breaker=_breaker(world.scenario.storm_breaker),
             ),
             lease_duration=3.0,
             meter=telemetry.meter(runtime),
@@ -995,6 +1009,10 @@ class Member:
 
     def owned_pods(self, ref: str) -> list[Obj]:
         return owned_pods(self.api.store, self.lookup, ref)
+
+
+def _breaker(spec: str | None) -> StormBreaker | None:
+    return StormBreaker.parse(spec) if spec else None
 
 
 StepKind = Callable[[Member, Any], Awaitable[None]]

@@ -48,6 +48,7 @@ from worker.flags import (
     ConfigError,
 )
 from worker.kube import api_client
+from workflows.breaker import StormBreaker
 from workflows.contract import (
     DEFAULT_ENGINE_NAMESPACE,
     DEFAULT_MIN_READY,
@@ -426,6 +427,7 @@ class IntakeConfig(_OneCluster):
     prometheus_url: str | None = None
     # Billable actions a second the intake may spend (``worker.intake.budget``); None: unpaced.
     temporal_budget: float | None = None
+    storm_breaker: StormBreaker | None = None  # ``workflows.breaker``; None: none
 
     @classmethod
     def from_args(
@@ -438,7 +440,16 @@ class IntakeConfig(_OneCluster):
             identity=args.identity or _env(env, "POD_NAME") or default_identity(),
             prometheus_url=parse_prometheus_url(args, env),
             temporal_budget=_budget(args, env),
+            storm_breaker=_storm_breaker(args, env),
         )
+
+
+def _storm_breaker(args: argparse.Namespace, env: Mapping[str, str]) -> StormBreaker | None:
+    raw = getattr(args, "storm_breaker", None) or _env(env, "ROLLBACK_STORM_BREAKER")
+    try:
+        return StormBreaker.parse(raw) if raw else None
+    except ValueError as exc:
+        raise ConfigError(f"--storm-breaker: {exc}") from None
 
 
 def _budget(args: argparse.Namespace, env: Mapping[str, str]) -> float | None:

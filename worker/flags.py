@@ -167,6 +167,13 @@ def add_intake_flags(parser: argparse.ArgumentParser, prometheus: bool = False) 
         " and signalling attempts, paced (ROLLBACK_TEMPORAL_BUDGET; default none: no pacing)",
     )
     group.add_argument(
+        "--storm-breaker",
+        metavar="SHARE%/WINDOW[/MIN]",
+        help="stop re-applies cluster-wide when more than SHARE percent of at least MIN"
+        " (default 10) verdicts within WINDOW rolled back, e.g. 50%%/10m, until an operator"
+        " resets it (ROLLBACK_STORM_BREAKER; default none)",
+    )
+    group.add_argument(
         "--lease-namespace", help="namespace of the leader-election Lease (POD_NAMESPACE)"
     )
     group.add_argument(

@@ -91,6 +91,7 @@ class IntakeService:
                 prometheus=config.prometheus_url is not None,
                 budget=config.temporal_budget,
                 engine_namespace=config.kube.engine_namespace,
+                storm_breaker=config.storm_breaker,
             )
 
         self._term = term

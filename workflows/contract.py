@@ -60,6 +60,12 @@ AUTOMATION_REASON_ANNOTATION = "rightsizing.kubex.ai/automation-reason"
 # The engine's namespace where its pods do not say (POD_NAMESPACE): outside a cluster.
 DEFAULT_ENGINE_NAMESPACE = "default"
 INTAKE_LEASE = "rightsizing-rollback-intake"  # the intake's leader-election Lease
+# The storm breaker (``workflows.breaker``), on the engine's namespace too: written by the intake
+# when it trips (the time, and why), removed by an operator (``rollbackctl breaker reset``, which
+# records when, so the verdicts before it are not counted again).
+STORM_BREAKER_ANNOTATION = "rightsizing.kubex.ai/storm-breaker"
+STORM_BREAKER_REASON_ANNOTATION = "rightsizing.kubex.ai/storm-breaker-reason"
+STORM_BREAKER_RESET_ANNOTATION = "rightsizing.kubex.ai/storm-breaker-reset"
 
 TASK_QUEUE = "rightsizing-rollback"  # the prefix of each cluster's task queue
 
@@ -210,6 +216,8 @@ class EventReason(StrEnum):
     OBJECT_SKIPPED = "RollbackObjectSkipped"
     # on the worker's own Pod: it refused a run of another cluster (docs/operating/fleet.md)
     FOREIGN_RUN_REFUSED = "RollbackForeignRunRefused"
+    # on each policy: the storm breaker tripped, re-applies stop cluster-wide until it is reset
+    STORM_BREAKER_TRIPPED = "RollbackStormBreakerTripped"
 
 
 class SearchAttribute(StrEnum):

@@ -1053,6 +1053,12 @@ def _reapplied(state: RollbackState, obs: Reapplied) -> Decision:
     return Decision(state, note=f"re-applied: {obs.result.message}")
 
 
+def last_turn(turn: int, policy: PolicySettings) -> bool:
+    """Whether the backoff after ``turn`` is the last: it ends ``failedPermanent``, re-applying
+    nothing (else ``backedOff``, the cut re-applied)."""
+    return turn >= policy.backoff.max_attempts
+
+
 def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
     if state.mode is not Mode.BACKING_OFF:
         return Decision(state, note="backoff end outside backingOff ignored")
@@ -1063,7 +1069,7 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
     if policy is None:
         return _policy_gone(_transition(state, obs.now, Mode.CLEARED, backoff_ends_at=None))
     turns = policy.backoff.max_attempts
-    last = state.turn >= turns
+    last = last_turn(state.turn, policy)
     # The policy read afresh; the rolled-back turn's reason stays; its rollback is cleared.
     after = _transition(
         state,

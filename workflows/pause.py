@@ -28,6 +28,8 @@ from workflows.contract import (
     AUTOMATION_REASON_ANNOTATION,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
+    STORM_BREAKER_ANNOTATION,
+    STORM_BREAKER_REASON_ANNOTATION,
 )
 from workflows.state import CamelModel
 
@@ -38,8 +40,10 @@ class PauseScope(StrEnum):
     POD = "pod"
     OWNER = "owner"
     NAMESPACE = "namespace"
-    # The engine's kill switch (``automation_off``): it holds what brings a cut back only.
+    # The engine's kill switch (``automation_off``) and its storm breaker (``breaker_tripped``):
+    # each holds what brings a cut back only.
     CLUSTER = "cluster"
+    BREAKER = "breaker"
 
 
 class Pause(CamelModel):
@@ -54,6 +58,9 @@ class Pause(CamelModel):
     def describe(self) -> str:
         """``paused by namespace shop until 2026-12-05T10:00:00Z: incident 4711``."""
         why = f": {self.reason}" if self.reason else ""
+        if self.scope is PauseScope.BREAKER:
+            where = f"{STORM_BREAKER_ANNOTATION} on namespace {self.name}"
+            return f"re-applies stopped by the storm breaker ({where}) until it is reset{why}"
         if self.scope is PauseScope.CLUSTER:
             where = f"{AUTOMATION_ANNOTATION} on namespace {self.name}"
             if self.problem is not None:
@@ -128,3 +135,19 @@ def automation_off(engine: Annotated) -> Pause | None:
         return Pause(scope=PauseScope.CLUSTER, name=name, reason=reason)
     problem = f"{value!r} is neither {ENABLED} nor {DISABLED}"
     return Pause(scope=PauseScope.CLUSTER, name=name, reason=reason, problem=problem)
+
+
+def breaker_tripped(engine: Annotated) -> Pause | None:
+    """The storm breaker, read off the engine's namespace: tripped while its annotation is there
+    (whatever its value: the intake wrote the time), until an operator removes it."""
+    name, annotations = engine
+    if STORM_BREAKER_ANNOTATION not in (annotations or {}):
+        return None
+    reason = (annotations or {}).get(STORM_BREAKER_REASON_ANNOTATION) or None
+    return Pause(scope=PauseScope.BREAKER, name=name, reason=reason)
+
+
+def cluster_hold(engine: Annotated) -> Pause | None:
+    """What holds every write that brings a cut back, cluster-wide: the kill switch, else the
+    storm breaker (None: neither)."""
+    return automation_off(engine) or breaker_tripped(engine)

@@ -554,6 +554,7 @@ class ObjectMeta(Model):
 
     name: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
     namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)] | None = None
+    uid: str | None = None  # the API server's (the Events on the policy name it)
     creation_timestamp: datetime | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)

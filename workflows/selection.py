@@ -207,6 +207,13 @@ class PolicyIndex:
     def __len__(self) -> int:
         return len(self._cluster) + sum(len(p) for p in self._namespaced.values())
 
+    def all(self) -> list[AnyPolicy]:
+        """Every policy it holds, cluster policies first."""
+        return [
+            *self._cluster.values(),
+            *(p for ns in self._namespaced.values() for p in ns.values()),
+        ]
+
     def upsert(self, policy: AnyPolicy) -> None:
         self._won.clear()
         if isinstance(policy, RollbackPolicy):

@@ -17,7 +17,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 from activities.kubernetes import KubernetesActivities
 from sim.apiserver import KubeEmulator
 from tests import CLUSTER
-from tests.activity.builders import NS, node, owner, pod
+from tests.activity.builders import NS, node, owner, pod, policy
 from tests.activity.test_kubernetes_activities import LAST_GOOD, REC, SINCE, ref
 from worker.kube import api_client
 from workflows.activity_api import (
@@ -33,6 +33,7 @@ from workflows.contract import (
     PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
     Actuation,
     Mode,
     RollbackTarget,
@@ -200,6 +201,12 @@ def test_automation_off_holds_what_brings_a_cut_back_and_lets_verdicts_and_rollb
             api.store.patch(api.store.rtype("Pod"), NS, f"web-{i}", body, MERGE)
     namespace = {"apiVersion": "v1", "kind": "Namespace"}
     api.store.create({**namespace, "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})
+    # Backing off turn 1 of 2 under a policy: its backoff's end re-applies (the last turn's
+    # would not, and is not held: the next test).
+    api.store.create(policy(backoff={"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 2}))
+    backing_off = backed_off().model_copy(update={"mode": Mode.BACKING_OFF})
+    state = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: backing_off.to_json()}}}
+    api.store.patch(api.store.rtype("Deployment"), NS, "web", state, MERGE)
     publishes, resizes = WRITES[(step, mode)]
     with api_client(url=api.url) as client:
         acts = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client), mode, "test")
@@ -220,3 +227,21 @@ def test_automation_off_holds_what_brings_a_cut_back_and_lets_verdicts_and_rollb
     wrote = acting(api)
     assert any("/resize" in w for w in wrote) == resizes, wrote
     assert any("/deployments/web" in w for w in wrote) == publishes, wrote
+
+
+def test_automation_off_does_not_hold_the_last_turns_backoff_end(api: KubeEmulator) -> None:
+    """The last turn's backoff ends failedPermanent: nothing re-applied, nothing to hold."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace"}
+    api.store.create({**namespace, "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})
+    api.store.create(policy(backoff={"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 1}))
+    last = backed_off().model_copy(update={"mode": Mode.BACKING_OFF})
+    state = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: last.to_json()}}}
+    api.store.patch(api.store.rtype("Deployment"), NS, "web", state, MERGE)
+    switch(api, "disabled")
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(
+            CoreV1Api(client), CustomObjectsApi(client), Actuation.ANNOTATIONS, "test"
+        )
+        assert STEPS["backoff end"](acts).paused is None
+        annotate(api, "namespace", "infinite")  # a pause holds it all the same
+        assert STEPS["backoff end"](acts).paused is not None

@@ -82,6 +82,7 @@ INTAKE = 'rollback_build_info{{cluster="{}",component="intake",version="1.0.0"}}
 REQUESTS = 'rollback_kube_requests{{cluster="eu",code="{}"}}'
 ROLLBACKS = 'rollback_rollbacks{cluster="eu",reason="oomKilled"}'
 NOTIFIED = 'rollback_notifications{{cluster="eu",outcome="{}",receiver="oncall"}}'
+BREAKER = 'rollback_storm_breaker_tripped{{cluster="eu",instance="{}"}}'
 
 
 # Each alert: a case where it fires (with the labels it fires with) and one where it does not.
@@ -194,6 +195,16 @@ CASES = {
             "RollbackRestoreRefused",
             [],
         ),
+    ],
+    "RollbackStormBreakerTripped": [
+        case(  # the leader tripped it; its standby never set the gauge
+            {BREAKER.format("a"): "0x5 1x10", BREAKER.format("b"): "_x15"},
+            "8m",
+            "RollbackStormBreakerTripped",
+            [{"severity": "critical", "cluster": "eu"}],
+            "The storm breaker stops re-applies in eu",
+        ),
+        case({BREAKER.format("a"): "0x10 1x5 0x10"}, "20m", "RollbackStormBreakerTripped", []),
     ],
     "RollbackNotificationsFailing": [
         # A series that appears with its first failure: counted from zero.

@@ -28,10 +28,14 @@ from workflows.contract import (
     INTAKE_LEASE,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
+    STORM_BREAKER_ANNOTATION,
+    STORM_BREAKER_REASON_ANNOTATION,
+    STORM_BREAKER_RESET_ANNOTATION,
 )
 
 BIN = Path(sys.executable).parent
 NS = "incident"  # a namespace no other test's attempts are in (the session's Temporal is shared)
+MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +189,39 @@ async def test_automation_off_and_on_for_the_cluster(cluster: tuple[KubeEmulator
     assert on.returncode == 0, on.stderr
     assert annotations(api, "Namespace", engine) == {AUTOMATION_ANNOTATION: "enabled"}
     assert on.stdout.startswith(f"automation on (namespace {engine})"), on.stdout
+
+
+async def test_the_storm_breaker_said_and_reset(cluster: tuple[KubeEmulator, Path]) -> None:
+    api, _ = cluster
+    engine = "rightsizing-rollback"
+    if api.store.get(api.store.rtype("Lease"), engine, INTAKE_LEASE) is None:
+        api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": engine}})
+        api.store.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                          "metadata": {"name": INTAKE_LEASE, "namespace": engine}})  # fmt: skip
+    said = await plugin(cluster, None, "breaker")
+    assert said.returncode == 0, said.stderr
+    assert said.stdout == f"storm breaker not tripped (namespace {engine}): re-applies go on\n"
+    why = "3 of 4 verdicts rolled back within 10m"
+    tripped = {
+        STORM_BREAKER_ANNOTATION: "2026-12-06T12:00:00Z",
+        STORM_BREAKER_REASON_ANNOTATION: why,
+    }
+    body = {"metadata": {"annotations": tripped}}
+    api.store.patch(api.store.rtype("Namespace"), None, engine, body, MERGE)
+    said = await plugin(cluster, None, "breaker")
+    assert said.stdout == (
+        "storm breaker tripped at 2026-12-06T12:00:00Z: re-applies stopped by the storm breaker"
+        f" ({STORM_BREAKER_ANNOTATION} on namespace {engine}) until it is reset: 3 of 4 verdicts"
+        " rolled back within 10m\n"
+    ), said.stdout + said.stderr
+    reset = await plugin(cluster, None, "breaker", "reset")
+    assert reset.returncode == 0, reset.stderr
+    assert reset.stdout.startswith(f"storm breaker reset (namespace {engine})"), reset.stdout
+    left = annotations(api, "Namespace", engine)
+    assert not set(tripped) & set(left)
+    assert datetime.fromisoformat(left[STORM_BREAKER_RESET_ANNOTATION]) > datetime.now(UTC) - (
+        timedelta(minutes=1)
+    )
 
 
 def test_the_plugins_words_become_rollbackctls(tmp_path: Path) -> None:

@@ -227,6 +227,16 @@ def test_the_temporal_budget_is_off_by_default_and_a_rate_of_one_or_more() -> No
             IntakeConfig.from_args(args("--temporal-budget", bad), {})
 
 
+def test_the_storm_breaker_is_off_by_default_and_refused_by_name_when_malformed() -> None:
+    assert IntakeConfig.from_args(args(), {}).storm_breaker is None
+    env = {"ROLLBACK_STORM_BREAKER": "50%/10m"}
+    assert str(IntakeConfig.from_args(args(), env).storm_breaker) == "50%/10m/10"
+    flagged = IntakeConfig.from_args(args("--storm-breaker", "30%/1h/20"), env)
+    assert str(flagged.storm_breaker) == "30%/1h/20"  # the flag wins
+    with pytest.raises(ConfigError, match="--storm-breaker: 'half' is not SHARE%/WINDOW"):
+        IntakeConfig.from_args(args("--storm-breaker", "half"), {})
+
+
 def test_namespace_is_the_kubernetes_one_as_in_kubectl() -> None:
     """`rollbackctl get --namespace shop` filters Kubernetes namespace shop; it used to name the
     Temporal namespace and fail with "Namespace shop is not found"."""

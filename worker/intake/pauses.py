@@ -6,8 +6,8 @@ seen (``causes.pause_change``), bounded by the objects that carry one; ``held`` 
 them, as the worker's gate would from the cluster. A pause that goes or changes resumes the runs
 it may hold (owners with an active state there), so they look again within seconds. The kill
 switch (``rightsizing.kubex.ai/automation`` on the engine's namespace) withholds new sightings
-while it says ``disabled`` (``sightings``); enabled again, the runs Temporal shows held that no
-pause holds are resumed.
+while it says ``disabled`` (``sightings``); once neither it nor the storm breaker holds, the runs
+Temporal shows held that no pause holds are resumed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from worker.intake.sightings import Sightings
 from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
 from workflows.contract import PAUSE_UNTIL_ANNOTATION, Obj
-from workflows.pause import automation_off
+from workflows.pause import Pause, automation_off, cluster_hold
 
 ObjectKey = tuple[str, str, str]  # (kind, namespace or "", name)
 
@@ -40,6 +40,7 @@ class Pauses:
         self.delivery, self.sightings, self.owners = delivery, sightings, owners
         self.changed = changed  # a pause came, changed or went (the policies' status)
         self.engine = engine  # the engine's namespace, where the kill switch is
+        self.cluster_hold: Pause | None = None  # the kill switch's or the breaker's, if either
         self._lock = threading.Lock()
         # Pause annotations as last seen, of the objects that carry one (bounded by them).
         self._pauses: dict[ObjectKey, PauseSeen] = {}
@@ -47,9 +48,11 @@ class Pauses:
 
     def namespace_seen(self, event: str, obj: Obj, started: bool) -> None:
         name = obj["metadata"]["name"]
-        if name == self.engine:  # the kill switch: enabled again, the runs it held resumed
+        if name == self.engine:  # the kill switch and the breaker: lifted, the held resumed
             seen = None if event == "DELETED" else obj["metadata"].get("annotations")
-            if self.sightings.switch(automation_off((name, seen))) and started:
+            self.sightings.switch(automation_off((name, seen)))
+            was, self.cluster_hold = self.cluster_hold, cluster_hold((name, seen))
+            if was is not None and self.cluster_hold is None and started:
                 self.delivery.spawn(self.delivery.resume_lifted(self.held))
         if self._lifted(("Namespace", "", name), event, obj):
             views = self.owners.views()

@@ -20,6 +20,7 @@ from temporalio.common import MetricMeter
 from activities.lookup import read_state
 from worker.informer import Informer, Informers, identity
 from worker.intake import causes
+from worker.intake.breaker import Breaker
 from worker.intake.budget import Budget
 from worker.intake.causes import Adoption, Sighted
 from worker.intake.controls import Controls
@@ -30,6 +31,7 @@ from worker.intake.suspects import Suspects
 from worker.status import StatusWriter
 from worker.workloads import WorkloadCache
 from workflows.activity_api import OwnerRef
+from workflows.breaker import StormBreaker
 from workflows.contract import API_GROUP, API_VERSION, GROUP_VERSION, Obj
 from workflows.contract import DEFAULT_ENGINE_NAMESPACE as ENGINE
 from workflows.fingerprint import MalformedRecommendationError
@@ -55,6 +57,7 @@ class Intake:
         prometheus: bool = True,  # the worker has a Prometheus to ask (for the policies' status)
         budget: float | None = None,  # the Temporal budget, actions a second (``budget``)
         engine_namespace: str = ENGINE,  # where the kill switch is (``pauses``)
+        storm_breaker: StormBreaker | None = None,  # ``breaker``; None: none
     ) -> None:
         self.core, self.custom, self.cluster = core, custom, cluster
         # The leader's fence (``LeaderElector.time_left``) and this intake's end, checked right
@@ -78,6 +81,9 @@ class Intake:
         )  # fmt: skip
         changed = self.status.changed
         self.pauses = Pauses(self.delivery, self.sightings, self.owners, changed, engine_namespace)
+        self.breaker = Breaker(
+            self.delivery, storm_breaker, engine_namespace, self._policies, meter
+        )
         if budget is not None:
             self.sightings.on_waiting = self.status.changed
         self.index = PolicyIndex(protection)
@@ -129,7 +135,7 @@ class Intake:
             return
         self.started.set()
         log.info("intake started: %d policies, %d pods", len(self.index), len(pods.cache))
-        if self.sightings.stopped is None:  # automation disabled: what it holds stays held
+        if self.pauses.cluster_hold is None:  # the kill switch or breaker: what it holds stays
             self.delivery.spawn(self.delivery.resume_lifted(self.pauses.held))
 
     def stop(self) -> None:
@@ -169,13 +175,18 @@ class Intake:
         self.delivery.warn(obj, causes.Notice.invalid_policy(obj, change.error))
 
     def _on_namespace(self, event: str, obj: Obj, initial: bool) -> None:
+        meta = obj["metadata"]
         if event == "DELETED":
             with self._lock:
-                self.index.forget_namespace(obj["metadata"]["name"])
+                self.index.forget_namespace(meta["name"])
+        if meta["name"] == self.pauses.engine:
+            self.breaker.namespace_seen(None if event == "DELETED" else meta.get("annotations"))
         self.pauses.namespace_seen(event, obj, self.started.is_set())
 
     def _on_owner(self, event: str, owner: OwnerRef, obj: Obj) -> None:
         self.pauses.owner_seen(event, owner, obj)
+        if event != "DELETED":
+            self.breaker.owner_seen(owner, obj)
         if event != "DELETED" and owner in self._adopters:  # most owner events: read no state
             with self._lock:
                 adopters = list(self._adopters.get(owner, {}).values())
@@ -253,6 +264,10 @@ class Intake:
             return self.index.policy_of(
                 WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
             )
+
+    def _policies(self) -> list[AnyPolicy]:
+        with self._lock:
+            return self.index.all()
 
     def _uid(self, owner: OwnerRef) -> str | None:
         view = self.owners.get(owner)
