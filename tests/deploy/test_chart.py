@@ -705,3 +705,19 @@ def test_prometheus_url_opens_its_port_and_helm_test_asks_it(tmp_path: Path) -> 
     plain = template()
     (pod,) = [o for o in plain if o["kind"] == "Pod"]
     assert "prometheus" not in [c["name"] for c in pod["spec"]["initContainers"]]
+
+
+def test_the_intake_may_annotate_its_own_namespace_and_no_other() -> None:
+    """The storm breaker's one write outside the workloads: the release's namespace only."""
+    out = run_helm(
+        "template", "rr", str(CHART), "--namespace", "ops", "--set", f"cluster={CLUSTER}"
+    )
+    assert out.returncode == 0, out.stderr
+    name = "rightsizing-rollback-intake"
+    intake = next(
+        d for d in yaml.safe_load_all(out.stdout)
+        if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == name
+    )  # fmt: skip
+    on_namespaces = [r for r in intake["rules"] if "namespaces" in r["resources"]]
+    assert {"patch"} == {v for r in on_namespaces if "resourceNames" in r for v in r["verbs"]}
+    assert all(r["resourceNames"] == ["ops"] for r in on_namespaces if "patch" in r["verbs"])

@@ -40,8 +40,10 @@ from workflows.activity_api import (
     SampleCohortInput,
     rollback_id,
 )
+from workflows.breaker import StormBreaker
 from workflows.contract import (
     CONTROL_ANNOTATION,
+    ROLLBACK_STATE_ANNOTATION,
     Actuation,
     EventReason,
     Mode,
@@ -64,17 +66,21 @@ def rules(overlay: str, *names: str) -> list[Rule]:
     return found
 
 
+ENGINE = "rightsizing-rollback"  # the engine's namespace, as deploy/ installs it
+
+
 def denied(journal: list[Request], granted: list[Rule]) -> set[str]:
     missing = set()
     for request in journal:
         parts = _resource_parts(request.path)
         assert parts is not None, request.path
-        plural, _, _, sub, group = parts
+        plural, _, name, sub, group = parts
         resource = f"{plural}/{sub}" if sub else plural
         if not any(
             group in r["apiGroups"] and resource in r["resources"] and request.verb in r["verbs"]
+            and name in r.get("resourceNames", [name])
             for r in granted
-        ):
+        ):  # fmt: skip
             missing.add(f"{request.verb} {group or 'core'}/{resource}")
     return missing
 
@@ -215,11 +221,20 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
     for kind in ALL_KINDS:
         ref = OwnerRef(namespace=NS, kind=WorkloadKind(kind), name="web")
         await temporal_env.client.get_workflow_handle(rollback_id(CLUSTER, ref)).terminate()
-    with KubeEmulator() as api:  # informers, a malformed pod, leader election
+    with KubeEmulator() as api:  # informers, a malformed pod, the breaker, leader election
         client = kube(api)
         intake = Intake(
-            CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, CLUSTER, queue, loop
-        )
+            CoreV1Api(client), CustomObjectsApi(client), temporal_env.client, CLUSTER, queue, loop,
+            engine_namespace=ENGINE, storm_breaker=StormBreaker.parse("50%/1m/1"),
+        )  # fmt: skip
+        api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ENGINE}})
+        rolled_back = OwnerState(
+            mode=Mode.ROLLING_BACK, active_recommendation_fingerprint=REC.fingerprint, turn=1,
+            last_transition_time=datetime.now(UTC),
+        ).to_json()  # fmt: skip
+        trips = owner("Deployment", name="trips")  # a verdict that rolled back: it trips
+        trips["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: rolled_back}
+        api.store.create(trips)
         api.store.create(pod("bad", {"app": "web"}, annotations={REC.requests_key or "": "{oops"}))
         api.store.create(policy())
         for kind in ALL_KINDS:  # a control annotation on each kind: carried out, then removed
@@ -233,6 +248,7 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
         await eventually(lambda: intake.stats["controls"] == len(ALL_KINDS))
         await eventually(lambda: not intake.delivery.pending)
         await eventually(lambda: intake.status.writes == 1)  # the policy status
+        await eventually(lambda: intake.breaker.tripped)
         await asyncio.to_thread(intake.stop)
         assert intake.stats["malformed"] == 1
         elector = LeaderElector(
@@ -264,4 +280,5 @@ async def test_intake_rules_cover_the_intake(temporal_env: WorkflowEnvironment) 
         ("create", "events"),
         ("patch", "status"),
         ("patch", "web"),
+        ("patch", ENGINE),
     } <= verbs

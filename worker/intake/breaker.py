@@ -61,6 +61,7 @@ class Breaker:
         self.verdicts = Verdicts(spec) if spec is not None else None
         self.tripped = False
         self._known = False  # the engine's namespace seen: whether it is tripped already is known
+        self._last: tuple[OwnerRef, OwnerState] | None = None  # the newest verdict, for its story
         self._lock = threading.Lock()
         self._gauge = meter.create_gauge(
             "rollback_storm_breaker_tripped",
@@ -68,7 +69,8 @@ class Breaker:
         )
 
     def namespace_seen(self, annotations: dict[str, str] | None) -> None:
-        """The engine's namespace as its watch shows it: tripped or not, reset since when."""
+        """The engine's namespace as its watch shows it: tripped or not, reset since when. The
+        first time, the verdicts counted meanwhile (the owners' first LIST) may trip it."""
         annotations = annotations or {}
         tripped = STORM_BREAKER_ANNOTATION in annotations
         reset = _time(annotations.get(STORM_BREAKER_RESET_ANNOTATION))
@@ -81,6 +83,7 @@ class Breaker:
         self._gauge.set(1 if tripped else 0)
         if was and not tripped:
             log.warning("storm breaker reset: re-applies go on")
+        self._judge()
 
     def owner_seen(self, owner: OwnerRef, obj: Obj) -> None:
         """An owner's event: its verdict counted (most events carry none: read nothing)."""
@@ -92,13 +95,20 @@ class Breaker:
             return
         with self._lock:
             self.verdicts.record(str(owner), state)
-            why = (
-                None if self.tripped or not self._known else self.verdicts.trips(datetime.now(UTC))
-            )
-            if why is not None and self.d.acting():
-                self.tripped = True  # written once; the namespace's watch confirms it
-        if why is not None and self.tripped:
-            self._trip(why, owner, state)
+            self._last = (owner, state)
+        self._judge()
+
+    def _judge(self) -> None:
+        """Trip it if the verdicts say so, once it is known not to be tripped already."""
+        with self._lock:
+            if self.verdicts is None or self.tripped or not self._known or self._last is None:
+                return
+            why = self.verdicts.trips(datetime.now(UTC))
+            if why is None or not self.d.acting():
+                return
+            self.tripped = True  # written once; the namespace's watch confirms it
+            owner, state = self._last
+        self._trip(why, owner, state)
 
     def _trip(self, why: str, owner: OwnerRef, state: OwnerState) -> None:
         now = datetime.now(UTC).replace(microsecond=0)

@@ -142,7 +142,8 @@ kustomize grant the same verbs by construction. Call with (list $ "file" "role n
 {{- range splitList "\n---\n" ($root.Files.Get (printf "files/%s" $file)) }}
 {{- $obj := fromYaml . }}
 {{- if and (hasKey $obj "rules") (eq (get $obj.metadata "name") $name) }}
-{{- toYaml $obj.rules }}
+{{- /* deploy/'s resourceNames name the engine's namespace as kustomize installs it */}}
+{{- toYaml $obj.rules | replace "- rightsizing-rollback\n" (printf "- %s\n" $root.Release.Namespace) }}
 {{- end }}
 {{- end }}
 {{- end }}
