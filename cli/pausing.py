@@ -143,11 +143,16 @@ def annotate(api: ApiClient, target: Target, annotations: dict[str, str | None])
                 target.name, body, **raw,
             )  # fmt: skip
     except ApiException as exc:
-        if exc.status == 404:
-            raise OpsError(f"{target} not found in the cluster") from None
-        raise OpsError(f"{target}: the API server refused ({exc.status} {exc.reason})") from None
+        raise _refused(target, exc) from None
     obj: Obj = response_body(written)
     return obj
+
+
+def _refused(target: Target, exc: ApiException) -> OpsError:
+    """The API server's refusal of a read or write of ``target``, as one line."""
+    if exc.status == 404:
+        return OpsError(f"{target} not found in the cluster")
+    return OpsError(f"{target}: the API server refused ({exc.status} {exc.reason})")
 
 
 def pause_annotations(until: str, reason: str | None) -> dict[str, str | None]:
@@ -211,9 +216,7 @@ def _read_namespace(api: ApiClient, target: Target) -> Obj:
     try:
         read: Any = CoreV1Api(api).read_namespace(target.name, _preload_content=False)
     except ApiException as exc:
-        if exc.status == 404:
-            raise OpsError(f"{target} not found in the cluster") from None
-        raise OpsError(f"{target}: the API server refused ({exc.status} {exc.reason})") from None
+        raise _refused(target, exc) from None
     obj: Obj = response_body(read)
     return obj
 

@@ -187,6 +187,18 @@ def switch(api: KubeEmulator, value: str | None) -> None:
     api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
 
 
+def backing_off_turn_1_of(api: KubeEmulator, turns: int) -> None:
+    """The engine's namespace, a policy of ``turns`` turns, the owner backing off turn 1."""
+    api.store.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})  # fmt: skip
+    api.store.create(
+        policy(backoff={"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": turns})
+    )
+    backing_off = backed_off().model_copy(update={"mode": Mode.BACKING_OFF})
+    state = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: backing_off.to_json()}}}
+    api.store.patch(api.store.rtype("Deployment"), NS, "web", state, MERGE)
+
+
 @pytest.mark.parametrize("mode", [Actuation.ANNOTATIONS, Actuation.IN_PLACE], ids=str)
 @pytest.mark.parametrize("step", list(STEPS))
 def test_automation_off_holds_what_brings_a_cut_back_and_lets_verdicts_and_rollbacks_go(
@@ -199,14 +211,9 @@ def test_automation_off_holds_what_brings_a_cut_back_and_lets_verdicts_and_rollb
             body = {"spec": {"containers": [{"name": "app", "resources": {
                 "requests": {"memory": "768Mi"}}}]}}  # fmt: skip
             api.store.patch(api.store.rtype("Pod"), NS, f"web-{i}", body, MERGE)
-    namespace = {"apiVersion": "v1", "kind": "Namespace"}
-    api.store.create({**namespace, "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})
-    # Backing off turn 1 of 2 under a policy: its backoff's end re-applies (the last turn's
-    # would not, and is not held: the next test).
-    api.store.create(policy(backoff={"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 2}))
-    backing_off = backed_off().model_copy(update={"mode": Mode.BACKING_OFF})
-    state = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: backing_off.to_json()}}}
-    api.store.patch(api.store.rtype("Deployment"), NS, "web", state, MERGE)
+    # Backing off turn 1 of 2: its backoff's end re-applies (the last turn's would not, and is
+    # not held: the next test).
+    backing_off_turn_1_of(api, 2)
     publishes, resizes = WRITES[(step, mode)]
     with api_client(url=api.url) as client:
         acts = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client), mode, "test")
@@ -231,12 +238,7 @@ def test_automation_off_holds_what_brings_a_cut_back_and_lets_verdicts_and_rollb
 
 def test_automation_off_does_not_hold_the_last_turns_backoff_end(api: KubeEmulator) -> None:
     """The last turn's backoff ends failedPermanent: nothing re-applied, nothing to hold."""
-    namespace = {"apiVersion": "v1", "kind": "Namespace"}
-    api.store.create({**namespace, "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})
-    api.store.create(policy(backoff={"timePeriod": "1s", "multiplyByTurn": 1, "maxAttempts": 1}))
-    last = backed_off().model_copy(update={"mode": Mode.BACKING_OFF})
-    state = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: last.to_json()}}}
-    api.store.patch(api.store.rtype("Deployment"), NS, "web", state, MERGE)
+    backing_off_turn_1_of(api, 1)
     switch(api, "disabled")
     with api_client(url=api.url) as client:
         acts = KubernetesActivities(

@@ -76,11 +76,14 @@ class Sightings:
             self.undelivered[owner] = verdict.signal
             self._waiting_changed()
             log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, verdict.basis[0])
-            withheld = owner not in self._delivering and self._withhold(owner)
-            if owner in self._delivering or withheld:
-                return self._tell_withheld(owner) if withheld else None
-            self._delivering.add(owner)
-        self.d.spawn(self._deliver(owner))
+            delivering = owner in self._delivering
+            withheld = not delivering and self._withhold(owner)
+            if not delivering and not withheld:
+                self._delivering.add(owner)
+        if withheld:
+            self._tell_withheld(owner)  # not under the lock: an API call
+        elif not delivering:
+            self.d.spawn(self._deliver(owner))
 
     def _withhold(self, owner: OwnerRef) -> bool:
         """While automation is disabled, an owner's sighting is kept, not sent (under ``_lock``)."""
@@ -119,11 +122,11 @@ class Sightings:
         return was is not None and off is None
 
     async def _deliver(self, owner: OwnerRef) -> None:
-        failures = 0
+        failures, d = 0, self.d
         while True:
             with self._lock:
-                withheld = owner in self.undelivered and self.d.acting() and self._withhold(owner)
-                done = owner not in self.undelivered or not self.d.acting() or withheld
+                withheld = owner in self.undelivered and d.acting() and self._withhold(owner)
+                done = owner not in self.undelivered or not d.acting() or withheld
                 if done:  # a deposed leader drops it: the next one relists and sees it too
                     self._delivering.discard(owner)
             if done:
@@ -132,16 +135,15 @@ class Sightings:
                 return
             if self._sending is None:
                 self._sending = asyncio.Semaphore(MAX_CONCURRENT_SIGNALS)
-            d = self.d
             try:
                 async with self._sending:
                     # Reserved in a send slot, so at most that many reservations are ahead.
-                    waited = await self.d.budget.spend(ATTEMPT_ACTIONS)
+                    waited = await d.budget.spend(ATTEMPT_ACTIONS)
                     if waited:
                         self._budget_wait.record(timedelta(seconds=waited))
                     with self._lock:
                         seen = self.undelivered[owner]  # the newest, after the wait
-                    if not self.d.acting() or self.stopped is not None:  # meanwhile: fenced, off
+                    if not d.acting() or self.stopped is not None:  # meanwhile: fenced, off
                         continue
                     await temporal.observe(
                         d.client, d.cluster, d.task_queue, seen.owner,
@@ -150,7 +152,7 @@ class Sightings:
                     )  # fmt: skip
             except Exception as exc:  # RPC errors of every kind, ResourceExhausted too: retried
                 failures += 1
-                self.d.stats["signal_retries"] += 1
+                d.stats["signal_retries"] += 1
                 delay = backoff(failures)
                 with self._lock:
                     self._retrying.add(owner)
@@ -161,7 +163,7 @@ class Sightings:
                 await asyncio.sleep(delay)
                 continue
             failures = 0
-            self.d.stats["delivered"] += 1
+            d.stats["delivered"] += 1
             with self._lock:
                 if self.undelivered.get(owner) is seen:
                     del self.undelivered[owner]
