@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test lint lock tools helm docs mermaid
+.PHONY: setup run test lint lock tools helm docs mermaid krew
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -74,3 +74,8 @@ test: lint tools helm mermaid
 lock: setup
 	$(VENV)/bin/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
 		--no-header --quiet -o requirements.lock
+
+# The kubectl plugin's krew archive, for a release to upload (deploy/krew/rollback.yaml names it
+# and carries its sha256, which tests/deploy/test_krew.py checks against a rebuild).
+krew: setup
+	$(PY) deploy/krew/archive.py dist

@@ -348,8 +348,8 @@ def test_versioning_gives_one_worker_deployment_per_build() -> None:
 
 def test_one_version_everywhere() -> None:
     """The package, the chart and its appVersion, the image tags, the versioned overlay's
-    build ID, the chart's versioned example, the CHANGELOG's newest entry and the upgrade page
-    tell one version."""
+    build ID, the chart's versioned example, the CHANGELOG's newest entry, the upgrade page and
+    the kubectl plugin's krew manifest and launcher tell one version."""
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == chart["version"] == version
@@ -371,6 +371,11 @@ def test_one_version_everywhere() -> None:
         f"This repository builds {version}"
         in (ROOT / "docs" / "operating" / "upgrade.md").read_text()
     )
+    krew = ROOT / "deploy" / "krew"
+    plugin = yaml.safe_load((krew / "rollback.yaml").read_text())["spec"]
+    assert plugin["version"] == f"v{version}"
+    for text in (plugin["caveats"], (krew / "kubectl-rollback").read_text()):
+        assert f"rightsizing-rollback=={version}" in text
 
 
 def test_packages_with_the_linked_files_inside(tmp_path: Path) -> None:
