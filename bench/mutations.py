@@ -116,6 +116,13 @@ MUTATIONS = [
         "actedInProtected",
     ),
     _one(
+        "the kill switch and the breaker ignored at the gate",
+        "activities/kubernetes.py",
+        "        off = self.lookup.cluster_hold() if brings_back else None\n",
+        "        off = None\n",
+        "reappliedWhileOff",
+    ),
+    _one(
         "a workflow ID without its cluster",
         "workflows/activity_api.py",
         '    where = f"{cluster}/" if cluster else ""\n',

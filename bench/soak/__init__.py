@@ -47,6 +47,9 @@ The oracle, checked once the story has settled, counts what must be 0:
   emulator journals) into ``kube-soak``, a namespace protected by the default patterns that the
   ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
   policies' status there excepted: it says the namespace is protected);
+- ``reappliedWhileOff``: a turn that backed off (the record that clears its rollback, so that
+  its cut comes back) while the engine's kill switch had automation off (the fault schedule
+  switches it off for ``AUTOMATION_OFF`` seconds), from ``GATE_GRACE`` after it went off;
 - ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
   cluster): a pod taken down by the engine (a rollback's or a re-apply's resize, a restore's
   delete) while the owner's pods not Ready then (the engine's, and those down for a cause of their own that the

@@ -1,7 +1,8 @@
 """The soak's fault schedule, spread over the story's first minute or so: the emulator answering
 about 10% of the engine's requests badly (5xx, 429, a timeout, 409 to patches, slow), every
 watch stream cut now and then, each worker SIGKILLed in turn, the leading intake SIGKILLed
-twice, the leader cut off its Lease for 20 s while work falls due, and Temporal restarted."""
+twice, the leader cut off its Lease for 20 s while work falls due, Temporal restarted, and the
+engine's kill switch off for ``AUTOMATION_OFF`` seconds (``rightsizing.kubex.ai/automation``)."""
 
 from __future__ import annotations
 
@@ -17,17 +18,23 @@ from bench.soak.supervisor import INTAKE_KUBE_TIMEOUT, KUBE_TIMEOUT, Child
 from sim.apiserver import Fault, KubeEmulator
 from sim.devserver import DevServer
 from worker.config import INTAKE_AGENT
+from workflows.contract import AUTOMATION_ANNOTATION, DEFAULT_ENGINE_NAMESPACE
+from workflows.pause import DISABLED as AUTOMATION_DISABLED
+
+MERGE = "application/merge-patch+json"
 
 # Seconds into the Lease cut at which its work falls: while the cut-off leader still holds the
 # Lease, past its renew deadline (10 s: it must have stopped acting), and after the Lease has
 # expired (15 s) and the other intake has taken it, its elector still stuck in a renewal.
 CUT_WORK = (1.0, 8.0, 11.0, 13.0, 17.0, 19.0)
+AUTOMATION_OFF = 8.0  # seconds the kill switch is off: backoffs end and pods adopt meanwhile
 SCHEDULE = {  # the fraction of the fault window at which each happens
     0.10: "api faults on",
     0.20: "kill worker-a",
     0.35: "kill leading intake",
     0.42: "cut the leader off its Lease",
     0.50: "restart temporal",
+    0.58: "automation off",
     0.65: "kill worker-b",
     0.80: "kill leading intake",
     1.00: "api faults off",
@@ -123,11 +130,21 @@ class FaultSchedule:
                 leader.start()
         elif what == "cut the leader off its Lease":
             await self._cut()
+        elif what == "automation off":
+            self._switch(AUTOMATION_DISABLED)
+            self.faults[f"automation off, the kill switch ({AUTOMATION_OFF:.0f}s)"] += 1
+            await asyncio.sleep(AUTOMATION_OFF)
+            self._switch(None)
         elif what == "restart temporal" and self.temporal is not None:
             await asyncio.to_thread(self.temporal.stop)
             self.faults["Temporal restart"] += 1
             await asyncio.sleep(3)
             await asyncio.to_thread(self.temporal.start)
+
+    def _switch(self, value: str | None) -> None:
+        body = {"metadata": {"annotations": {AUTOMATION_ANNOTATION: value}}}
+        store = self.api.store
+        store.patch(store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
 
     async def _cut(self) -> None:
         """Alive and able to write everything else, the leader cannot renew: its renewals hang,

@@ -23,17 +23,19 @@ from sim.scenario import ENGINE_REASONS, owner_key, running_resources
 from worker.config import INTAKE_AGENT, WORKER_AGENT
 from workflows.contract import (
     API_GROUP,
+    DEFAULT_ENGINE_NAMESPACE,
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
     Obj,
 )
+from workflows.pause import automation_off
 from workflows.rollback import WORKFLOW_NAME
 
 # What the oracle counts in every cluster; an in-place one also counts ``moreUnavailable``.
 INVARIANTS = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
               "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
-              "actedInProtected")  # fmt: skip
+              "actedInProtected", "reappliedWhileOff")  # fmt: skip
 ROLLBACK_KEYS = {ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION}
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 # Modes a run must be there to leave: backedOff waits for the next turn, which the pods' next
@@ -70,6 +72,7 @@ class Timeline:
         self.pods: dict[str, dict[str, list[tuple[float, bool | None]]]] = defaultdict(dict)
         # owner -> (time, the maxUnavailable of the disruption budget over its pods; None: none)
         self.budgets: dict[str, list[tuple[float, int | None]]] = defaultdict(list)
+        self.automation: list[tuple[float, bool]] = []  # (time, off) as the kill switch changed
 
     def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -90,6 +93,11 @@ class Timeline:
             return
         if rtype.kind == "PodDisruptionBudget":
             self._budget(kind, obj)
+            return
+        if rtype.kind == "Namespace" and meta.get("name") == DEFAULT_ENGINE_NAMESPACE:
+            off = automation_off((DEFAULT_ENGINE_NAMESPACE, meta.get("annotations"))) is not None
+            if not self.automation or self.automation[-1][1] != off:
+                self.automation.append((time.time(), off))
             return
         if rtype.kind not in ("Deployment", "StatefulSet"):
             return
@@ -137,6 +145,15 @@ class Timeline:
         if owner_kind is not None:
             bound = None if kind == "DELETED" else int(spec["maxUnavailable"])
             self.budgets[owner_key(owner_kind, namespace, app)].append((time.time(), bound))
+
+    def off_since(self, when: float) -> float | None:
+        """Since when automation was off at ``when`` (None: it was on)."""
+        since = None
+        for at, off in self.automation:
+            if at > when:
+                break
+            since = at if off else None
+        return since
 
     def budget_at(self, owner: str, when: float) -> int | None:
         """The maxUnavailable of the budget over ``owner``'s pods at ``when`` (None: none)."""
@@ -376,6 +393,21 @@ def acted_while_paused(ev: Evidence, bad: Bad) -> None:
             if start + GATE_GRACE <= at < until:
                 bad("actedWhilePaused", f"{w.ref}: {what} {until - at:.1f}s"
                     " before its pause ended")  # fmt: skip
+
+
+def reapplied_while_off(ev: Evidence, bad: Bad) -> None:
+    """A turn backed off (the record that clears its rollback, so that its cut comes back)
+    while the kill switch had automation off, from ``GATE_GRACE`` after it was switched off."""
+    for owner, states in ev.timeline.states.items():
+        before: str | None = None
+        for at, state in states:
+            mode = (state or {}).get("mode")
+            since = ev.timeline.off_since(at)
+            backed_off = mode == "backedOff" and before != "backedOff"
+            if backed_off and since is not None and at >= since + GATE_GRACE:
+                bad("reappliedWhileOff", f"{owner}: backed off {at - since:.1f}s into the"
+                    " kill switch's off")  # fmt: skip
+            before = mode
 
 
 def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:

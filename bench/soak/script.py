@@ -478,6 +478,7 @@ class Soak:
         invariants.non_leader_writes(ev, bad)
         invariants.acted_while_paused(ev, bad)
         invariants.acted_in_protected(ev, bad)
+        invariants.reapplied_while_off(ev, bad)
         restarting = invariants.more_unavailable(ev, bad) if self.in_place else 0
         await invariants.non_leader_signals(ev, client, bad)
         await invariants.crossed_clusters(ev, client, bad)

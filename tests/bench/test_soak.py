@@ -237,6 +237,8 @@ async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> Non
         # The verdicts under a 503 burst went on as regular activities.
         assert result.faults["local activities gone on as regular ones (fallback)"] > 0, lines
     assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
+    for result in results:  # each cluster's kill switch went off for a while
+        assert result.faults["automation off, the kill switch (8s)"] == 1, lines
     assert "moreUnavailable" not in results[0].invariants, lines
     assert results[1].invariants["moreUnavailable"] == 0, lines
     taken = "pods taken down by the engine's in-place resizes (checked)"
@@ -283,6 +285,25 @@ def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
         f"actedInProtected: {WORKER_AGENT}/1.0 PATCH /apis/apps/v1/namespaces/{PROTECTED_NS}"
         "/deployments/a"
     ]
+
+
+def test_the_oracle_sees_a_turn_backed_off_while_automation_was_off() -> None:
+    """``reappliedWhileOff``: a backoff's end recorded past the gate's grace into the kill
+    switch's off; one at its start (already past its gate), after it, or a last turn's end
+    (failedPermanent re-applies nothing) is no breach."""
+    timeline = Timeline()
+    timeline.automation = [(100.0, True), (110.0, False)]
+    for owner, times in {
+        "a": [(99.0, "backingOff"), (104.0, "backedOff")],  # re-applied 4 s into it: a breach
+        "b": [(99.0, "backingOff"), (100.5, "backedOff")],  # past its gate as it went off
+        "c": [(105.0, "backingOff"), (111.0, "backedOff")],  # after it
+        "d": [(99.0, "backingOff"), (105.0, "failedPermanent")],  # nothing re-applied
+    }.items():
+        timeline.states[owner] = [(at, {"mode": mode}) for at, mode in times]
+    assert found_by(invariants.reapplied_while_off, evidence(timeline=timeline)) == [
+        "reappliedWhileOff: a: backed off 4.0s into the kill switch's off"
+    ]
+    assert timeline.off_since(104.0) == 100.0 and timeline.off_since(110.5) is None
 
 
 def test_the_oracle_sees_lost_and_stuck_attempts_and_wrong_ends() -> None:

@@ -168,6 +168,13 @@ def active(owner: Obj) -> bool:
     return state is not None and not state.mode.terminal
 
 
+def backing_off(owner: Obj) -> bool:
+    """Whether the owner's stored state is ``backingOff`` (the kill switch or the breaker may
+    hold its backoff's end)."""
+    state, _ = read_state(owner)
+    return state is not None and state.mode is Mode.BACKING_OFF
+
+
 # --- pauses ------------------------------------------------------------------------------------
 
 

@@ -53,6 +53,10 @@ class Pauses:
             self.sightings.switch(automation_off((name, seen)))
             was, self.cluster_hold = self.cluster_hold, cluster_hold((name, seen))
             if was is not None and self.cluster_hold is None and started:
+                # The backoffs it held, from the watch (no lag), and whatever else Temporal
+                # shows held (a re-apply in place) that no pause holds.
+                views = self.owners.views()
+                self.delivery.resume([o for o, v in views if causes.backing_off(v)])
                 self.delivery.spawn(self.delivery.resume_lifted(self.held))
         if self._lifted(("Namespace", "", name), event, obj):
             views = self.owners.views()
