@@ -81,7 +81,7 @@ class OwnerLookup:
         self.core = core
         self.custom = custom
         self.protection = protection  # namespaces where no policy applies
-        self.engine_namespace = engine_namespace  # where the kill switch is (``automation_off``)
+        self.engine_namespace = engine_namespace  # where the kill switch and the breaker are
         self._parents: dict[tuple[str, str, str], Obj | None] = {}
 
     def get(self, owner: OwnerRef) -> Obj | None:
