@@ -254,7 +254,10 @@ def test_relative_bounds_judge_against_the_baseline_before_the_cut(scraped: Scra
                       "promql": 'max(app_request_latency_seconds{namespace="$namespace",'
                                 ' pod=~"$pods"})'}]}
     )  # fmt: skip
-    (slower,) = ask(scraped, "web", latency, baseline_at=scraped.changed_at)
+    # A scrape in flight as the latency changed is stamped with its start, just before the
+    # change, yet carries the new value: the baseline ends a scrape interval (1 s) before it.
+    before = scraped.changed_at - timedelta(seconds=1)
+    (slower,) = ask(scraped, "web", latency, baseline_at=before)
     assert not slower.passed, slower
     assert (slower.value, slower.baseline) == (pytest.approx(0.1), pytest.approx(0.05))
     assert "more than 50% above its baseline 0.05" in slower.message
