@@ -122,6 +122,16 @@ def reference(obj: Obj) -> Obj:
     }
 
 
+def owner_object(owner: OwnerRef, uid: str | None) -> Obj:
+    """The owner as far as an Event about it needs it (``reference``), without reading it."""
+    meta = {"name": owner.name, "namespace": owner.namespace, "uid": uid}
+    return {
+        "apiVersion": OWNER_KINDS[owner.kind].api_version,
+        "kind": owner.kind.value,
+        "metadata": meta,
+    }
+
+
 def remove_annotation(
     custom: CustomObjectsApi, owner: OwnerRef, key: str, value: str, acting: Callable[[], bool]
 ) -> tuple[bool, Obj | None]:
@@ -239,13 +249,7 @@ class OwnerWriter:
         ``count`` > 1: the Event is a series; an existing one is brought to that count, its
         message and ``lastTimestamp`` (a retry sets the same count again)."""
         body = event_body(
-            {
-                "apiVersion": OWNER_KINDS[owner.kind].api_version,
-                "kind": owner.kind.value,
-                "name": owner.name,
-                "namespace": owner.namespace,
-                "uid": uid,
-            },
+            reference(owner_object(owner, uid)),
             identity,
             reason,
             message,
