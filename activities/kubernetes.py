@@ -40,6 +40,7 @@ from activities.cohort import Tally, judge
 from activities.errors import TransientError, classified
 from activities.health import Cohort, Prometheus, check_health
 from activities.lookup import OwnerLookup, read_state
+from activities.neighbours import rolled_out, template_of
 from activities.notify import NotificationConfig, Notifier
 from activities.owners import (
     desired_replicas,
@@ -231,12 +232,18 @@ class KubernetesActivities:
             state, error = read_state(obj)
             if error:
                 log.warning("%s: unreadable rollback state: %s", input.owner, error)
+            policy = self.lookup.policy(input.owner, obj, input.policy)
+            checks = policy.health_checks if policy else None
             return LoadOwnerResult(
                 exists=True,
                 state=state,
                 state_error=error,
-                policy=self.lookup.policy(input.owner, obj, input.policy),
+                policy=policy,
                 desired=desired_replicas(input.owner.kind, obj),
+                template=template_of(input.owner.kind, obj),
+                autoscaler=(
+                    self.lookup.autoscaler(input.owner) if checks and checks.autoscaler else None
+                ),
             )
 
     @activity.defn(name=RESOLVE_POLICY)
@@ -270,16 +277,30 @@ class KubernetesActivities:
 
     def _sample(self, input: SampleCohortInput) -> CohortSample:
         owner, desired, query, obj = input.owner, None, input.cohort, None
-        if query is None or input.final:  # the verdict reads the owner's pause too
+        opening = query is None
+        # The verdict reads the owner's pause too; a window's first, its baselines; an early
+        # verdict's, its template (a release).
+        if opening or input.final or input.releases:
             obj = self.lookup.get(owner)
             if obj is None:
                 return CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
+            desired = desired_replicas(owner.kind, obj)
         if query is None:
             assert obj is not None
-            query, desired = self.lookup.cohort_query(owner, obj), desired_replicas(owner.kind, obj)
+            query = self.lookup.cohort_query(owner, obj)
         pods = self.lookup.pods(owner.namespace, query)
         sample = cohort_sample(owner, pods, input, desired, query, self.min_ready)
-        if obj is not None and input.final:
+        if obj is None:
+            return sample
+        neighbours: dict[str, object] = {
+            "template": template_of(owner.kind, obj),
+            "rolled_out": rolled_out(owner.kind, obj),
+        }
+        scaled_in = input.baseline is not None and (desired or 0) < input.baseline
+        if (input.autoscaler and (opening or input.final)) or (input.final and scaled_in):
+            neighbours["autoscaler"] = self.lookup.autoscaler(owner)
+        sample = sample.model_copy(update=neighbours)
+        if input.final:
             paused = self._paused(owner, obj, pods, "verdict", input.recommendation.fingerprint)
             if paused is not None:
                 return sample.model_copy(update={"paused": paused})
