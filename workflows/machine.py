@@ -794,9 +794,7 @@ def _releasing(
             }
         )
         return Decision(waiting, effects, note=f"the release is rolling out: {state.release}")
-    fresh = _transition(
-        state, now, Mode.MONITORING, **_window(state, now, policy, sample)
-    )
+    fresh = _transition(state, now, Mode.MONITORING, **_window(state, now, policy, sample))
     how = f"after a release rolled out ({state.release}): restarted monitoring of"
     message = _monitoring_message(fresh, policy, how[0].upper() + how[1:])
     return Decision(fresh, [*effects, Record(EventReason.MONITORING_STARTED, message)])
@@ -808,6 +806,8 @@ def _suspected(state: RollbackState, obs: Suspected) -> Decision:
     policy, due = state.policy, state.next_sample_at
     if state.mode is not Mode.MONITORING or policy is None or policy.early_verdict is None:
         return Decision(state, note="no early verdict in this mode or policy: ignored")
+    if state.release is not None:
+        return Decision(state, note="a release is rolling out: the window's end looks")
     if state.early_since is not None or due is None or due <= obs.now:
         return Decision(state, note="a sample is due already")
     return Decision(state.model_copy(update={"next_sample_at": obs.now}), note="sample now")

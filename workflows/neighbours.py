@@ -42,7 +42,7 @@ def autoscaler_check(
         bounds.append(f"grown at most {check.max_growth_percent}%")
     bound = ", ".join(bounds)
     if after is None:
-        why = "not applicable: no HorizontalPodAutoscaler scales the owner"
+        why = f"{AUTOSCALER}: not applicable: no HorizontalPodAutoscaler scales the owner"
         return CheckResult(
             name=AUTOSCALER, reason=reason, bound=bound, passed=True, applicable=False, message=why
         )

@@ -937,7 +937,12 @@ class RollbackWorkflow:
         s = self.state
         policy = s.policy.ref if s.policy else "-"
         lines = [f"**{s.mode}** turn {s.turn} of `{s.fingerprint}` under `{policy}`"]
-        if s.mode is Mode.MONITORING and s.window_ends_at:
+        if s.mode is Mode.MONITORING and s.release is not None and s.window_ends_at:
+            lines.append(
+                f"a release during the window ({s.release}): the verdict waits for it to roll"
+                f" out, looking again {s.window_ends_at.isoformat()}"
+            )
+        elif s.mode is Mode.MONITORING and s.window_ends_at:
             lines.append(f"window ends {s.window_ends_at.isoformat()}")
             if s.last_sample is not None:
                 lines.append(

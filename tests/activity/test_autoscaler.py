@@ -35,7 +35,8 @@ class World:
             lambda _, reason, message, __: self.events.append((reason, message)),
         )
         api.store.create(
-            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": NS},
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": "web", "namespace": NS},
              "spec": {"replicas": ready, "selector": {"matchLabels": {"app": "web"}}}}
         )  # fmt: skip
         resources = {"requests": {"cpu": request}} if request else {}
@@ -43,7 +44,8 @@ class World:
             api.store.create(
                 {"apiVersion": "v1", "kind": "Pod",
                  "metadata": {"name": f"web-{i}", "namespace": NS, "labels": {"app": "web"}},
-                 "spec": {"containers": [{"name": "app", "image": "web:1", "resources": resources}]},
+                 "spec": {"containers": [
+                     {"name": "app", "image": "web:1", "resources": resources}]},
                  "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
             )  # fmt: skip
 
@@ -53,8 +55,10 @@ class World:
         self.api.store.create(
             {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
              "metadata": {"name": "web", "namespace": NS},
-             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
-                      "minReplicas": 2, "maxReplicas": maximum, "metrics": metrics or [cpu], **spec}}
+             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                         "name": "web"},
+                      "minReplicas": 2, "maxReplicas": maximum, "metrics": metrics or [cpu],
+                      **spec}}
         )  # fmt: skip
 
     def sync(self, at: float) -> Any:
