@@ -189,8 +189,7 @@ def test_a_bad_release_is_never_judged_as_the_cut() -> None:
     (started,) = fresh.effects
     assert isinstance(started, Record) and started.event_reason is EventReason.MONITORING_STARTED
     assert started.message.startswith(
-        "After a release rolled out (its pod template changed (app shop/api:1.0 ->"
-        " shop/api:2.0)): restarted monitoring of"
+        "After a release rolled out (now app shop/api:2.1): restarted monitoring of"
     )
     judged = decide(fresh.state, Sampled(done + timedelta(minutes=5), seen(4, template=fixed)))
     assert judged.state.mode is Mode.MONITORING_SUCCEEDED
