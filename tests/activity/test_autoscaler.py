@@ -6,17 +6,20 @@ scale-down stabilisation, a missing CPU request, and an HPA of KEDA's left to it
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient, AutoscalingV2Api, CoreV1Api, CustomObjectsApi
 
+from activities.kubernetes import KubernetesActivities
 from activities.lookup import OwnerLookup
 from sim.apiserver import KubeEmulator
 from sim.autoscaler import AutoscalerController
-from workflows.activity_api import Autoscaler, OwnerRef
-from workflows.contract import Obj, WorkloadKind
+from workflows.activity_api import Autoscaler, CohortSample, OwnerRef, SampleCohortInput
+from workflows.contract import Obj, WorkloadKind, recommendation_key
+from workflows.fingerprint import Recommendation
 
 NS = "shop"
 WEB = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
@@ -150,3 +153,33 @@ def test_an_hpa_of_other_metrics_is_read_as_it_stands(
 def test_an_owner_no_hpa_scales_reads_none(api: KubeEmulator, client: ApiClient) -> None:
     world = World(api, client, ready=1, request="500m")
     assert world.reading() is None
+
+
+def test_the_verdict_s_sample_reads_the_hpa_where_the_cohort_shrank(
+    api: KubeEmulator, client: ApiClient
+) -> None:
+    """The final sample reads the owner's HPA when its desired replicas fell below the
+    window's baseline (an HPA's scale-in is then not a failure), or when the policy has the
+    autoscaler check; otherwise it spends no LIST on it."""
+    world = World(api, client, ready=2, request="700m")  # 57%: the HPA keeps 2
+    world.hpa()
+    world.sync(0.0)
+    acts = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client))
+    rec = Recommendation(
+        requests_key=recommendation_key("static"), requests={"app": {"cpu": "500m"}}
+    )
+
+    def final(**more: Any) -> CohortSample:
+        started = datetime.now(UTC)
+        return acts.sample_cohort(
+            SampleCohortInput(cluster="test", owner=WEB, recommendation=rec,
+                              window_started_at=started, final=True, **more)
+        )  # fmt: skip
+
+    hpas = len(api.requests("list", "/horizontalpodautoscalers"))
+    assert final(baseline=2).autoscaler is None  # as many as the baseline: not read
+    assert len(api.requests("list", "/horizontalpodautoscalers")) == hpas
+    shrunk = final(baseline=4)
+    assert shrunk.autoscaler == Autoscaler(name="web", desired=2, min=2, max=10)
+    assert shrunk.desired == 2
+    assert final(baseline=2, autoscaler=True).autoscaler is not None  # the check asks for it

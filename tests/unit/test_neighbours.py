@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 
+from activities.neighbours import RESTARTED_AT, rolled_out, template_of
 from tests.unit.test_machine import OWNER, REC, T0, policy, stored
 from workflows.activity_api import (
     Autoscaler,
@@ -16,7 +17,7 @@ from workflows.activity_api import (
     PolicySettings,
     Template,
 )
-from workflows.contract import EventReason, FailureReason, Mode
+from workflows.contract import EventReason, FailureReason, Mode, Obj, WorkloadKind
 from workflows.machine import (
     TRANSITIONS,
     AttemptStarted,
@@ -225,3 +226,64 @@ def test_the_release_s_fresh_window_is_a_drawn_transition() -> None:
     assert (Mode.MONITORING, "a release rolled out (a fresh window)", Mode.MONITORING) in (
         TRANSITIONS
     )
+
+
+def _deployment(image: str = "shop/api:1", memory: str = "1Gi", **annotations: str) -> Obj:
+    return {
+        "metadata": {"name": "api", "generation": 2},
+        "spec": {
+            "replicas": 3,
+            "template": {
+                "metadata": {"labels": {"app": "api"}, "annotations": annotations},
+                "spec": {"containers": [
+                    {"name": "app", "image": image, "resources": {"requests": {"memory": memory}}}
+                ]},
+            },
+        },
+        "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
+                   "availableReplicas": 3},
+    }  # fmt: skip
+
+
+def test_a_template_s_fingerprint_leaves_out_resources_and_restarts() -> None:
+    before = template_of(WorkloadKind.DEPLOYMENT, _deployment())
+    assert before is not None and before.images == {"app": "shop/api:1"}
+    resized = _deployment(memory="768Mi", **{RESTARTED_AT: "2026-12-07T01:00:00Z"})
+    assert template_of(WorkloadKind.DEPLOYMENT, resized) == before
+    applier = _deployment(**{"rightsizing.kubex.ai/last-applied": "x"})
+    assert template_of(WorkloadKind.DEPLOYMENT, applier) == before
+    released = template_of(WorkloadKind.DEPLOYMENT, _deployment(image="shop/api:2"))
+    assert released is not None and released.fingerprint != before.fingerprint
+    assert template_of(WorkloadKind.JOB, _deployment()) is None  # a Job has no releases
+
+
+@pytest.mark.parametrize(
+    ("status", "done"),
+    [
+        pytest.param({}, True, id="complete"),
+        pytest.param({"observedGeneration": 1}, False, id="not-seen-yet"),
+        pytest.param({"updatedReplicas": 2}, False, id="not-all-updated"),
+        pytest.param({"replicas": 4}, False, id="an-old-pod-left"),
+        pytest.param({"availableReplicas": 1}, False, id="crashing"),
+    ],
+)
+def test_a_deployment_has_rolled_out_as_kubectl_rollout_status_says(
+    status: dict[str, int], done: bool
+) -> None:
+    owner = _deployment()
+    owner["status"] |= status
+    assert rolled_out(WorkloadKind.DEPLOYMENT, owner) is done
+
+
+def test_other_kinds_roll_out_by_their_own_status() -> None:
+    sts = {"metadata": {"generation": 1}, "spec": {"replicas": 2},
+           "status": {"observedGeneration": 1, "updatedReplicas": 2, "readyReplicas": 2,
+                      "currentRevision": "a", "updateRevision": "b"}}  # fmt: skip
+    assert rolled_out(WorkloadKind.STATEFUL_SET, sts) is False  # pods of an old revision left
+    sts["status"]["currentRevision"] = "b"
+    assert rolled_out(WorkloadKind.STATEFUL_SET, sts) is True
+    ds = {"metadata": {"generation": 1}, "spec": {},
+          "status": {"observedGeneration": 1, "desiredNumberScheduled": 3,
+                     "updatedNumberScheduled": 3, "numberAvailable": 2}}  # fmt: skip
+    assert rolled_out(WorkloadKind.DAEMON_SET, ds) is False
+    assert rolled_out(WorkloadKind.CRON_JOB, ds) is None
