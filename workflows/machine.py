@@ -796,8 +796,10 @@ def _releasing(
         return Decision(waiting, effects, note=f"the release is rolling out: {state.release}")
     fresh = _transition(state, now, Mode.MONITORING, **_window(state, now, policy, sample))
     images = sample.template.images if sample.template else {}
-    now = ", ".join(f"{name} {image}" for name, image in sorted(images.items()))
-    how = f"After a release rolled out (now {now or 'its new template'}): restarted monitoring of"
+    running = ", ".join(f"{name} {image}" for name, image in sorted(images.items()))
+    how = (
+        f"After a release rolled out (now {running or 'its new template'}): restarted monitoring of"
+    )
     message = _monitoring_message(fresh, policy, how)
     return Decision(fresh, [*effects, Record(EventReason.MONITORING_STARTED, message)])
 
