@@ -169,6 +169,22 @@ def _rs_name(owner: str, template: Obj) -> str:
     return f"{owner}-{digest.hexdigest()[:8]}"
 
 
+def _moved(before: Obj, after: Obj) -> set[str]:
+    """The resources (cpu, memory) whose request or limit differs between two resources."""
+
+    def value(resources: Obj, part: str, name: str) -> Decimal | None:
+        found = (resources.get(part) or {}).get(name)
+        return None if found is None else parse_quantity(str(found))
+
+    names = {
+        n for r in (before, after) for part in ("requests", "limits") for n in r.get(part) or {}
+    }
+    return {
+        n for n in names
+        if any(value(before, part, n) != value(after, part, n) for part in ("requests", "limits"))
+    }  # fmt: skip
+
+
 def _is_ready(pod: Obj) -> bool:
     conditions = dig(pod, "status", "conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -1072,12 +1088,15 @@ class SimulatedCluster:
             }
         for c in changed:
             cs = statuses[c["name"]]
+            moved = _moved(cs.get("resources") or {}, c.get("resources") or {})
             cs["resources"] = copy.deepcopy(c.get("resources") or {})
             policies = {
                 p.get("resourceName"): p.get("restartPolicy") for p in c.get("resizePolicy") or []
             }
             running = "running" in (cs.get("state") or {})
-            if running and "RestartContainer" in policies.values():
+            # The kubelet restarts a container for a resource whose policy says so, only when
+            # that resource's value changes (a CPU resize leaves a memory-restart container up).
+            if running and any(policies.get(r) == "RestartContainer" for r in moved):
                 self._restarted(pod, c["name"], cs, time.monotonic())
             self.resizes.append(
                 (pod["metadata"]["name"], json.dumps(cs["resources"], sort_keys=True))

@@ -115,7 +115,7 @@ class Soak:
         self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
         # The release fate's: its release ships once the script sees its window open, however
         # slowly the script goes round, well inside it.
-        self.release_window = f"{max(20, count // 20)}s"
+        self.release_window = f"{max(12, count // 40)}s"
         self.backoff = f"{max(3, count // 100)}s"  # 3s for 100, 10s for 1,000
         # The fates that act mid-backoff (policy changed or deleted) get a backoff the script's
         # polling cannot miss however slowly it goes round.
