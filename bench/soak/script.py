@@ -113,9 +113,6 @@ class Soak:
             self.api.store, tick=0.25 if count <= 200 else 0.5, applies_rollbacks=not in_place
         )
         self.window = f"{max(8, count // 40)}s"  # 8s for 100 workloads, 25s for 1,000
-        # The release fate's: its release ships once the script sees its window open, however
-        # slowly the script goes round, well inside it.
-        self.release_window = f"{max(12, count // 40)}s"
         self.backoff = f"{max(3, count // 100)}s"  # 3s for 100, 10s for 1,000
         # The fates that act mid-backoff (policy changed or deleted) get a backoff the script's
         # polling cannot miss however slowly it goes round.
@@ -179,8 +176,7 @@ class Soak:
                 store.create(
                     policy_doc("RollbackPolicy", w.name, w.namespace,
                             {"labelSelector": {"matchLabels": {"app": w.name}}},
-                            self.release_window if w.fate.release else self.window,
-                            self.acted_backoff, w.fate.max_attempts, **checks(w))
+                            self.window, self._own_backoff(w), w.fate.max_attempts, **checks(w))
                 )  # fmt: skip
             if w.fate.hpa:
                 store.create(hpa_doc(w))
@@ -189,6 +185,12 @@ class Soak:
             self.sim.add(
                 manifest(w, self.in_place), own if w.fate.hpa or w.fate.release else behaviour
             )
+
+    def _own_backoff(self, w: Workload) -> str:
+        """The backoff of a fate's own policy: the soak's, for the neighbours' fates (an HPA's,
+        a release's); the others (the fates that act mid-backoff: policy changed or deleted)
+        get one the script's polling cannot miss however slowly it goes round."""
+        return self.backoff if w.fate.hpa or w.fate.release else self.acted_backoff
 
     # --- the script -----------------------------------------------------------------------------
 
