@@ -34,7 +34,7 @@ from temporalio.client import Client
 
 from bench import CLUSTER, actions
 from bench.burst import _get
-from bench.harness import KEY, OOM, READY, REC, Lines, met, policy_doc, proc_stats, say
+from bench.harness import OOM, READY, Lines, make_workload, met, policy_doc, proc_stats, say
 from bench.memory import memory_mib
 from bench.p3 import _all_done, _floor
 from bench.throughput import work_of
@@ -51,47 +51,18 @@ RSS_TARGET = 512  # MiB, the intake's and the worker's each
 
 
 def _owner(api: KubeEmulator, index: int, pods: int, nodes: int) -> list[Obj]:
-    """Owner ``index`` (a Deployment and its ReplicaSet, or a StatefulSet) and its ``pods``
-    pods, not yet adopted, on nodes round-robin; one in ten OOMKilled."""
-    name, ns = f"w{index}", f"ns{index % NAMESPACES}"
-    kind = "StatefulSet" if index % 3 == 0 else "Deployment"
-    owner = api.store.create(
-        {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": ns},
-         "spec": {"replicas": pods, "selector": {"matchLabels": {"app": name}},
-                  "template": {"spec": {"containers": [{"name": "app"}]}}}}
-    )  # fmt: skip
-    parent = owner
-    if kind == "Deployment":
-        parent = api.store.create(
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-             "metadata": {"name": f"{name}-rs", "namespace": ns, "ownerReferences": [
-                 {"kind": "Deployment", "name": name, "uid": owner["metadata"]["uid"],
-                  "controller": True}]}}
-        )  # fmt: skip
-    ref = {"kind": parent["kind"], "name": parent["metadata"]["name"],
-           "uid": parent["metadata"]["uid"], "controller": True}  # fmt: skip
-    status = OOM if index % 10 == 9 else READY
-    return [
-        api.store.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{name}-{p}",
-                    "namespace": ns,
-                    "labels": {"app": name},
-                    "annotations": {KEY: json.dumps(REC.requests)},
-                    "ownerReferences": [ref],
-                },
-                "spec": {
-                    "nodeName": f"node-{(index + p) % nodes}",
-                    "containers": [{"name": "app", "resources": {"requests": {"memory": "1Gi"}}}],
-                },
-                "status": status,
-            }
-        )
-        for p in range(pods)
-    ]
+    """Owner ``index`` (a third StatefulSets, the rest Deployments) and its ``pods`` pods, not
+    yet adopted, on nodes round-robin; one in ten OOMKilled."""
+    return make_workload(
+        api,
+        f"ns{index % NAMESPACES}",
+        f"w{index}",
+        pods,
+        OOM if index % 10 == 9 else READY,
+        adopted=False,
+        kind="StatefulSet" if index % 3 == 0 else "Deployment",
+        node=lambda p: f"node-{(index + p) % nodes}",
+    )
 
 
 def _intake(api: KubeEmulator, address: str, queue: str, budget: int, tmp: str) -> tuple[Any, int]:
