@@ -8,7 +8,7 @@ import json
 import os
 import statistics
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,22 +60,14 @@ OOM = {
 
 
 def make_workload(
-    api: KubeEmulator,
-    ns: str,
-    name: str,
-    pods: int,
-    status: Obj | None,
-    adopted: bool = True,
-    kind: str = "Deployment",
-    node: Callable[[int], str] | None = None,
+    api: KubeEmulator, ns: str, name: str, pods: int, status: Obj | None, adopted: bool = True
 ) -> list[Obj]:
-    """A Deployment and its ReplicaSet (or a StatefulSet owning its pods) and ``pods`` pods
-    carrying REC (on their resources when ``adopted``), pod ``p`` on ``node(p)`` when given;
-    returns the pods."""
-    owner = api.store.create(
+    """A Deployment, its ReplicaSet and ``pods`` pods carrying REC (on their resources when
+    ``adopted``); returns the pods."""
+    dep = api.store.create(
         {
             "apiVersion": "apps/v1",
-            "kind": kind,
+            "kind": "Deployment",
             "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "replicas": pods,
@@ -84,30 +76,28 @@ def make_workload(
             },
         }
     )
-    parent = owner
-    if kind == "Deployment":
-        parent = api.store.create(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": f"{name}-rs",
-                    "namespace": ns,
-                    "ownerReferences": [
-                        {
-                            "kind": "Deployment",
-                            "name": name,
-                            "uid": owner["metadata"]["uid"],
-                            "controller": True,
-                        }
-                    ],
-                },
-            }
-        )
-    ref = {
-        "kind": parent["kind"],
-        "name": parent["metadata"]["name"],
-        "uid": parent["metadata"]["uid"],
+    rs = api.store.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": f"{name}-rs",
+                "namespace": ns,
+                "ownerReferences": [
+                    {
+                        "kind": "Deployment",
+                        "name": name,
+                        "uid": dep["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+        }
+    )
+    rs_ref = {
+        "kind": "ReplicaSet",
+        "name": f"{name}-rs",
+        "uid": rs["metadata"]["uid"],
         "controller": True,
     }
     memory = "512Mi" if adopted else "1Gi"
@@ -121,11 +111,10 @@ def make_workload(
                     "namespace": ns,
                     "labels": {"app": name},
                     "annotations": {KEY: json.dumps(REC.requests)},
-                    "ownerReferences": [ref],
+                    "ownerReferences": [rs_ref],
                 },
                 "spec": {
-                    **({"nodeName": node(p)} if node else {}),
-                    "containers": [{"name": "app", "resources": {"requests": {"memory": memory}}}],
+                    "containers": [{"name": "app", "resources": {"requests": {"memory": memory}}}]
                 },
                 "status": status or READY,
             }
