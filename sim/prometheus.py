@@ -23,6 +23,7 @@ from sim.apiserver import free_port
 from sim.devserver import die_with_parent
 
 INSTALL_HINT = "apt-get install prometheus (Debian, Ubuntu)"
+SCRAPE_INTERVAL = 1  # seconds between scrapes (and rule evaluations)
 
 
 class PrometheusUnavailableError(RuntimeError):
@@ -33,7 +34,8 @@ class LocalPrometheus:
     def __init__(
         self, workdir: Path, scrape_configs: list[dict[str, Any]], rule_files: Sequence[Path] = ()
     ) -> None:
-        """A Prometheus scraping ``scrape_configs`` every second, with ``rule_files``."""
+        """A Prometheus scraping ``scrape_configs`` every ``SCRAPE_INTERVAL``, with
+        ``rule_files``."""
         binary = shutil.which("prometheus")
         if binary is None:
             raise PrometheusUnavailableError(f"prometheus is not installed: {INSTALL_HINT}")
@@ -44,7 +46,10 @@ class LocalPrometheus:
         config.write_text(
             yaml.safe_dump(
                 {
-                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "global": {
+                        "scrape_interval": f"{SCRAPE_INTERVAL}s",
+                        "evaluation_interval": f"{SCRAPE_INTERVAL}s",
+                    },
                     "rule_files": [str(r) for r in rule_files],
                     "scrape_configs": scrape_configs,
                 }

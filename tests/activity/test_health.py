@@ -30,7 +30,7 @@ from activities.health import QUERY_TIMEOUT, Prometheus, PrometheusError
 from activities.kubernetes import KubernetesActivities
 from sim.apiserver import KubeEmulator
 from sim.cluster import Behaviour, SimulatedCluster
-from sim.prometheus import LocalPrometheus
+from sim.prometheus import SCRAPE_INTERVAL, LocalPrometheus
 from worker.kube import api_client
 from workflows.activity_api import CheckResult, HealthInput, OwnerRef
 from workflows.contract import Actuation, FailureReason, WorkloadKind
@@ -255,8 +255,8 @@ def test_relative_bounds_judge_against_the_baseline_before_the_cut(scraped: Scra
                                 ' pod=~"$pods"})'}]}
     )  # fmt: skip
     # A scrape in flight as the latency changed is stamped with its start, just before the
-    # change, yet carries the new value: the baseline ends a scrape interval (1 s) before it.
-    before = scraped.changed_at - timedelta(seconds=1)
+    # change, yet carries the new value: the baseline ends a scrape interval before it.
+    before = scraped.changed_at - timedelta(seconds=SCRAPE_INTERVAL)
     (slower,) = ask(scraped, "web", latency, baseline_at=before)
     assert not slower.passed, slower
     assert (slower.value, slower.baseline) == (pytest.approx(0.1), pytest.approx(0.05))
