@@ -27,6 +27,7 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -39,6 +40,7 @@ from activities.cohort import Tally, judge
 from activities.errors import TransientError, classified
 from activities.health import Cohort, Prometheus, check_health
 from activities.lookup import OwnerLookup, read_state
+from activities.neighbours import rolled_out, template_of
 from activities.notify import NotificationConfig, Notifier
 from activities.owners import (
     desired_replicas,
@@ -47,7 +49,7 @@ from activities.owners import (
     unavailable_note,
 )
 from activities.resize import Budget, Pace, resize_paced
-from activities.writes import OwnerWriter
+from activities.writes import HeldError, OwnerWriter
 from workflows.activity_api import (
     CHECK_HEALTH,
     LOAD_OWNER,
@@ -230,12 +232,18 @@ class KubernetesActivities:
             state, error = read_state(obj)
             if error:
                 log.warning("%s: unreadable rollback state: %s", input.owner, error)
+            policy = self.lookup.policy(input.owner, obj, input.policy)
+            checks = policy.health_checks if policy else None
             return LoadOwnerResult(
                 exists=True,
                 state=state,
                 state_error=error,
-                policy=self.lookup.policy(input.owner, obj, input.policy),
+                policy=policy,
                 desired=desired_replicas(input.owner.kind, obj),
+                template=template_of(input.owner.kind, obj),
+                autoscaler=(
+                    self.lookup.autoscaler(input.owner) if checks and checks.autoscaler else None
+                ),
             )
 
     @activity.defn(name=RESOLVE_POLICY)
@@ -269,16 +277,30 @@ class KubernetesActivities:
 
     def _sample(self, input: SampleCohortInput) -> CohortSample:
         owner, desired, query, obj = input.owner, None, input.cohort, None
-        if query is None or input.final:  # the verdict reads the owner's pause too
+        opening = query is None
+        # The verdict reads the owner's pause too; a window's first, its baselines; an early
+        # verdict's, its template (a release).
+        if opening or input.final or input.releases:
             obj = self.lookup.get(owner)
             if obj is None:
                 return CohortSample(exists=False, pods=0, adopted=0, adopted_healthy=0)
+            desired = desired_replicas(owner.kind, obj)
         if query is None:
             assert obj is not None
-            query, desired = self.lookup.cohort_query(owner, obj), desired_replicas(owner.kind, obj)
+            query = self.lookup.cohort_query(owner, obj)
         pods = self.lookup.pods(owner.namespace, query)
         sample = cohort_sample(owner, pods, input, desired, query, self.min_ready)
-        if obj is not None and input.final:
+        if obj is None:
+            return sample
+        neighbours: dict[str, object] = {
+            "template": template_of(owner.kind, obj),
+            "rolled_out": rolled_out(owner.kind, obj),
+        }
+        scaled_in = input.baseline is not None and (desired or 0) < input.baseline
+        if (input.autoscaler and (opening or input.final)) or (input.final and scaled_in):
+            neighbours["autoscaler"] = self.lookup.autoscaler(owner)
+        sample = sample.model_copy(update=neighbours)
+        if input.final:
             paused = self._paused(owner, obj, pods, "verdict", input.recommendation.fingerprint)
             if paused is not None:
                 return sample.model_copy(update={"paused": paused})
@@ -323,14 +345,20 @@ class KubernetesActivities:
             wanted: dict[str, str | None] = {
                 ROLLBACK_STATE_ANNOTATION: input.state.to_json() if input.state else None
             }
+            again = None
             if input.clear_rollback_recommendation:
                 # Clearing a published rollback recommendation acts (the applier re-applies
                 # the cut): through the gate, and nothing is written while a pause holds it.
-                held = self._clearing_held(input)
+                held, again = self._clearing_held(input)
                 if held is not None:
                     return held
                 wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
-            obj, written = self.writer.patch_annotations(input.owner, wanted, read_first=False)
+            try:
+                obj, written = self.writer.patch_annotations(
+                    input.owner, wanted, read_first=False, held=again
+                )
+            except HeldError as exc:
+                return RecordTransitionResult(paused=exc.pause)
             if obj is None:
                 return RecordTransitionResult(exists=False)
             emitted = False
@@ -365,13 +393,17 @@ class KubernetesActivities:
             else:
                 assert input.resources is not None, "lastSuccessful rollback without resources"
                 requests, limits = input.resources.requests(), input.resources.limits()
-            written, _ = self.writer.patch_annotations(
-                input.owner,
-                {
-                    ROLLBACK_REQUESTS_ANNOTATION: _json(requests),
-                    ROLLBACK_LIMITS_ANNOTATION: _json(limits),
-                },
-            )
+            try:
+                written, _ = self.writer.patch_annotations(
+                    input.owner,
+                    {
+                        ROLLBACK_REQUESTS_ANNOTATION: _json(requests),
+                        ROLLBACK_LIMITS_ANNOTATION: _json(limits),
+                    },
+                    held=self._again(input.owner, "rollback", input.target.value),
+                )
+            except HeldError as exc:
+                return ActuationResult(paused=exc.pause, message=exc.pause.describe())
             if written is None:
                 return ActuationResult(exists=False)
             result = ActuationResult(
@@ -433,20 +465,37 @@ class KubernetesActivities:
         listed = Listed(query, *self.lookup.pods_listed(owner.namespace, query))
         return listed, self._paused(owner, obj, listed.pods, step, attempt, brings_back)
 
-    def _clearing_held(self, input: RecordTransitionInput) -> RecordTransitionResult | None:
+    def _clearing_held(
+        self, input: RecordTransitionInput
+    ) -> tuple[RecordTransitionResult | None, Callable[[], Pause | None] | None]:
         """A record that clears a published rollback recommendation, held by a pause: the
-        result that says so, nothing written; None when it may go (or there is none to clear)."""
+        result that says so, nothing written; None when it may go (or there is none to clear),
+        with the gate to read again before a retry of the write."""
         obj = self.lookup.get(input.owner)
         if obj is None:
-            return RecordTransitionResult(exists=False)
+            return RecordTransitionResult(exists=False), None
         if not _published(obj):
-            return None  # nothing to clear: the record acts on nothing
+            return None, None  # nothing to clear: the record acts on nothing
         mode = input.state.mode.value if input.state else "cleared"
         attempt = input.state.active_recommendation_fingerprint if input.state else "-"
         step = f"{mode} (clears the rollback)"
         reapplies = input.state is not None and input.state.mode is Mode.BACKED_OFF
         _, paused = self._gate(input.owner, obj, step, attempt, brings_back=reapplies)
-        return None if paused is None else RecordTransitionResult(paused=paused)
+        if paused is not None:
+            return RecordTransitionResult(paused=paused), None
+        return None, self._again(input.owner, step, attempt, reapplies)
+
+    def _again(
+        self, owner: OwnerRef, step: str, attempt: str, brings_back: bool = False
+    ) -> Callable[[], Pause | None]:
+        """The gate read afresh (the owner and its cohort again), for a retry of a write that
+        passed it: a pause taken meanwhile holds the retry (``writes.HeldError``)."""
+
+        def held() -> Pause | None:
+            obj = self.lookup.get(owner)
+            return None if obj is None else self._gate(owner, obj, step, attempt, brings_back)[1]
+
+        return held
 
     def _paced(self, owner: OwnerRef, obj: Obj, step: str, attempt: str, budget: Budget) -> None:
         """Tell once, on the owner, that ``budget`` holds a batch of ``step``."""

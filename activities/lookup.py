@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from activities.cohort import in_cohort
+from activities.neighbours import autoscaler_of
 from activities.owners import (
     ANALYSIS_RUN_UID_LABEL,
     INTERMEDIATE,
@@ -32,7 +33,7 @@ from activities.owners import (
     cohort_query,
     controller_of,
 )
-from workflows.activity_api import CohortQuery, OwnerRef, PolicySettings
+from workflows.activity_api import Autoscaler, CohortQuery, OwnerRef, PolicySettings
 from workflows.contract import (
     API_GROUP,
     API_VERSION,
@@ -166,6 +167,19 @@ class OwnerLookup:
             return None
         log.info("%s: policy %s applies", owner, PolicyRef.of(winner.policy))
         return PolicySettings.of(winner.policy)
+
+    def autoscaler(self, owner: OwnerRef) -> Autoscaler | None:
+        """The owner's HorizontalPodAutoscaler (``neighbours.autoscaler_of``): one LIST of its
+        namespace's; None when none scales it, or the cluster serves no autoscaling/v2."""
+        try:
+            listed: Any = self.custom.list_namespaced_custom_object(
+                "autoscaling", "v2", owner.namespace, "horizontalpodautoscalers"
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return autoscaler_of(owner.kind, owner.name, listed.get("items", []))
 
     def cohort_query(self, owner: OwnerRef, obj: Obj) -> CohortQuery:
         jobs = None

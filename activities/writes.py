@@ -10,6 +10,9 @@
 - Both retry here, up to ``WRITE_ATTEMPTS`` times, on 409 and on transient errors (429, 5xx,
   timeouts, dropped connections): cheaper than an activity retry, and safe for the two reasons
   above. What is left raises, and Temporal retries the activity (``workflows.rollback``).
+  A write that acts (publishing or clearing a rollback recommendation) passed the pause gate
+  before its first try; each retry reads the gate again (``held``), so a pause taken during
+  the retries holds the write (``HeldError``) instead of letting it land late.
 
 Used by the activities (``activities.kubernetes``) and, for ``event_body``, by the intake.
 """
@@ -32,6 +35,7 @@ from activities.lookup import OwnerLookup
 from activities.owners import OWNER_KINDS
 from workflows.activity_api import OwnerRef
 from workflows.contract import API_GROUP, Obj
+from workflows.pause import Pause
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +122,16 @@ def reference(obj: Obj) -> Obj:
     }
 
 
+def owner_object(owner: OwnerRef, uid: str | None) -> Obj:
+    """The owner as far as an Event about it needs it (``reference``), without reading it."""
+    meta = {"name": owner.name, "namespace": owner.namespace, "uid": uid}
+    return {
+        "apiVersion": OWNER_KINDS[owner.kind].api_version,
+        "kind": owner.kind.value,
+        "metadata": meta,
+    }
+
+
 def remove_annotation(
     custom: CustomObjectsApi, owner: OwnerRef, key: str, value: str, acting: Callable[[], bool]
 ) -> tuple[bool, Obj | None]:
@@ -152,6 +166,14 @@ def remove_annotation(
     return True, (current if held is not None else None)
 
 
+class HeldError(Exception):
+    """A retry of an acting write met a pause taken since its first try: nothing written."""
+
+    def __init__(self, pause: Pause) -> None:
+        super().__init__(f"held: {pause}")
+        self.pause = pause
+
+
 class OwnerWriter:
     def __init__(
         self, core: CoreV1Api, custom: CustomObjectsApi, lookup: OwnerLookup, instance: str
@@ -162,14 +184,21 @@ class OwnerWriter:
         self.instance = instance
 
     def patch_annotations(
-        self, owner: OwnerRef, wanted: dict[str, str | None], read_first: bool = True
+        self,
+        owner: OwnerRef,
+        wanted: dict[str, str | None],
+        read_first: bool = True,
+        held: Callable[[], Pause | None] | None = None,
     ) -> tuple[Obj | None, bool]:
         """Bring the owner's annotations to ``wanted`` (``None`` removes); no diff, no write.
         Returns the owner as last read or written (None: it is gone) and whether it wrote.
         ``read_first=False`` skips the read and the diff: the patch carries ``wanted`` whole,
-        for a write whose repeat is harmless (a state record: the same value again)."""
+        for a write whose repeat is harmless (a state record: the same value again). ``held``
+        (an acting write's gate) is read again before each retry: ``HeldError`` if it holds."""
         kind = OWNER_KINDS[owner.kind]
         for attempt in range(WRITE_ATTEMPTS):
+            if attempt and held is not None and (pause := held()) is not None:
+                raise HeldError(pause)
             try:
                 body: Obj = {"metadata": {"annotations": wanted}}
                 if read_first:
@@ -220,13 +249,7 @@ class OwnerWriter:
         ``count`` > 1: the Event is a series; an existing one is brought to that count, its
         message and ``lastTimestamp`` (a retry sets the same count again)."""
         body = event_body(
-            {
-                "apiVersion": OWNER_KINDS[owner.kind].api_version,
-                "kind": owner.kind.value,
-                "name": owner.name,
-                "namespace": owner.namespace,
-                "uid": uid,
-            },
+            reference(owner_object(owner, uid)),
             identity,
             reason,
             message,

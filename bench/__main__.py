@@ -24,6 +24,9 @@ detect  (``--only detect``, not in the default run) N workloads on 1-hour window
         verdict whose apps crash at random moments: from the pod status change that lost the
         window to the rollback published and to the restore Ready, p50/p99, against the window's
         end and Flagger's defaults (``bench.detect``).
+p5      (``--only p5``, not in the default run) Kubex's scale: 25,000 owners of mixed kinds,
+        35,000 pods, 1,000 nodes; the intake's sync, a wave of adoptions through one worker
+        under a Temporal budget, peak RSS of both, actions per second per second, the floor.
 fleet   N simulated clusters (each its own API server, worker process and intake) with M
         workloads each, the same names in every cluster, on one Temporal: attempts per second
         per cluster and in total against one cluster alone in the same run, final modes checked,
@@ -31,7 +34,7 @@ fleet   N simulated clusters (each its own API server, worker process and intake
 
 One module per benchmark over ``bench.harness``: ``cost``, ``workflow_memory``, ``burst``,
 ``status``, ``p4``, ``api_cost`` (P2), ``throughput`` (P1, versioning, SQLite), ``p3``, ``fleet``,
-``detect``, ``soak``.
+``detect``, ``p5``, ``soak``.
 A target missed says NOT MET on the line of its figure.
 
 ``--write`` replaces, in RESULTS.md, the sections this run measured (each stamped with its
@@ -58,6 +61,7 @@ from bench.harness import (
 )
 from bench.p3 import WINDOW_SECONDS, concurrent
 from bench.p4 import policy_resolution
+from bench.p5 import p5
 from bench.results import RESULTS, machine, merge_results
 from bench.soak import report as soak_report
 from bench.soak import soak
@@ -103,10 +107,16 @@ def main() -> int:
         "--detect", type=int, default=100, help="detect workloads (default 100; --only detect)"
     )
     parser.add_argument(
+        "--p5",
+        default="25000,35000,1000,200",
+        help="p5: owners,pods,nodes,budget (default 25000,35000,1000,200; --only p5)",
+    )
+    parser.add_argument("--no-floor", action="store_true", help="p5: skip the floor's run")
+    parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
         help=f"sections to run (default {','.join(SECTIONS)}; also: soak, the chaos soak;"
-        " detect, the early verdict's speed)",
+        " detect, the early verdict's speed; p5, Kubex's scale)",
     )
     args = parser.parse_args()
     quick = args.quick
@@ -180,6 +190,13 @@ def main() -> int:
     if "detect" in only:
         say(lines, "## Detect: a certain failure to its rollback, under an early verdict")
         asyncio.run(detect(10 if quick else args.detect, lines))
+        say(lines)
+    if "p5" in only:
+        say(lines, "## P5: Kubex's scale on one intake and one worker, inside a Temporal budget")
+        owners, pods, nodes, budget = (
+            (60, 90, 10, 200) if quick else tuple(int(n) for n in args.p5.split(","))
+        )
+        asyncio.run(p5(owners, pods, nodes, budget, lines, floor=not args.no_floor))
         say(lines)
     if "soak" in only:
         say(lines, "## Soak: many workloads, many faults at once, an oracle")

@@ -5,7 +5,7 @@ History supports estimates; the billing itself is Temporal Cloud's."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"  # the marker the SDK records for each local activity
@@ -30,18 +30,20 @@ def _is_local_activity(event: Any) -> bool:
     )
 
 
-def shape(events: Sequence[Any]) -> dict[str, int]:
-    """Events, activities, local activities, timers, signals and billable actions of one run."""
+def billable(events: Sequence[Any]) -> Iterator[tuple[Any, int]]:
+    """Each event of one run with the billable actions it counts for (``RULES``): the local
+    activities of one workflow task count once, at the first of their markers."""
     tasks_with_local: set[int] = set()
     last_task = 0
-    actions = 0
     for e in events:
         if e.HasField("workflow_task_completed_event_attributes"):
             last_task = e.event_id
+            yield e, 0
         elif _is_local_activity(e):
+            yield e, 0 if last_task in tasks_with_local else 1
             tasks_with_local.add(last_task)
         elif e.HasField("workflow_execution_signaled_event_attributes"):
-            actions += 0 if e.event_id == 2 else 1  # right after the start: signal-with-start
+            yield e, 0 if e.event_id == 2 else 1  # right after the start: signal-with-start
         elif any(
             e.HasField(f)
             for f in (
@@ -53,14 +55,20 @@ def shape(events: Sequence[Any]) -> dict[str, int]:
                 "workflow_execution_continued_as_new_event_attributes",
             )
         ):
-            actions += 1
+            yield e, 1
+        else:
+            yield e, 0
+
+
+def shape(events: Sequence[Any]) -> dict[str, int]:
+    """Events, activities, local activities, timers, signals and billable actions of one run."""
     return {
         "events": len(events),
         "activities": sum(e.HasField("activity_task_scheduled_event_attributes") for e in events),
         "local": sum(_is_local_activity(e) for e in events),
         "timers": sum(e.HasField("timer_started_event_attributes") for e in events),
         "signals": sum(e.HasField("workflow_execution_signaled_event_attributes") for e in events),
-        "actions": actions + len(tasks_with_local),
+        "actions": sum(n for _, n in billable(events)),
     }
 
 

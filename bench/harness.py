@@ -8,7 +8,7 @@ import json
 import os
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,14 +60,22 @@ OOM = {
 
 
 def make_workload(
-    api: KubeEmulator, ns: str, name: str, pods: int, status: Obj | None, adopted: bool = True
+    api: KubeEmulator,
+    ns: str,
+    name: str,
+    pods: int,
+    status: Obj | None,
+    adopted: bool = True,
+    kind: str = "Deployment",
+    node: Callable[[int], str] | None = None,
 ) -> list[Obj]:
-    """A Deployment, its ReplicaSet and ``pods`` pods carrying REC (on their resources when
-    ``adopted``); returns the pods."""
-    dep = api.store.create(
+    """A Deployment and its ReplicaSet (or a StatefulSet owning its pods) and ``pods`` pods
+    carrying REC (on their resources when ``adopted``), pod ``p`` on ``node(p)`` when given;
+    returns the pods."""
+    owner = api.store.create(
         {
             "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            "kind": kind,
             "metadata": {"name": name, "namespace": ns},
             "spec": {
                 "replicas": pods,
@@ -76,28 +84,30 @@ def make_workload(
             },
         }
     )
-    rs = api.store.create(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": f"{name}-rs",
-                "namespace": ns,
-                "ownerReferences": [
-                    {
-                        "kind": "Deployment",
-                        "name": name,
-                        "uid": dep["metadata"]["uid"],
-                        "controller": True,
-                    }
-                ],
-            },
-        }
-    )
-    rs_ref = {
-        "kind": "ReplicaSet",
-        "name": f"{name}-rs",
-        "uid": rs["metadata"]["uid"],
+    parent = owner
+    if kind == "Deployment":
+        parent = api.store.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": f"{name}-rs",
+                    "namespace": ns,
+                    "ownerReferences": [
+                        {
+                            "kind": "Deployment",
+                            "name": name,
+                            "uid": owner["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+            }
+        )
+    ref = {
+        "kind": parent["kind"],
+        "name": parent["metadata"]["name"],
+        "uid": parent["metadata"]["uid"],
         "controller": True,
     }
     memory = "512Mi" if adopted else "1Gi"
@@ -111,10 +121,11 @@ def make_workload(
                     "namespace": ns,
                     "labels": {"app": name},
                     "annotations": {KEY: json.dumps(REC.requests)},
-                    "ownerReferences": [rs_ref],
+                    "ownerReferences": [ref],
                 },
                 "spec": {
-                    "containers": [{"name": "app", "resources": {"requests": {"memory": memory}}}]
+                    **({"nodeName": node(p)} if node else {}),
+                    "containers": [{"name": "app", "resources": {"requests": {"memory": memory}}}],
                 },
                 "status": status or READY,
             }

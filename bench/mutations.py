@@ -57,15 +57,19 @@ MUTATIONS = [
     _one(
         "the previous turn's rollback published again as a re-apply clears it",
         "activities/kubernetes.py",
-        "            obj, written = self.writer.patch_annotations(input.owner, wanted,"
-        " read_first=False)\n",
+        "            try:\n"
+        "                obj, written = self.writer.patch_annotations(\n"
+        "                    input.owner, wanted, read_first=False, held=again\n"
+        "                )\n",
         '            before = (self.lookup.get(input.owner) or {}).get("metadata") or {}\n'
-        "            obj, written = self.writer.patch_annotations(input.owner, wanted,"
-        " read_first=False)\n"
-        '            kept = {k: v for k, v in (before.get("annotations") or {}).items()\n'
-        "                    if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"
-        "            if input.clear_rollback_recommendation and kept and obj is not None:\n"
-        "                self.writer.patch_annotations(input.owner, kept)\n",
+        "            try:\n"
+        "                obj, written = self.writer.patch_annotations(\n"
+        "                    input.owner, wanted, read_first=False, held=again\n"
+        "                )\n"
+        '                kept = {k: v for k, v in (before.get("annotations") or {}).items()\n'
+        "                        if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"
+        "                if input.clear_rollback_recommendation and kept and obj is not None:\n"
+        "                    self.writer.patch_annotations(input.owner, kept)\n",
         "doubleRollback",
     ),
     _one(
@@ -90,8 +94,8 @@ MUTATIONS = [
             ),
             Edit(
                 "activities/kubernetes.py",
-                "                held = self._clearing_held(input)\n",
-                "                held = None\n",
+                "                held, again = self._clearing_held(input)\n",
+                "                held, again = None, None\n",
             ),
         ),
         ("actedWhilePaused",),

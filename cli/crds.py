@@ -142,6 +142,17 @@ def _health_checks() -> Schema:
                     "query names must not repeat",
                 ),
             },
+            "autoscaler": {
+                "type": "object",
+                "properties": {
+                    "maxGrowthPercent": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                    "failAtMax": {"type": "boolean", "default": True},
+                },
+                "x-kubernetes-validations": _rule(
+                    "has(self.maxGrowthPercent) || !has(self.failAtMax) || self.failAtMax",
+                    "set maxGrowthPercent, or leave failAtMax true",
+                ),
+            },
             "onPrometheusError": {
                 "type": "string",
                 "enum": ["hold", "pass", "fail"],
@@ -151,8 +162,8 @@ def _health_checks() -> Schema:
         },
         "x-kubernetes-validations": _rule(
             "has(self.cpuThrottling) || has(self.memoryHeadroom)"
-            " || (has(self.queries) && size(self.queries) > 0)",
-            "name at least one check: cpuThrottling, memoryHeadroom or queries",
+            " || (has(self.queries) && size(self.queries) > 0) || has(self.autoscaler)",
+            "name at least one check: cpuThrottling, memoryHeadroom, queries or autoscaler",
         ),
     }
 

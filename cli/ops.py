@@ -572,12 +572,19 @@ def describe_text(
     if state.failure_reason:
         lines.append(f"Failure:      {state.failure_reason}: {state.failure_message or ''}")
     # Deadlines of the mode the workload is in only: none after a cancel or a verdict.
-    if state.mode is Mode.MONITORING and state.window_ends_at:
+    if state.mode is Mode.MONITORING and state.window_ends_at and state.release is not None:
+        lines.append(
+            f"Release:      {state.release}: not judged as the cut; the verdict waits for it to"
+            f" roll out, looking again at {state.window_ends_at.isoformat()}"
+        )
+    elif state.mode is Mode.MONITORING and state.window_ends_at:
         lines.append(f"Window ends:  {state.window_ends_at.isoformat()}")
     if state.mode is Mode.BACKING_OFF and state.backoff_ends_at:
         lines.append(f"Backoff ends: {state.backoff_ends_at.isoformat()}")
     if state.baseline is not None:
         lines.append(f"Baseline:     {state.baseline} pods, {state.required} required")
+    if state.autoscaler is not None:
+        lines.append(f"Autoscaler:   {state.autoscaler.describe()} when the window opened")
     sample = state.last_sample
     if sample is not None:  # what was true when it was taken: the verdict, once there is one
         verdict = state.mode is not Mode.MONITORING

@@ -72,6 +72,7 @@ RESOURCE_TYPES = [
     ResourceType("batch", "v1", "cronjobs", "CronJob"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", status_subresource=False),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget"),
+    ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler"),
     ResourceType("argoproj.io", "v1alpha1", "rollouts", "Rollout"),
     ResourceType("argoproj.io", "v1alpha1", "analysisruns", "AnalysisRun"),
     ResourceType("kubeai.org", "v1", "models", "Model"),

@@ -21,11 +21,13 @@ Every tick (default 100ms) it runs, in order:
 - **kubelet**: schedules pods onto nodes with free allocatable (else Pending/Unschedulable),
   starts them after their startup time, reports ``containerStatuses[].resources``, actuates
   ``pods/resize`` (Infeasible beyond the node, Deferred beyond its free capacity), OOM-kills a
-  container whose memory is below the app's working set and starts it again after the restart
-  backoff (CrashLoopBackOff: 10 s doubling to 5 minutes, ``sim.backoff``), and completes Job
-  pods.
+  container whose memory is below the app's working set (exits one running a bad image with an
+  error, as a bad release's would) and starts it again after the restart backoff
+  (CrashLoopBackOff: 10 s doubling to 5 minutes, ``sim.backoff``), and completes Job pods.
 - **disruption controller**: each PodDisruptionBudget's status, as the real one computes it
-  (``sim.disruption``).
+  (``sim.disruption``);
+- **horizontal pod autoscaler**: each HorizontalPodAutoscaler scales its target on the CPU its
+  Ready pods use of their requests, as the real one computes it (``sim.autoscaler``).
 
 Each of them records the Events its real counterpart does, so a cluster's own history of its pods
 is there to read (``kubectl get events``, ``rollbackctl describe --report``): the controllers'
@@ -58,6 +60,7 @@ from typing import Any
 from activities.kubetime import kube_now
 from activities.owners import dig
 from sim.apiserver import ApiError, Store
+from sim.autoscaler import AutoscalerController
 from sim.backoff import RestartBackoff
 from sim.disruption import DisruptionController
 from workflows.contract import (
@@ -78,7 +81,7 @@ from workflows.quantities import parse_quantity, positive
 log = logging.getLogger(__name__)
 
 MERGE = "application/merge-patch+json"
-OOM_EVERY = 1.0  # seconds an undersized container runs before it is OOM-killed
+OOM_EVERY = 1.0  # seconds an undersized (or broken) container runs before it exits
 
 
 def _throttled(behaviour: Behaviour, limit: Any) -> float:
@@ -115,6 +118,9 @@ class Behaviour:
     # app_request_latency_seconds; throttled, a request takes as much longer as its CPU is cut
     # (latency / (1 - throttled share)). None: no such metric.
     latency: str | None = None
+    # Images that fail at start (a bad release): the container exits with an error a moment
+    # after each start and waits in CrashLoopBackOff, whatever its resources.
+    bad_images: tuple[str, ...] = ()
 
 
 @dataclass
@@ -161,6 +167,22 @@ def _rs_name(owner: str, template: Obj) -> str:
     """The ReplicaSet of a pod template, named as the real controller names it (a hash)."""
     digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode())
     return f"{owner}-{digest.hexdigest()[:8]}"
+
+
+def _moved(before: Obj, after: Obj) -> set[str]:
+    """The resources (cpu, memory) whose request or limit differs between two resources."""
+
+    def value(resources: Obj, part: str, name: str) -> Decimal | None:
+        found = (resources.get(part) or {}).get(name)
+        return None if found is None else parse_quantity(str(found))
+
+    names = {
+        n for r in (before, after) for part in ("requests", "limits") for n in r.get(part) or {}
+    }
+    return {
+        n for n in names
+        if any(value(before, part, n) != value(after, part, n) for part in ("requests", "limits"))
+    }  # fmt: skip
 
 
 def _is_ready(pod: Obj) -> bool:
@@ -258,6 +280,7 @@ class SimulatedCluster:
         self.store = store
         self.tick = tick
         self.disruption = DisruptionController(store)  # the PodDisruptionBudgets' status
+        self.autoscaler = AutoscalerController(store, self._cpu_used, self._event)
         # An applier that applies rollback recommendations too (annotations actuation); in
         # place, the engine resizes for a rollback itself and the applier leaves it be.
         self.applies_rollbacks = applies_rollbacks
@@ -342,6 +365,7 @@ class SimulatedCluster:
         for pod in list(self.store.items("Pod")):
             with contextlib.suppress(ApiError):
                 self._kubelet(pod)
+        self.autoscaler.step(time.monotonic())
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -814,6 +838,15 @@ class SimulatedCluster:
 
     # --- the kubelet ----------------------------------------------------------------------------
 
+    def _cpu_used(self, pod: Obj) -> Decimal | None:
+        """The CPU the pod's applications use now, in cores (the HPA's metric); None: idle."""
+        used = [
+            parse_quantity(cpu)
+            for c in dig(pod, "spec", "containers") or []
+            if (cpu := self._behaviour(pod, c["name"]).cpu) is not None
+        ]
+        return sum(used, Decimal(0)) if used else None
+
     def _behaviour(self, pod: Obj, container: str) -> Behaviour:
         workload = self._pod_workload.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
         return workload.behaviour.get(container, Behaviour()) if workload else Behaviour()
@@ -898,9 +931,10 @@ class SimulatedCluster:
     def _run_container(
         self, pod: Obj, name: str, cs: Obj, behaviour: Behaviour, now: float
     ) -> bool:
-        """One container's state this tick. Below the app's working set it is OOM-killed
-        ``OOM_EVERY`` after each start and started again when the kubelet's restart backoff lets
-        it (``sim.backoff``), waiting in CrashLoopBackOff meanwhile; a container started again
+        """One container's state this tick. Below the app's working set it is OOM-killed (an
+        image of its ``bad_images`` exits with an error) ``OOM_EVERY`` after each start and
+        started again when the kubelet's restart backoff lets it (``sim.backoff``), waiting in
+        CrashLoopBackOff meanwhile; a container started again
         (after a crash or a resize's restart) is not ready for its startup time. True when it
         is ready."""
         uid, ref = pod["metadata"]["uid"], _reference(pod)
@@ -922,9 +956,12 @@ class SimulatedCluster:
             and memory is not None
             and parse_quantity(str(memory)) < parse_quantity(behaviour.working_set)
         )
-        if starving and now - self._clock.setdefault(run, now) >= OOM_EVERY:
+        broken = cs.get("image") in behaviour.bad_images
+        exits = ("OOMKilled", 137) if starving else ("Error", 1) if broken else None
+        if exits is not None and now - self._clock.setdefault(run, now) >= OOM_EVERY:
+            reason, code = exits
             cs["lastState"] = {
-                "terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": kube_now()}
+                "terminated": {"reason": reason, "exitCode": code, "finishedAt": kube_now()}
             }
             cs["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
             self._clock[f"{uid}/{name}/exit"] = now
@@ -933,7 +970,7 @@ class SimulatedCluster:
                 return False
         began = self._clock.setdefault(run, now)
         starting = cs.get("restartCount", 0) > 0 and now - began < behaviour.startup
-        cs["ready"] = not starving and not starting
+        cs["ready"] = exits is None and not starting
         return bool(cs["ready"])
 
     def _start_again(self, pod: Obj, name: str, cs: Obj, now: float) -> bool:
@@ -1051,12 +1088,15 @@ class SimulatedCluster:
             }
         for c in changed:
             cs = statuses[c["name"]]
+            moved = _moved(cs.get("resources") or {}, c.get("resources") or {})
             cs["resources"] = copy.deepcopy(c.get("resources") or {})
             policies = {
                 p.get("resourceName"): p.get("restartPolicy") for p in c.get("resizePolicy") or []
             }
             running = "running" in (cs.get("state") or {})
-            if running and "RestartContainer" in policies.values():
+            # The kubelet restarts a container for a resource whose policy says so, only when
+            # that resource's value changes (a CPU resize leaves a memory-restart container up).
+            if running and any(policies.get(r) == "RestartContainer" for r in moved):
                 self._restarted(pod, c["name"], cs, time.monotonic())
             self.resizes.append(
                 (pod["metadata"]["name"], json.dumps(cs["resources"], sort_keys=True))

@@ -145,9 +145,13 @@ class BehaviourSpec(Model):
     run_for: float | None = None
     """A Job's pods: seconds until they succeed; none: they run on."""
     cpu: str | None = None
-    """CPU it would use (e.g. 800m): a lower CPU limit throttles it; none: idle."""
+    """CPU it would use (e.g. 800m), in each pod: a lower CPU limit throttles it, and an HPA
+    measures it against the pods' CPU requests; none: idle."""
     latency: str | None = None
     """Its requests' latency unthrottled (e.g. 50ms), served as ``app_request_latency_seconds``."""
+    bad_images: list[str] = Field(default_factory=list)
+    """Images that fail at start (a bad release: a ``rollout`` step ships one): the container
+    exits with an error a moment after each start and waits in CrashLoopBackOff."""
 
 
 class WorkloadSpec(Model):
@@ -790,7 +794,10 @@ class Member:
         for policy in self.spec.policies:
             store.create(policy)
         for w in self.spec.workloads:
-            behaviour = {c: Behaviour(**b.model_dump()) for c, b in w.behaviour.items()}
+            behaviour = {
+                c: Behaviour(**(b.model_dump() | {"bad_images": tuple(b.bad_images)}))
+                for c, b in w.behaviour.items()
+            }
             self.sim.add(w.manifest, behaviour, w.pod_template)
         self.api.cadvisor = self.sim.cadvisor  # what a kubelet serves Prometheus
         self.sim.start()

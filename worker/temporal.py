@@ -322,6 +322,10 @@ async def held_runs(client: Client, cluster: str) -> list[OwnerRef]:
     ]
 
 
+# How often a reopen goes back to the Update when a new run appeared under its fallback.
+REOPEN_TRIES = 3
+
+
 async def reopen(
     client: Client,
     cluster: str,
@@ -339,14 +343,21 @@ async def reopen(
     handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(cluster, owner))
     if not fence():
         raise FencedError(f"reopen of {owner} not sent")
-    try:
-        return await _update(
-            handle, RollbackWorkflow.request_reopen, ReopenSignal(), rpc_timeout, update_id
-        )
-    except RPCError as exc:
-        if exc.status is not RPCStatusCode.NOT_FOUND:
-            raise
-    _, state = await state_of(client, cluster, owner)
+    for _ in range(REOPEN_TRIES):
+        try:
+            return await _update(
+                handle, RollbackWorkflow.request_reopen, ReopenSignal(), rpc_timeout, update_id
+            )
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+        running, state = await state_of(client, cluster, owner)
+        if not running:
+            break
+        # A run started between the Update and the status query (the intake's start, or a
+        # continue-as-new): it is the one to judge the reopen, so it gets the Update.
+    else:
+        raise TimeoutError(f"reopen of {owner} not sent: its runs kept changing under it")
     if state is None:
         raise ControlRefusedError(f"{owner} has no recorded state to reopen")
     refusal = state.reopen_refusal(running=False)

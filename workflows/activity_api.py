@@ -84,6 +84,26 @@ class PolicySettings(PolicyBehaviour):
 # --- load_owner ------------------------------------------------------------------------------
 
 
+class Autoscaler(CamelModel):
+    """The owner's HorizontalPodAutoscaler as its status shows it when read."""
+
+    name: str
+    desired: int = Field(ge=0, description="status.desiredReplicas")
+    min: int = Field(ge=0, description="spec.minReplicas (1 when unset)")
+    max: int = Field(ge=1, description="spec.maxReplicas")
+
+    def describe(self) -> str:
+        return f"HPA {self.name}: {self.desired} desired (min {self.min}, max {self.max})"
+
+
+class Template(CamelModel):
+    """The owner's pod template as a release changes it: a fingerprint of everything but the
+    resources (the applier's) and the restart annotation, and the images, to say what changed."""
+
+    fingerprint: str
+    images: dict[str, str] = Field(default_factory=dict)  # container -> image
+
+
 class LoadOwnerInput(OwnerInput):
     """Read the owner's state and resolve its policy when an attempt starts, unless the
     attempt's starter resolved it (``policy``): it is taken as is."""
@@ -101,6 +121,10 @@ class LoadOwnerResult(CamelModel):
     # The baseline when the window opens: desired replicas or the kind's equivalent (None: the
     # kind has none, the window's first sample counts the pods). Absent from runs recorded before.
     desired: int | None = Field(default=None, ge=0)
+    # The window's other baselines: the pod template (a release is its change) and, under a
+    # policy with the autoscaler check, the owner's HPA. Absent from runs recorded before.
+    template: Template | None = None
+    autoscaler: Autoscaler | None = None
 
 
 # --- resolve_policy (turn boundaries) --------------------------------------------------------
@@ -138,6 +162,14 @@ class SampleCohortInput(OwnerInput):
     window_started_at: datetime
     cohort: CohortQuery | None = None  # None: read the owner first (first sample of a window)
     final: bool = False  # the verdict's: a pause in force is looked for and held on
+    # Read the owner's pod template too (an early verdict's sample: a release during the
+    # window); the final one and a window's first read the owner anyway.
+    releases: bool = False
+    # The policy's autoscaler check: the HPA is read when the window opens and at its end.
+    autoscaler: bool = False
+    # The window's baseline: at its end, an owner with fewer desired replicas is asked whether
+    # an HPA scaled it in (``machine``: the cohort follows the HPA).
+    baseline: int | None = None
 
 
 class CohortSample(CamelModel):
@@ -159,6 +191,11 @@ class CohortSample(CamelModel):
     observed_at: datetime | None = None
     error: str | None = None  # e.g. a malformed recommendation annotation on the pods
     paused: Pause | None = None  # a verdict's sample: the pause in force, the verdict waits
+    # Read with the owner (``SampleCohortInput``): its pod template, whether its rollout is
+    # complete (``owners.rolled_out``), and its HPA.
+    template: Template | None = None
+    rolled_out: bool | None = None
+    autoscaler: Autoscaler | None = None
 
 
 # --- record_transition -----------------------------------------------------------------------

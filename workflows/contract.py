@@ -174,6 +174,9 @@ class FailureReason(StrEnum):
     CPU_THROTTLED = "cpuThrottled"
     MEMORY_HEADROOM_LOW = "memoryHeadroomLow"
     HEALTH_CHECK_FAILED = "healthCheckFailed"  # a query of the policy's, or Prometheus (fail)
+    # the owner's HorizontalPodAutoscaler pinned at its maximum, or grown past the policy's
+    # share, by the window's end (healthChecks.autoscaler: no Prometheus needed)
+    AUTOSCALER_SCALED_OUT = "autoscalerScaledOut"
 
 
 # Failures no wait cures within a window: a container OOM-killed or crash-looping and not Ready,
@@ -200,6 +203,9 @@ class EventReason(StrEnum):
     # Prometheus could not answer a verdict's health checks: held, passed or failed, as asked
     HEALTH_UNAVAILABLE = "RollbackHealthCheckUnavailable"
     MONITORING_STARTED = "RollbackMonitoringStarted"
+    # a release (the owner's pod template changed, not by the engine or the applier) during a
+    # window: the verdict waits for it to roll out, then a fresh window judges the cut on it
+    RELEASE_SEEN = "RollbackReleaseSeen"
     MONITORING_SUCCEEDED = "RollbackMonitoringSucceeded"
     ROLLING_BACK_STARTED = "RollbackRollingBackStarted"
     BACKOFF_TURN_COMPLETED = "RollbackBackoffTurnCompleted"

@@ -46,17 +46,20 @@ from pydantic import Field
 
 from workflows.activity_api import (
     ActuationResult,
+    Autoscaler,
     CohortSample,
     HealthResult,
     LoadOwnerResult,
     OwnerRef,
     PolicySettings,
     ResolvePolicyResult,
+    Template,
 )
 from workflows.backoff import backoff_wait
 from workflows.contract import CERTAIN_REASONS, EventReason, FailureReason, Mode, RollbackTarget
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation
+from workflows.neighbours import autoscaler_check, judged_cohort, release_recheck, release_seen
 from workflows.pause import Pause
 from workflows.policy import HealthChecks
 from workflows.state import (
@@ -77,6 +80,7 @@ TRANSITIONS: tuple[tuple[Mode | None, str, Mode], ...] = (
     (None, "a policy matches the adopted recommendation", Mode.MONITORING),
     (None, "no policy matches any more", Mode.CLEARED),
     (Mode.MONITORING, "reopen (a fresh window)", Mode.MONITORING),
+    (Mode.MONITORING, "a release rolled out (a fresh window)", Mode.MONITORING),
     (Mode.MONITORING, "window ends, threshold met", Mode.MONITORING_SUCCEEDED),
     (Mode.MONITORING, "window ends, threshold not met", Mode.ROLLING_BACK),
     (Mode.MONITORING, "lastSuccessful target, nothing recorded", Mode.FAILED_PERMANENT),
@@ -157,6 +161,14 @@ class RollbackState(CamelModel):
     # When certain failures were first seen to lose this window (``early_failure``): the early
     # verdict's confirmation runs from it; None while they do not (or without one).
     early_since: datetime | None = None
+    # The window's other baselines (its opening read): the owner's pod template (a release is
+    # its change) and its HPA (the autoscaler check), ``workflows.neighbours``.
+    template: Template | None = None
+    autoscaler: Autoscaler | None = None
+    # A release seen during this window (what changed): the verdict waits for its rollout,
+    # looking again ``release_looks`` times so far.
+    release: str | None = None
+    release_looks: int = 0
 
     @property
     def required(self) -> int | None:
@@ -344,6 +356,8 @@ class Record:
     warning: bool = False
     clear_rollback_recommendation: bool = False
     remove_state: bool = False
+    # Names the Event beside the transition's (one that is not a transition: a release seen).
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -570,11 +584,17 @@ def _noop_end(state: RollbackState, mode: Mode, note: str, **changes: object) ->
     return Decision(state.model_copy(update={"mode": mode, **changes}), note=note)
 
 
+# An owner as read when a window opens: the attempt's first read, or a sample's (a release's end).
+OwnerRead = LoadOwnerResult | CohortSample
+
+
 def _window(
-    state: RollbackState, now: datetime, policy: PolicySettings, baseline: int | None = None
+    state: RollbackState, now: datetime, policy: PolicySettings, opened: OwnerRead | None = None
 ) -> dict[str, Any]:
-    """A window opening now: sampled when it opens only if the baseline is not known yet."""
+    """A window opening now, with the baselines of the owner as ``opened`` read it: sampled
+    when it opens only if the baseline is not known yet (the sample reads them then)."""
     ends = now + policy.monitoring_period
+    baseline = opened.desired if opened is not None else None
     known = baseline is not None
     return {
         "policy": policy,
@@ -585,6 +605,10 @@ def _window(
         "baseline": baseline if known else None,
         "last_sample": None,
         "last_health": None,
+        "template": opened.template if known and opened is not None else None,
+        "autoscaler": opened.autoscaler if known and opened is not None else None,
+        "release": None,
+        "release_looks": 0,
     }
 
 
@@ -637,7 +661,7 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
         obs.now,
         Mode.MONITORING,
         turn=turn,
-        **_window(state, obs.now, policy, loaded.desired),
+        **_window(state, obs.now, policy, loaded),
     )
     message = _monitoring_message(started, policy, how)
     if loaded.state_error:
@@ -714,18 +738,70 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
     if sample.error:
         message = f"Attempt on recommendation {state.fingerprint} ended: {sample.error}"
         return _abort(state, obs.now, FailureReason.MALFORMED_ANNOTATION, sample.error, message)
+    final = obs.now >= window_ends_at
+    seen = release_seen(state.template, sample.template)
+    health = _with_autoscaler(state, policy, sample, obs.health) if final else obs.health
+    opening = state.baseline is None and not final  # the window's first look: its baselines
     state = state.model_copy(
         update={
             "baseline": _baseline_of(state, sample),
             "last_sample": sample,
-            "last_health": obs.health if obs.health is not None else state.last_health,
+            "last_health": health if health is not None else state.last_health,
             "samples_taken": state.samples_taken + 1,
             "next_sample_at": window_ends_at,  # after the opening sample, the final one
+            "template": sample.template if opening else state.template,
+            "autoscaler": sample.autoscaler if opening else state.autoscaler,
         }
     )
-    if obs.now < window_ends_at:
+    if seen is not None or state.release is not None:
+        return _releasing(state, policy, sample, obs.now, seen)
+    if not final:
         return _early(state, policy, sample, obs.now)
-    return _evaluate(state, policy, sample, obs.now, obs.health)
+    return _evaluate(state, policy, sample, obs.now, health)
+
+
+def _releasing(
+    state: RollbackState,
+    policy: PolicySettings,
+    sample: CohortSample,
+    now: datetime,
+    seen: str | None,
+) -> Decision:
+    """A release during the window (``workflows.neighbours``): the cut is not judged on it. The
+    verdict waits for it to roll out, looking again after ``release_recheck``; then a fresh
+    window of the same turn, the new release its baseline. Said once, when first seen."""
+    effects: list[Effect] = []
+    if state.release is None:
+        assert seen is not None
+        message = (
+            f"A release during the window of recommendation {state.fingerprint} (turn"
+            f" {state.turn}): {seen}, not by the engine or the applier. The cut is not judged on"
+            " it: the verdict waits for the release to roll out, then a fresh window judges the"
+            " cut on it"
+        )
+        effects.append(Record(EventReason.RELEASE_SEEN, message, identity="release"))
+        state = state.model_copy(update={"release": seen, "early_since": None})
+    assert state.window_ends_at is not None
+    if now < state.window_ends_at:  # an early verdict's look: the window's end looks again
+        return Decision(state, effects, note=f"release seen: {state.release}")
+    if not sample.rolled_out:
+        wait = release_recheck(state.release_looks)
+        waiting = state.model_copy(
+            update={
+                "window_ends_at": now + wait,
+                "next_sample_at": now + wait,
+                "release_looks": state.release_looks + 1,
+            }
+        )
+        return Decision(waiting, effects, note=f"the release is rolling out: {state.release}")
+    fresh = _transition(state, now, Mode.MONITORING, **_window(state, now, policy, sample))
+    images = sample.template.images if sample.template else {}
+    running = ", ".join(f"{name} {image}" for name, image in sorted(images.items()))
+    how = (
+        f"After a release rolled out (now {running or 'its new template'}): restarted monitoring of"
+    )
+    message = _monitoring_message(fresh, policy, how)
+    return Decision(fresh, [*effects, Record(EventReason.MONITORING_STARTED, message)])
 
 
 def _suspected(state: RollbackState, obs: Suspected) -> Decision:
@@ -734,6 +810,8 @@ def _suspected(state: RollbackState, obs: Suspected) -> Decision:
     policy, due = state.policy, state.next_sample_at
     if state.mode is not Mode.MONITORING or policy is None or policy.early_verdict is None:
         return Decision(state, note="no early verdict in this mode or policy: ignored")
+    if state.release is not None:
+        return Decision(state, note="a release is rolling out: the window's end looks")
     if state.early_since is not None or due is None or due <= obs.now:
         return Decision(state, note="a sample is due already")
     return Decision(state.model_copy(update={"next_sample_at": obs.now}), note="sample now")
@@ -769,16 +847,39 @@ def _early(
 
 
 def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> bool:
-    """Whether this sample is a verdict that passes adoption under a policy with health checks:
-    then Prometheus is asked before the verdict is decided (only then: a verdict that fails
-    adoption rolls back whatever Prometheus says)."""
+    """Whether this sample is a verdict that passes adoption, and the autoscaler check where
+    there is one, under a policy with checks that ask Prometheus: then Prometheus is asked
+    before the verdict is decided (only then: a verdict that fails rolls back whatever
+    Prometheus says; a release's verdict waits)."""
     policy, ends = state.policy, state.window_ends_at
-    if policy is None or policy.health_checks is None or ends is None or now < ends:
+    checks = policy.health_checks if policy is not None else None
+    if policy is None or checks is None or not checks.prometheus or ends is None or now < ends:
         return False
     if state.mode is not Mode.MONITORING or not sample.exists or sample.error:
         return False
-    required = required_adopters(_baseline_of(state, sample), policy.adoption_threshold_percent)
-    return sample.adopted_healthy >= required
+    if state.release is not None or release_seen(state.template, sample.template) is not None:
+        return False
+    scaled = _with_autoscaler(state, policy, sample, None)
+    if scaled is not None and scaled.failed() is not None:
+        return False
+    cohort, _ = judged_cohort(_baseline_of(state, sample), sample)
+    return sample.adopted_healthy >= required_adopters(cohort, policy.adoption_threshold_percent)
+
+
+def _with_autoscaler(
+    state: RollbackState,
+    policy: PolicySettings,
+    sample: CohortSample,
+    health: HealthResult | None,
+) -> HealthResult | None:
+    """The verdict's health with the autoscaler check's result first, where the policy has it
+    (it needs no Prometheus: judged here, from the readings at the window's open and end)."""
+    checks = policy.health_checks
+    if checks is None or checks.autoscaler is None:
+        return health
+    scaled = autoscaler_check(checks.autoscaler, state.autoscaler, sample.autoscaler)
+    health = health or HealthResult()
+    return health.model_copy(update={"checks": [scaled, *health.checks]})
 
 
 def baseline_at(state: RollbackState) -> datetime | None:
@@ -889,9 +990,11 @@ def _evaluate(
     health: HealthResult | None = None,
 ) -> Decision:
     assert state.baseline is not None
-    required = required_adopters(state.baseline, policy.adoption_threshold_percent)
+    cohort, scaled_in = judged_cohort(state.baseline, sample)
+    required = required_adopters(cohort, policy.adoption_threshold_percent)
     tally = (
-        f"{sample.adopted_healthy}/{state.baseline} pods adopted and healthy, {required} required"
+        f"{sample.adopted_healthy}/{cohort} pods adopted and healthy, {required} required"
+        f"{scaled_in}"
     )
     unhealthy = _unhealthy(health, policy)
     if unhealthy is not None:  # adopted, but what kills nothing hurts: roll back

@@ -435,6 +435,29 @@ class QueryCheck(Model):
         return self
 
 
+class AutoscalerCheck(Model):
+    """What the cut did to the owner's HorizontalPodAutoscaler (KEDA's included), read from the
+    API server at the window's open and at its end: no Prometheus needed. A CPU cut raises the
+    pods' utilisation of their requests, so a CPU-utilisation HPA scales out."""
+
+    max_growth_percent: Annotated[StrictInt, Field(ge=1, le=10_000)] | None = Field(
+        default=None,
+        description="Unhealthy when the HPA's desired replicas at the window's end exceed those"
+        " at its open by more than this percent, e.g. 50.",
+    )
+    fail_at_max: StrictBool = Field(
+        default=True,
+        description="Unhealthy when the HPA is at maxReplicas at the window's end and was not at"
+        " its open (it can no longer absorb a peak).",
+    )
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> Self:
+        if self.max_growth_percent is None and not self.fail_at_max:
+            raise ValueError("set maxGrowthPercent, or leave failAtMax true")
+        return self
+
+
 def _unique_names(queries: list[QueryCheck]) -> list[QueryCheck]:
     names = [q.name for q in queries]
     if len(set(names)) != len(names):
@@ -443,7 +466,8 @@ def _unique_names(queries: list[QueryCheck]) -> list[QueryCheck]:
 
 
 class HealthChecks(Model):
-    """Health that kills nothing, judged from Prometheus at the window's end, after adoption."""
+    """Health that kills nothing, judged at the window's end, after adoption: from Prometheus,
+    and from the owner's HorizontalPodAutoscaler."""
 
     cpu_throttling: CpuThrottlingCheck | None = Field(
         default=None, description="Roll back a cut that throttles the CPU (cpuThrottled)."
@@ -455,6 +479,11 @@ class HealthChecks(Model):
     queries: Annotated[
         list[QueryCheck], Field(max_length=QUERIES_MAX), AfterValidator(_unique_names)
     ] = Field(default_factory=list, description="Queries of your own (healthCheckFailed).")
+    autoscaler: AutoscalerCheck | None = Field(
+        default=None,
+        description="Roll back a cut that drives the owner's HPA out (autoscalerScaledOut);"
+        " needs no Prometheus.",
+    )
     on_prometheus_error: Literal["hold", "pass", "fail"] = Field(
         default="hold",
         description="When Prometheus cannot answer (unreachable, a query error, no data) after"
@@ -468,9 +497,16 @@ class HealthChecks(Model):
 
     @model_validator(mode="after")
     def _a_check(self) -> Self:
-        if not (self.cpu_throttling or self.memory_headroom or self.queries):
-            raise ValueError("name at least one check: cpuThrottling, memoryHeadroom or queries")
+        if not (self.prometheus or self.autoscaler):
+            raise ValueError(
+                "name at least one check: cpuThrottling, memoryHeadroom, queries or autoscaler"
+            )
         return self
+
+    @property
+    def prometheus(self) -> bool:
+        """Whether a check asks Prometheus (the autoscaler check reads the API server)."""
+        return bool(self.cpu_throttling or self.memory_headroom or self.queries)
 
 
 DEFAULT_CONFIRMATION = timedelta(seconds=5)

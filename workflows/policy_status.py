@@ -235,8 +235,8 @@ def _health(
     generation: int | None,
 ) -> list[Condition]:
     checks = policy.spec.health_checks
-    if checks is None:
-        return []
+    if checks is None or not checks.prometheus:
+        return []  # the autoscaler check reads the API server: nothing to say of Prometheus
     if prometheus:
         said: Said = (
             "True",

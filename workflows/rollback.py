@@ -623,6 +623,7 @@ class RollbackWorkflow:
         ``verdict``: a sample that may decide, which reads the pause in force."""
         state = self.state
         assert state.window_started_at is not None
+        checks = state.policy.health_checks if state.policy else None
         request = SampleCohortInput(
             cluster=self.cluster,
             owner=state.owner,
@@ -630,6 +631,9 @@ class RollbackWorkflow:
             window_started_at=state.window_started_at,
             cohort=state.last_sample.cohort if state.last_sample else None,
             final=verdict,
+            releases=verdict and state.template is not None,
+            autoscaler=bool(checks and checks.autoscaler),
+            baseline=state.baseline,
         )
         what = (
             "final sample: evaluate adoption" if final
@@ -864,7 +868,8 @@ class RollbackWorkflow:
                     # The mode too: a task lost after its record and run again on a fresh look
                     # may decide another transition, whose Event is not the lost one's.
                     event_id=event_id
-                    or f"{workflow.info().run_id}.{state.transitions}.{state.mode}",
+                    or f"{workflow.info().run_id}.{state.transitions}.{state.mode}"
+                    + (f".{effect.identity}" if effect.identity else ""),
                     event_count=event_count,
                     clear_rollback_recommendation=effect.clear_rollback_recommendation,
                 ),
@@ -932,7 +937,12 @@ class RollbackWorkflow:
         s = self.state
         policy = s.policy.ref if s.policy else "-"
         lines = [f"**{s.mode}** turn {s.turn} of `{s.fingerprint}` under `{policy}`"]
-        if s.mode is Mode.MONITORING and s.window_ends_at:
+        if s.mode is Mode.MONITORING and s.release is not None and s.window_ends_at:
+            lines.append(
+                f"a release during the window ({s.release}): the verdict waits for it to roll"
+                f" out, looking again {s.window_ends_at.isoformat()}"
+            )
+        elif s.mode is Mode.MONITORING and s.window_ends_at:
             lines.append(f"window ends {s.window_ends_at.isoformat()}")
             if s.last_sample is not None:
                 lines.append(

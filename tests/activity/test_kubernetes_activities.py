@@ -831,6 +831,41 @@ def test_a_pause_holds_the_rollback_and_writes_nothing(
     assert done.paused is None and done.pods_resized == 1
 
 
+@pytest.mark.parametrize("write", ["publish", "clear"])
+def test_a_pause_taken_while_an_acting_write_retries_holds_the_retry(
+    api: KubeEmulator, acts: KubernetesActivities, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """An acting write passes the gate, its patch meets a 500, and a pause lands before the
+    retry (1,000-workload soak: a cleared rollback landed a second after a pause): the retry
+    reads the gate again and is held; nothing is written."""
+    api.store.create(owner("Deployment", replicas=1))
+    api.store.create(pod("web-0", WEB, memory="512Mi", rec=REC))
+    if write == "clear":
+        acts.roll_back(RollBackInput(cluster=CLUSTER, owner=ref(), target=RollbackTarget.MANIFEST))
+    api.inject(Fault(status=500, method="PATCH", path="/deployments/web"))
+    patch, rtype = acts.writer.custom.patch_namespaced_custom_object, api.store.rtype("Deployment")
+
+    def failed_then_paused(*args: object, **kwargs: object) -> object:
+        try:
+            return patch(*args, **kwargs)
+        except ApiException:  # an operator pauses the owner while the write waits to retry
+            paused = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: "infinite"}}}
+            api.store.patch(rtype, NS, "web", paused, "application/merge-patch+json")
+            raise
+
+    monkeypatch.setattr(acts.writer.custom, "patch_namespaced_custom_object", failed_then_paused)
+    before = owner_obj(api)["metadata"].get("annotations") or {}
+    if write == "clear":
+        result = record(acts, state(), clear=True)
+    else:
+        rollback = RollBackInput(cluster=CLUSTER, owner=ref(), target=RollbackTarget.MANIFEST)
+        result = acts.roll_back(rollback)
+    assert result.paused is not None and result.paused.scope is PauseScope.OWNER
+    after = owner_obj(api)["metadata"]["annotations"]
+    assert after == before | {PAUSE_UNTIL_ANNOTATION: "infinite"}  # nothing else written
+    assert [r.status for r in api.requests("patch", "/deployments/web")][-1] == 500
+
+
 def test_the_verdict_s_sample_finds_a_pod_s_pause(
     api: KubeEmulator, acts: KubernetesActivities
 ) -> None:

@@ -16,7 +16,7 @@ from worker.intake.causes import (
     Sighted,
     adopted_recommendation,
     adoption,
-    backed_off,
+    going_on,
     held,
     might_fail,
     pause_change,
@@ -99,14 +99,32 @@ def test_adopted_recommendation_is_the_one_whose_resources_the_pod_runs() -> Non
 
 def test_the_newest_pod_still_on_a_backed_off_recommendation_goes_on() -> None:
     obj = owner("Deployment")
-    assert backed_off(obj, [seen()]) is None  # no stored state
+    assert going_on(obj, [seen()]) is None  # no stored state
     obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: stored(Mode.BACKED_OFF).to_json()}
     older, newer = seen("web-0", NOW - timedelta(minutes=5)), seen("web-1", NOW)
-    assert backed_off(obj, [older, newer]) is newer
+    assert going_on(obj, [older, newer]) is newer
     other = Sighted(REF, rec("1Gi"), "x", NOW)
-    assert backed_off(obj, [other]) is None  # not on the turn's recommendation
+    assert going_on(obj, [other]) is None  # not on the turn's recommendation
     obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: stored(Mode.MONITORING).to_json()}
-    assert backed_off(obj, [newer]) is None
+    assert going_on(obj, [newer]) is None
+
+
+def test_a_replacement_seen_before_the_turn_ended_reopens_it_once_the_state_says_so() -> None:
+    """A pod replaced right after the verdict: seen while the state still said monitoring, its
+    sighting is the running attempt's (deduplicated); once the owner's state shows the turn
+    succeeded, before the pod was created, it is considered again and reopens the turn."""
+    replacement = seen("web-2", NOW)
+    first = adoption(seen("web-0", NOW - timedelta(minutes=5)), None, POLICY, None)
+    while_running = adoption(replacement, stored(Mode.MONITORING), POLICY, first.basis)
+    assert while_running.why == "deduplicated"
+    obj = owner("Deployment")
+    succeeded = stored(Mode.MONITORING_SUCCEEDED, at=NOW - timedelta(seconds=1))
+    obj["metadata"]["annotations"] = {ROLLBACK_STATE_ANNOTATION: succeeded.to_json()}
+    older = seen("web-0", NOW - timedelta(minutes=5))  # before the success: settled
+    assert going_on(obj, [older, replacement]) is replacement
+    again = adoption(replacement, succeeded, POLICY, first.basis)
+    assert again.why == "signals" and again.signal is not None and again.signal.turn == 1
+    assert going_on(obj, [older]) is None
 
 
 # --- pauses ---------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from workflows.activity_api import (
     ROLL_BACK,
     SAMPLE_COHORT,
     ActuationResult,
+    Autoscaler,
     CohortSample,
     HealthInput,
     HealthResult,
@@ -37,6 +38,7 @@ from workflows.activity_api import (
     ResolvePolicyResult,
     RollBackInput,
     SampleCohortInput,
+    Template,
 )
 from workflows.contract import FailureReason, RollbackTarget
 from workflows.fingerprint import Recommendation, Resources
@@ -84,6 +86,11 @@ class FakeOwner:
     health: list[HealthResult | Exception] = field(default_factory=list)
     health_asked: list[HealthInput] = field(default_factory=list)  # what check_health was asked
     event_counts: dict[str, int] = field(default_factory=dict)  # an Event series' count, by id
+    # Its neighbours as the real reads report them: its pod template (a release changes it),
+    # whether its rollout is complete, and the HPA that scales it.
+    template: Template | None = None
+    rolled_out: bool = True
+    hpa: Autoscaler | None = None
 
     def __post_init__(self) -> None:
         if not self.pods:
@@ -137,8 +144,14 @@ class FakeCluster:
         if LOAD_OWNER in owner.gates:
             await owner.gates.pop(LOAD_OWNER).wait()
         policy = input.policy or owner.policy  # as the real one: the starter's, carried
+        checks = policy.health_checks if policy else None
         return LoadOwnerResult(
-            exists=True, state=owner.state, policy=policy, desired=owner.replicas
+            exists=True,
+            state=owner.state,
+            policy=policy,
+            desired=owner.replicas,
+            template=owner.template,
+            autoscaler=owner.hpa if checks and checks.autoscaler else None,
         )
 
     @activity.defn(name=RESOLVE_POLICY)
@@ -187,6 +200,9 @@ class FakeCluster:
             failing=unhealthy,  # an OOM-killed pod of the fake never gets Ready again
             message=message,
             observed_at=datetime.now(UTC),
+            template=owner.template,
+            rolled_out=owner.rolled_out,
+            autoscaler=owner.hpa if input.autoscaler else None,
         )
 
     @activity.defn(name=RECORD_TRANSITION)

@@ -17,6 +17,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import decode_search_attributes
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
     StartActivityInput,
@@ -48,6 +49,7 @@ from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import LOAD_OWNER, ROLL_BACK, OwnerRef, rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
+from workflows.machine import RollbackState
 from workflows.notify import Severity
 from workflows.pause import Pause, PauseScope
 from workflows.policy import EarlyVerdict
@@ -812,6 +814,47 @@ async def test_a_reopen_while_the_newest_run_decides_its_start_is_not_refused(
     assert before.mode is Mode.MONITORING_SUCCEEDED  # the sighting's start: it woke nothing
     # The reopen goes on in the next run (the run-end rule takes it): one fresh window.
     assert (await sighting.result()).mode is Mode.MONITORING_SUCCEEDED
+    assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2  # reopened once
+
+
+async def test_a_reopen_whose_fallback_meets_a_run_started_under_it_goes_back_to_the_update(
+    client: Client, cluster: FakeCluster, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reopen's Update finds no run running (the last one ended), and a sighting's run
+    starts before the fallback reads the newest run, which has no state yet (1,000-workload
+    soak, run 29: refused for good as "no recorded state"). The new run is the one to judge
+    the reopen: it gets the Update, waits to decide its start, and takes it."""
+    ref, owner = new_owner(cluster, settings())
+    owner.apply(FITS)
+    await (await observe(client, CLUSTER, task_queue, ref, FITS)).result()
+    owner.gates[LOAD_OWNER] = answer = asyncio.Event()
+    real, sightings = control._update, []
+
+    async def ended_then_started(*args: object, **kwargs: object) -> RollbackState:
+        try:
+            return await real(*args, **kwargs)  # type: ignore[arg-type]
+        except RPCError:
+            if not sightings:  # the intake's start lands between the Update and the fallback
+                sightings.append(await observe(client, CLUSTER, task_queue, ref, FITS))
+            raise
+
+    real_read, reads = control.state_of, []
+
+    async def read_then_decide(*args: object) -> tuple[bool, RollbackState | None]:
+        reads.append(await real_read(*args))  # type: ignore[arg-type]
+        answer.set()  # the run decides its start once the fallback has read it
+        return reads[-1]
+
+    monkeypatch.setattr(control, "_update", ended_then_started)
+    monkeypatch.setattr(control, "state_of", read_then_decide)
+    before = await control.reopen(client, CLUSTER, task_queue, ref)
+    # The race: a run running, its state not loaded yet. The Update again then (or, the run
+    # having ended by then, the fallback once more: it woke nothing) takes the reopen.
+    assert reads[0] == (True, None)
+    assert before.mode is Mode.MONITORING_SUCCEEDED
+    assert (await sightings[0].result()).mode is Mode.MONITORING_SUCCEEDED
+    newest = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
+    assert (await newest.result()).mode is Mode.MONITORING_SUCCEEDED
     assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2  # reopened once
 
 

@@ -131,15 +131,22 @@ def adoption(
     return AdoptionVerdict("signals", signal, basis)
 
 
-def backed_off(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
-    """A turn that ended ``backedOff`` goes on when a pod adopts its recommendation again; pods
-    that never left it (the rollback not yet applied to them when the re-apply cleared it)
-    adopt nothing new, so the newest of them is considered as the state turns."""
+def going_on(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
+    """An adoption the owner's new state makes news of, to consider again (``adoption``
+    judges it). A turn that ended ``backedOff`` goes on when a pod adopts its recommendation
+    again; pods that never left it (the rollback not yet applied to them when the re-apply
+    cleared it) adopt nothing new, so the newest of them is considered as the state turns. A
+    pod that adopted after a turn ended (a replacement seen while the state still said
+    ``monitoring``, deduplicated as the running attempt's then) reopens it, as the wake rule
+    says: the newest of them is considered as the state shows the turn over."""
     state, _ = read_state(owner)
-    if state is None or state.mode is not Mode.BACKED_OFF:
+    if state is None:
         return None
     fingerprint = state.active_recommendation_fingerprint
     running = [s for s in adopters if s.recommendation.fingerprint == fingerprint]
+    if state.mode is not Mode.BACKED_OFF:
+        ended = state.last_transition_time if state.mode.terminal else None
+        running = [s for s in running if ended and s.pod_created_at and s.pod_created_at > ended]
     return max(running, key=by_pod_creation) if running else None
 
 

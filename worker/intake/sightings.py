@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from temporalio.common import MetricMeter
 
-from activities.owners import OWNER_KINDS
+from activities.writes import owner_object
 from worker import temporal
 from worker.intake.budget import ATTEMPT_ACTIONS
 from worker.intake.causes import Notice, Sighted, Signalled, adoption
@@ -100,10 +100,7 @@ class Sightings:
         seen, off = self.undelivered.get(owner), self.stopped
         if seen is None or off is None:
             return
-        kind = OWNER_KINDS[owner.kind]
-        meta = {"name": owner.name, "namespace": owner.namespace, "uid": self.uid_of(owner)}
-        involved = {"apiVersion": kind.api_version, "kind": owner.kind.value, "metadata": meta}
-        self.d.warn(involved, Notice.withheld(seen, off))
+        self.d.warn(owner_object(owner, self.uid_of(owner)), Notice.withheld(seen, off))
 
     def switch(self, off: Pause | None) -> bool:
         """The kill switch as the watch shows it now; whether automation was enabled again,

@@ -190,7 +190,7 @@ class Intake:
         if event != "DELETED" and owner in self._adopters:  # most owner events: read no state
             with self._lock:
                 adopters = list(self._adopters.get(owner, {}).values())
-            going_on = causes.backed_off(obj, adopters)
+            going_on = causes.going_on(obj, adopters)
             if going_on is not None:
                 self._consider(going_on)
         if event != "DELETED":
