@@ -19,6 +19,10 @@ LIMITS_KEY = recommendation_key("static", limits=True)
 MANIFEST, HEALTHY, OOM, GROWN, HUGE = "512Mi", "384Mi", "256Mi", "1Gi", "200Ti"
 MAX_UNAVAILABLE = 1  # every owner's rolling-update maxUnavailable (what in-place paces by)
 PROTECTED_NS = "kube-soak"  # protected by the default patterns (kube-*), named by a policy
+# An HPA's fates: 2 to 4 replicas at 60% of 100m requested; each pod uses 25m until its window
+# opens, then 40m (a peak): 80% of a 50m cut (pinned at 4), 50% of an 80m one (left at 2).
+HPA_CPU, HPA_IDLE, HPA_PEAK, HPA_MIN, HPA_MAX = "100m", "25m", "40m", 2, 4
+BAD_IMAGE, FIXED_IMAGE = "soak/app:bad", "soak/app:2"  # a release's: crashes at start; its fix
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +59,9 @@ class Fate:
     # its window's start, when a pod crash-looping since before it (a turn-2 pod that never
     # left the cut) shows CrashLoopBackOff with no OOM kill in this window yet.
     reason_too: str | None = None
+    cpu: str | None = None  # the recommendation's CPU request too (an HPA's fates)
+    hpa: bool = False  # an HPA scales it (its pod count is the HPA's; its policy checks it)
+    release: bool = False  # a bad release ships as its window opens; fixed once seen
 
 
 # Fates that end as ``oom``'s (turn 2 rolled back, failed for good), or as ``partial-below``'s
@@ -170,6 +177,43 @@ FATES = [
     # its end: the verdict's sample exhausts its local tries and goes on as a regular activity
     # (the fallback), and must still end right.
     Fate(name="flaky-verdict", memory=HEALTHY, mode="monitoringSucceeded", turn=1, pods=HEALTHY),
+    # Under an HPA, a CPU cut that leaves no room for the peak its window sees: the HPA scales
+    # it out to its maximum, and the autoscaler check rolls it back; one turn (its own policy).
+    Fate(
+        name="hpa-pinned",
+        memory=MANIFEST,
+        cpu="50m",
+        mode="failedPermanent",
+        turn=1,
+        reason="autoscalerScaledOut",
+        replicas=HPA_MIN,
+        own_policy=True,
+        max_attempts=1,
+        hpa=True,
+    ),
+    # The same HPA and peak, a cut with room for it: the HPA stays, the cut succeeds.
+    Fate(
+        name="hpa-steady",
+        memory=MANIFEST,
+        cpu="80m",
+        mode="monitoringSucceeded",
+        turn=1,
+        replicas=HPA_MIN,
+        own_policy=True,
+        hpa=True,
+    ),
+    # A cut that fits, and a bad release (its pods crash) as its window opens: the verdict waits
+    # for the release, the script ships the fix once RollbackReleaseSeen says it was seen, and a
+    # fresh window passes the cut: never rolled back, turn 1.
+    Fate(
+        name="release",
+        memory=HEALTHY,
+        mode="monitoringSucceeded",
+        turn=1,
+        pods=HEALTHY,
+        own_policy=True,
+        release=True,
+    ),
     # In a protected namespace that the cluster policy's selector names: it OOMs on its cut and
     # nothing rolls it back, since no policy applies there.
     Fate(name="protected", memory=OOM, mode=None, pods=OOM, protected=True),
@@ -240,6 +284,30 @@ def policy_doc(
     }
 
 
+def checks(w: Workload) -> Obj:
+    """What its own policy checks beyond adoption: an HPA's fates, the HPA."""
+    return {"healthChecks": {"autoscaler": {"failAtMax": True}}} if w.fate.hpa else {}
+
+
+def hpa_doc(w: Workload) -> Obj:
+    """The HPA of an HPA's fate: CPU at 60% of requests, a pod at most every 2 s."""
+    cpu = {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": w.name, "namespace": w.namespace},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": w.kind, "name": w.name},
+            "minReplicas": HPA_MIN,
+            "maxReplicas": HPA_MAX,
+            "metrics": [{"type": "Resource", "resource": cpu}],
+            "behavior": {
+                "scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 2}]}
+            },
+        },
+    }
+
+
 def manifest(w: Workload, in_place: bool = False) -> Obj:
     """The owner; ``in_place``: its memory resizes restart the container, paced by
     ``MAX_UNAVAILABLE``."""
@@ -261,7 +329,10 @@ def manifest(w: Workload, in_place: bool = False) -> Obj:
                         "name": "app",
                         "image": "soak/app:1",
                         "resources": {
-                            "requests": {"cpu": "10m", "memory": MANIFEST},
+                            "requests": {
+                                "cpu": HPA_CPU if w.fate.hpa else "10m",
+                                "memory": MANIFEST,
+                            },
                             "limits": {"memory": MANIFEST if not w.fate.grow_only else "2Gi"},
                         },
                     }

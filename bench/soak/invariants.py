@@ -234,6 +234,8 @@ def wrong_end(ev: Evidence, w: Workload, in_place: bool) -> str | None:
         want_memory = sorted([GROWN] * (fate.fits or 0) + [MANIFEST])
     elif fate.pods is None:
         want_memory = []
+    elif fate.hpa:  # as many as the HPA keeps: each at the fate's memory
+        want_memory = [str(fate.pods)] * max(len(memory), 1)
     else:
         want_memory = [fate.pods] * fate.replicas
     return None if memory == want_memory else f"pods {memory}, expected {want_memory}"

@@ -27,12 +27,18 @@ from activities.kubetime import kube_time
 from bench import CLUSTER
 from bench.soak import invariants
 from bench.soak.fates import (
+    BAD_IMAGE,
     FATES,
+    FIXED_IMAGE,
+    HPA_IDLE,
+    HPA_PEAK,
     LIMITS_KEY,
     MERGE,
     PROTECTED_NS,
     REC_KEY,
     Workload,
+    checks,
+    hpa_doc,
     manifest,
     plan,
     policy_doc,
@@ -169,10 +175,22 @@ class Soak:
             if w.fate.own_policy:
                 store.create(
                     policy_doc("RollbackPolicy", w.name, w.namespace,
-                            {"labelSelector": {"matchLabels": {"app": w.name}}}, self.window,
-                            self.acted_backoff, w.fate.max_attempts)
+                            {"labelSelector": {"matchLabels": {"app": w.name}}},
+                            self.window, self._own_backoff(w), w.fate.max_attempts, **checks(w))
                 )  # fmt: skip
-            self.sim.add(manifest(w, self.in_place), behaviour)
+            if w.fate.hpa:
+                store.create(hpa_doc(w))
+            own = {"app": Behaviour(WORKING_SET, startup=0.3, cpu=HPA_IDLE if w.fate.hpa else None,
+                                    bad_images=(BAD_IMAGE,))}  # fmt: skip
+            self.sim.add(
+                manifest(w, self.in_place), own if w.fate.hpa or w.fate.release else behaviour
+            )
+
+    def _own_backoff(self, w: Workload) -> str:
+        """The backoff of a fate's own policy: the soak's, for the neighbours' fates (an HPA's,
+        a release's); the others (the fates that act mid-backoff: policy changed or deleted)
+        get one the script's polling cannot miss however slowly it goes round."""
+        return self.backoff if w.fate.hpa or w.fate.release else self.acted_backoff
 
     # --- the script -----------------------------------------------------------------------------
 
@@ -183,7 +201,8 @@ class Soak:
         limits = (
             {} if fate.grow_only else {LIMITS_KEY: json.dumps({"app": {"memory": fate.memory}})}
         )
-        annotations = {REC_KEY: json.dumps({"app": {"memory": fate.memory}}), **limits}
+        cpu = {"cpu": fate.cpu} if fate.cpu else {}
+        annotations = {REC_KEY: json.dumps({"app": {"memory": fate.memory, **cpu}}), **limits}
         store.patch(store.rtype(w.kind), w.namespace, w.name,
                     {"metadata": {"annotations": annotations}}, MERGE)  # fmt: skip
         w.actions.append("applied")
@@ -341,6 +360,24 @@ class Soak:
             self._fail_pod_lists(w)
         elif fate == "reopen" and mode == "cancelled" and "reopen" not in done:
             self._annotate(w, "reopen")
+        elif w.fate.hpa and mode == "monitoring" and "peak" not in done:
+            self.sim.behave((w.kind, w.namespace, w.name), "app", cpu=HPA_PEAK)
+            w.actions.append("peak")
+            self.faults["a peak under an HPA through a CPU cut's window"] += 1
+        elif w.fate.release and mode == "monitoring" and "released" not in done:
+            self._release(w, BAD_IMAGE, "released")
+            self.faults["a bad release shipped in a cut's window"] += 1
+        elif "released" in done and "fixed" not in done and self._told(w, EventReason.RELEASE_SEEN):
+            self._release(w, FIXED_IMAGE, "fixed")
+
+    def _release(self, w: Workload, image: str, said: str) -> None:
+        """A new image in ``w``'s pod template (its controller rolls the pods over)."""
+        store = self.api.store
+        (container,) = manifest(w, self.in_place)["spec"]["template"]["spec"]["containers"]
+        template = {"spec": {"containers": [{**container, "image": image}]}}
+        store.patch(store.rtype(w.kind), w.namespace, w.name,
+                    {"spec": {"template": template}}, MERGE)  # fmt: skip
+        w.actions.append(said)
 
     def settled(self, w: Workload) -> bool:
         """Whether ``w`` has reached the kind of end its script gives (not yet whether right)."""

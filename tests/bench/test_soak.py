@@ -1,4 +1,4 @@
-"""The chaos soak in CI (``bench.soak``): two clusters of 72 workloads on one Temporal, many
+"""The chaos soak in CI (``bench.soak``): two clusters of 84 workloads on one Temporal, many
 faults at once on each cluster's two workers and two leader-electing intakes, and an oracle that
 knows each workload's end. Every invariant must be 0. The oracle's own checks are tested on
 journals made by hand."""
@@ -213,10 +213,10 @@ def test_the_oracle_counts_a_restore_s_deletes_as_pods_taken_down() -> None:
 async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
-    and no run crosses clusters. 72 workloads each: every fate on both owner kinds under both
+    and no run crosses clusters. 84 workloads each: every fate on both owner kinds under both
     policy kinds. The second actuates in place, its containers restarting to resize: its
     rollbacks never take more pods down than maxUnavailable."""
-    results = await soak_fleet(72, clusters=2, deadline=240.0)
+    results = await soak_fleet(84, clusters=2, deadline=240.0)
     lines = "\n".join(line for r in results for line in report(r))
     assert [r.cluster for r in results] == ["soak-0", "soak-1"]
     for result in results:
@@ -237,6 +237,9 @@ async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> Non
         # The verdicts under a 503 burst went on as regular activities.
         assert result.faults["local activities gone on as regular ones (fallback)"] > 0, lines
     assert results[0].faults["Temporal restart"] == 1, lines  # shared: the other saw it too
+    for result in results:  # the neighbours: a peak under an HPA, a bad release in a window
+        assert result.faults["a peak under an HPA through a CPU cut's window"] > 0, lines
+        assert result.faults["a bad release shipped in a cut's window"] > 0, lines
     for result in results:  # each cluster's kill switch went off for a while
         assert result.faults["automation off, the kill switch (8s)"] == 1, lines
     assert "moreUnavailable" not in results[0].invariants, lines
