@@ -957,16 +957,20 @@ def health_hold(state: RollbackState, why: str, now: datetime) -> HealthHold:
 
 
 def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
-    """Skip a failed opening sample: the final one decides (and sets the baseline this one was
-    to). A failed confirming sample is taken again a confirmation period later, the
-    confirmation still under way: nothing else would (the intake tells a certain failure once,
-    when the pod's status changes), so skipping it would leave the window to its end."""
+    """Skip a failed opening sample (the baseline not known yet): the final one decides (and
+    sets the baseline this one was to). Under an early verdict, a failed sample that a certain
+    failure asked for, or its confirmation, is taken again a confirmation period later, the
+    confirmation (if any) still under way: nothing else would (the intake tells a certain
+    failure once, when the pod's status changes), so skipping it would leave the window to its
+    end."""
     policy, ends = state.policy, state.window_ends_at
     if state.mode is not Mode.MONITORING or policy is None or ends is None:
         return Decision(state, note="sample failure outside a window ignored")
-    if state.early_since is not None and policy.early_verdict is not None:
+    asked = state.early_since is not None or state.baseline is not None
+    if asked and policy.early_verdict is not None:
         again = min(obs.now + policy.early_verdict.confirmation_period, ends)
-        note = f"confirming sample failed, taken again at {again.isoformat()}: {obs.error}"
+        what = "confirming" if state.early_since is not None else "a certain failure's"
+        note = f"{what} sample failed, taken again at {again.isoformat()}: {obs.error}"
         return Decision(state.model_copy(update={"next_sample_at": again}), note=note)
     later = state.model_copy(update={"next_sample_at": ends})
     return Decision(later, note=f"opening sample failed, skipped: {obs.error}")

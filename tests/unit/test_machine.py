@@ -707,6 +707,24 @@ def test_a_confirming_sample_that_fails_is_taken_again_the_confirmation_kept() -
     assert opening.early_since is None and opening.next_sample_at == opening.window_ends_at
 
 
+def test_a_failed_sample_a_certain_failure_asked_for_is_taken_again() -> None:
+    """The window's baseline is known (no opening sample); the intake tells a pod's certain
+    failure once, and the sample it asks for meets a 503 burst: it is taken again a
+    confirmation period later, not left to the window's end (the soak's early-oom fate stayed
+    monitoring through its hour when it was)."""
+    state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state
+    assert state.baseline == 5 and state.early_since is None
+    t1 = T0 + timedelta(seconds=30)
+    suspected = decide(state, Suspected(t1)).state
+    assert suspected.next_sample_at == t1
+    t2 = t1 + timedelta(seconds=3)
+    refused = decide(suspected, SampleFailed(t2, "ServiceException: (503)"))
+    assert refused.state.next_sample_at == t2 + timedelta(seconds=10)
+    assert refused.note is not None and refused.note.startswith("a certain failure's sample")
+    crossing = decide(refused.state, Sampled(t2 + timedelta(seconds=10), failing(0, oomKilled=3)))
+    assert crossing.state.early_since == t2 + timedelta(seconds=10)  # the confirmation begins
+
+
 def test_a_pod_that_recovers_within_the_confirmation_is_not_rolled_back_early() -> None:
     state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state
     t1 = T0 + timedelta(seconds=30)
