@@ -33,7 +33,7 @@ from activities.owners import (
     cohort_query,
     controller_of,
 )
-from workflows.activity_api import Autoscaler, CohortQuery, OwnerRef, PolicySettings
+from workflows.activity_api import CohortQuery, OwnerRef, PolicySettings
 from workflows.contract import (
     API_GROUP,
     API_VERSION,
@@ -45,7 +45,7 @@ from workflows.contract import (
 from workflows.pause import Pause, cluster_hold, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy
 from workflows.selection import PROTECTED, Protection, WorkloadRef, resolve
-from workflows.state import OwnerState, PolicyRef
+from workflows.state import Autoscaler, OwnerState, PolicyRef
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import hashlib
 import json
 
 from activities.owners import OWNER_KINDS, dig
-from workflows.activity_api import Autoscaler, Template
 from workflows.contract import API_GROUP, Obj, WorkloadKind
+from workflows.state import Autoscaler, Template
 
 RELEASE_KINDS = frozenset(
     {

@@ -16,7 +16,14 @@ from workflows.contract import EventReason, FailureReason, RollbackTarget, Workl
 from workflows.fingerprint import Recommendation
 from workflows.pause import Pause
 from workflows.policy import AnyPolicy, HealthChecks, PolicyBehaviour
-from workflows.state import CamelModel, OwnerState, PolicyRef, ResourceSnapshot
+from workflows.state import (
+    Autoscaler,
+    CamelModel,
+    OwnerState,
+    PolicyRef,
+    ResourceSnapshot,
+    Template,
+)
 
 
 class OwnerRef(CamelModel):
@@ -82,26 +89,6 @@ class PolicySettings(PolicyBehaviour):
 
 
 # --- load_owner ------------------------------------------------------------------------------
-
-
-class Autoscaler(CamelModel):
-    """The owner's HorizontalPodAutoscaler as its status shows it when read."""
-
-    name: str
-    desired: int = Field(ge=0, description="status.desiredReplicas")
-    min: int = Field(ge=0, description="spec.minReplicas (1 when unset)")
-    max: int = Field(ge=1, description="spec.maxReplicas")
-
-    def describe(self) -> str:
-        return f"HPA {self.name}: {self.desired} desired (min {self.min}, max {self.max})"
-
-
-class Template(CamelModel):
-    """The owner's pod template as a release changes it: a fingerprint of everything but the
-    resources (the applier's) and the restart annotation, and the images, to say what changed."""
-
-    fingerprint: str
-    images: dict[str, str] = Field(default_factory=dict)  # container -> image
 
 
 class LoadOwnerInput(OwnerInput):

@@ -46,14 +46,12 @@ from pydantic import Field
 
 from workflows.activity_api import (
     ActuationResult,
-    Autoscaler,
     CohortSample,
     HealthResult,
     LoadOwnerResult,
     OwnerRef,
     PolicySettings,
     ResolvePolicyResult,
-    Template,
 )
 from workflows.backoff import backoff_wait
 from workflows.contract import CERTAIN_REASONS, EventReason, FailureReason, Mode, RollbackTarget
@@ -64,10 +62,13 @@ from workflows.pause import Pause
 from workflows.policy import HealthChecks
 from workflows.state import (
     HISTORY_LIMIT,
+    Autoscaler,
     CamelModel,
     HistoryEntry,
     OwnerState,
     ResourceSnapshot,
+    Template,
+    WindowBaselines,
 )
 from workflows.wake import LastAttempt, Sighting, Trigger, Verdict, Wake, wake
 
@@ -220,6 +221,15 @@ class RollbackState(CamelModel):
             policy=self.policy.ref if self.policy else None,
             last_transition_time=self.last_transition_time,
             history=self.history,
+            window=self.window_baselines(),
+        )
+
+    def window_baselines(self) -> WindowBaselines | None:
+        """The running window's baselines (None outside one, or before it has any)."""
+        if self.mode is not Mode.MONITORING or self.baseline is None:
+            return None
+        return WindowBaselines(
+            baseline=self.baseline, autoscaler=self.autoscaler, template=self.template
         )
 
 
@@ -673,6 +683,12 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     ]
     if verdict.wake is Wake.RETRY:  # the pods were rolled back: the recommendation goes again
         effects.append(Reapply(started.recommendation, observe_only=policy.observe_only))
+    opened = stored.window if stored is not None and verdict.wake is Wake.RESUME else None
+    if opened is not None:  # a window resumed: its baselines are the ones it opened with
+        started = started.model_copy(
+            update={"baseline": opened.baseline, "autoscaler": opened.autoscaler,
+                    "template": opened.template, "next_sample_at": started.window_ends_at}
+        )  # fmt: skip
     return Decision(started, effects)
 
 

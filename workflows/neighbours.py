@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from workflows.activity_api import Autoscaler, CheckResult, CohortSample, Template
+from workflows.activity_api import CheckResult, CohortSample
 from workflows.contract import FailureReason
 from workflows.policy import AutoscalerCheck
+from workflows.state import Autoscaler, Template
 
 AUTOSCALER = "autoscaler"  # the check's name, as the verdict and ``describe`` show it
 RELEASE_RECHECK = timedelta(seconds=10)  # a release not rolled out yet: looked at again after

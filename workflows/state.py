@@ -90,6 +90,36 @@ class ResourceSnapshot(CamelModel):
         return ", ".join(parts)
 
 
+class Autoscaler(CamelModel):
+    """The owner's HorizontalPodAutoscaler as its status shows it when read."""
+
+    name: str
+    desired: int = Field(ge=0, description="status.desiredReplicas")
+    min: int = Field(ge=0, description="spec.minReplicas (1 when unset)")
+    max: int = Field(ge=1, description="spec.maxReplicas")
+
+    def describe(self) -> str:
+        return f"HPA {self.name}: {self.desired} desired (min {self.min}, max {self.max})"
+
+
+class Template(CamelModel):
+    """The owner's pod template as a release changes it: a fingerprint of everything but the
+    resources (the applier's) and the restart annotation, and the images, to say what changed."""
+
+    fingerprint: str
+    images: dict[str, str] = Field(default_factory=dict)  # container -> image
+
+
+class WindowBaselines(CamelModel):
+    """What a monitoring window took as its baselines when it opened, kept with the state so
+    that a run which resumes the window (its worker lost before it completed a task) judges it
+    against them, not against a read the cut may have moved already (an HPA's scale-out)."""
+
+    baseline: int | None = None  # the cohort: the owner's desired replicas
+    autoscaler: Autoscaler | None = None
+    template: Template | None = None
+
+
 class HistoryEntry(CamelModel):
     time: datetime
     mode: Mode
@@ -116,6 +146,8 @@ class OwnerState(CamelModel):
     # The workflow run that wrote it: a run that reads back its own state knows a task of its
     # own recorded it and was lost before it completed (its worker died in between).
     run_id: str | None = None
+    # While monitoring: the window's baselines, for a run that resumes it.
+    window: WindowBaselines | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

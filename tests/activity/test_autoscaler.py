@@ -17,9 +17,10 @@ from activities.kubernetes import KubernetesActivities
 from activities.lookup import OwnerLookup
 from sim.apiserver import KubeEmulator
 from sim.autoscaler import AutoscalerController
-from workflows.activity_api import Autoscaler, CohortSample, OwnerRef, SampleCohortInput
+from workflows.activity_api import CohortSample, OwnerRef, SampleCohortInput
 from workflows.contract import Obj, WorkloadKind, recommendation_key
 from workflows.fingerprint import Recommendation
+from workflows.state import Autoscaler
 
 NS = "shop"
 WEB = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")

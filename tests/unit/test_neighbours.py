@@ -10,13 +10,7 @@ import pytest
 
 from activities.neighbours import RESTARTED_AT, rolled_out, template_of
 from tests.unit.test_machine import OWNER, REC, T0, policy, stored
-from workflows.activity_api import (
-    Autoscaler,
-    CohortSample,
-    LoadOwnerResult,
-    PolicySettings,
-    Template,
-)
+from workflows.activity_api import CohortSample, LoadOwnerResult, PolicySettings
 from workflows.contract import EventReason, FailureReason, Mode, Obj, WorkloadKind
 from workflows.machine import (
     TRANSITIONS,
@@ -30,6 +24,7 @@ from workflows.machine import (
 )
 from workflows.neighbours import autoscaler_check, release_recheck, release_seen
 from workflows.policy import AutoscalerCheck, EarlyVerdict, HealthChecks, QueryCheck
+from workflows.state import Autoscaler, OwnerState, Template
 
 HPA = Autoscaler(name="api", desired=4, min=2, max=10)
 V1 = Template(fingerprint="aaaa", images={"app": "shop/api:1.0"})
@@ -113,6 +108,34 @@ def test_the_autoscaler_check(
         said,
         FailureReason.AUTOSCALER_SCALED_OUT,
     )
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_resumed_window_judges_against_the_baselines_it_opened_with(kept: bool) -> None:
+    """A worker died after its run recorded the window (1,000-workload soak: the run that
+    resumed it read the HPA the peak had pinned already, and the pods it had added, as its
+    baselines, and the cut passed): the stored state keeps the window's baselines, and the
+    resumed window judges the pin and the cohort against them. A state without them (written
+    before a baseline was known) is read afresh, as before."""
+    state = opened(checked(growth=None))
+    written = state.owner_state()
+    assert written.window is not None and written.window.autoscaler == HPA
+    assert OwnerState.model_validate_json(written.to_json()) == written  # the annotation's JSON
+    pinned = HPA.model_copy(update={"desired": 10})
+    loaded = LoadOwnerResult(
+        exists=True, state=written if kept else written.model_copy(update={"window": None}),
+        policy=checked(growth=None), desired=10, template=V1, autoscaler=pinned,
+    )  # fmt: skip
+    later = T0 + timedelta(minutes=1)
+    resumed = decide(initial_state(OWNER, REC), AttemptStarted(later, loaded)).state
+    assert resumed.mode is Mode.MONITORING
+    assert (resumed.baseline, resumed.autoscaler) == ((4, HPA) if kept else (10, pinned))
+    end = later + timedelta(minutes=5)
+    verdict = decide(resumed, Sampled(end, seen(4, desired=10, hpa=pinned)))
+    if kept:  # 4 of the 4 it opened with, healthy; the HPA pinned since: rolled back for it
+        assert verdict.state.failure_reason is FailureReason.AUTOSCALER_SCALED_OUT
+    else:  # 4 of 10 healthy: the pods the HPA added raised the cohort
+        assert verdict.state.failure_reason is FailureReason.ADOPTION_THRESHOLD_NOT_MET
 
 
 def test_no_hpa_is_not_applicable_and_passes() -> None:

@@ -24,7 +24,6 @@ from workflows.activity_api import (
     ROLL_BACK,
     SAMPLE_COHORT,
     ActuationResult,
-    Autoscaler,
     CohortSample,
     HealthInput,
     HealthResult,
@@ -38,7 +37,6 @@ from workflows.activity_api import (
     ResolvePolicyResult,
     RollBackInput,
     SampleCohortInput,
-    Template,
 )
 from workflows.contract import FailureReason, RollbackTarget
 from workflows.fingerprint import Recommendation, Resources
@@ -54,7 +52,7 @@ from workflows.notify import (
 )
 from workflows.pause import Pause
 from workflows.quantities import parse_quantity
-from workflows.state import OwnerState, ResourceSnapshot
+from workflows.state import Autoscaler, OwnerState, ResourceSnapshot, Template
 
 
 @dataclass

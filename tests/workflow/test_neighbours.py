@@ -15,10 +15,11 @@ from tests.workflow.fake_cluster import FakeCluster
 from tests.workflow.helpers import check_replay, new_owner, rec, settings
 from tests.workflow.test_rollback_workflow import client, cluster, task_queue  # noqa: F401
 from worker.temporal import observe
-from workflows.activity_api import CHECK_HEALTH, Autoscaler, Template, rollback_id
+from workflows.activity_api import CHECK_HEALTH, rollback_id
 from workflows.contract import EventReason, FailureReason, Mode, RollbackTarget
 from workflows.policy import HealthChecks
 from workflows.rollback import RollbackWorkflow
+from workflows.state import Autoscaler, Template
 
 FITS = rec("768Mi")  # adopted and healthy as the fake cluster judges it
 HPA = Autoscaler(name="api", desired=5, min=2, max=10)

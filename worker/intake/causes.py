@@ -132,13 +132,11 @@ def adoption(
 
 
 def going_on(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
-    """An adoption the owner's new state makes news of, to consider again (``adoption``
-    judges it). A turn that ended ``backedOff`` goes on when a pod adopts its recommendation
-    again; pods that never left it (the rollback not yet applied to them when the re-apply
-    cleared it) adopt nothing new, so the newest of them is considered as the state turns. A
-    pod that adopted after a turn ended (a replacement seen while the state still said
-    ``monitoring``, deduplicated as the running attempt's then) reopens it, as the wake rule
-    says: the newest of them is considered as the state shows the turn over."""
+    """An adoption the owner's new state makes news of (``adoption`` judges it): the newest pod
+    on the recommendation of a turn that ended ``backedOff`` (pods that never left it adopt
+    nothing new when the re-apply clears the rollback), or of one that ended before the pod was
+    created (a replacement seen while the state still said ``monitoring``: it reopens the turn,
+    as the wake rule says)."""
     state, _ = read_state(owner)
     if state is None:
         return None
@@ -152,14 +150,13 @@ def going_on(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
 
 def might_fail(pod: Obj) -> bool:
     """Whether ``pod`` may fail for certain (not Ready, or a resize Infeasible): the cheap test
-    every pod event passes through before its owner is looked up."""
+    of every pod event, before its owner is looked up."""
     return not is_ready(pod) or resize_blocked(pod) is FailureReason.RESIZE_INFEASIBLE
 
 
 def suspect(pod: Obj, owner: Obj, policy: AnyPolicy | None) -> bool:
-    """Whether ``pod`` fails for certain now (``failing_for_certain``, the rule the run's sample
-    applies) while its owner's window runs under an early verdict: its run is told to sample
-    (``machine.Suspected``)."""
+    """Whether ``pod`` fails for certain now (the run's sample's rule) while its owner's window
+    runs under an early verdict: its run is told to sample (``machine.Suspected``)."""
     if not might_fail(pod) or policy is None or policy.spec.early_verdict is None:
         return False
     state, _ = read_state(owner)
@@ -176,8 +173,7 @@ def active(owner: Obj) -> bool:
 
 
 def backing_off(owner: Obj) -> bool:
-    """Whether the owner's stored state is ``backingOff`` (the kill switch or the breaker may
-    hold its backoff's end)."""
+    """Whether the owner's state is ``backingOff`` (the kill switch, the breaker may hold it)."""
     state, _ = read_state(owner)
     return state is not None and state.mode is Mode.BACKING_OFF
 
