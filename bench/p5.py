@@ -50,6 +50,11 @@ NAMESPACES = 250
 RSS_TARGET = 512  # MiB, the intake's and the worker's each
 
 
+def _kind(index: int) -> str:
+    """Owner ``index``'s kind: a third StatefulSets, the rest Deployments."""
+    return "StatefulSet" if index % 3 == 0 else "Deployment"
+
+
 def _owner(api: KubeEmulator, index: int, pods: int, nodes: int) -> list[Obj]:
     """Owner ``index`` (a third StatefulSets, the rest Deployments) and its ``pods`` pods, not
     yet adopted, on nodes round-robin; one in ten OOMKilled."""
@@ -60,7 +65,7 @@ def _owner(api: KubeEmulator, index: int, pods: int, nodes: int) -> list[Obj]:
         pods,
         OOM if index % 10 == 9 else READY,
         adopted=False,
-        kind="StatefulSet" if index % 3 == 0 else "Deployment",
+        kind=_kind(index),
         node=lambda p: f"node-{(index + p) % nodes}",
     )
 
@@ -149,8 +154,8 @@ async def p5(
                 intake.wait(10)
                 worker.stop()
             modes = Counter(
-                json.loads((api.store.get(api.store.rtype("StatefulSet" if i % 3 == 0 else
-                            "Deployment"), f"ns{i % NAMESPACES}", f"w{i}")["metadata"]
+                json.loads((api.store.get(api.store.rtype(_kind(i)), f"ns{i % NAMESPACES}",
+                            f"w{i}")["metadata"]
                             .get("annotations") or {}).get(ROLLBACK_STATE_ANNOTATION, "{}"))
                 .get("mode") == ("failedPermanent" if i % 10 == 9 else "monitoringSucceeded")
                 for i in range(owners)
@@ -176,8 +181,8 @@ async def p5(
             if floor:
                 work = {
                     failing: work_of(actions.shape((await client.get_workflow_handle(
-                        f"rollback/{CLUSTER}/ns{i % NAMESPACES}/{kind}/w{i}").fetch_history()).events))
-                    for failing, i, kind in ((False, 1, "Deployment"), (True, 9, "Deployment"))
+                        f"rollback/{CLUSTER}/ns{i % NAMESPACES}/{_kind(i)}/w{i}").fetch_history()).events))
+                    for failing, i in ((False, 1), (True, 9))  # one in ten OOMs: w9
                 }  # fmt: skip
                 floor_took, floor_rss = await _floor(
                     client, server.address, tmp, owners, work, WINDOW
