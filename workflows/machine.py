@@ -666,6 +666,12 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
         return _noop_end(state, stored.mode, verdict.reason, **kept)
     how = _HOW[verdict.wake]
     state = state.model_copy(update={"turn": turn})
+    window = stored.window if stored is not None and verdict.wake is Wake.RESUME else None
+    if window is not None:  # a window resumed: it opens with the baselines it first opened with
+        loaded = loaded.model_copy(
+            update={"desired": window.baseline, "autoscaler": window.autoscaler,
+                    "template": window.template}
+        )  # fmt: skip
     started = _transition(
         state,
         obs.now,
@@ -683,12 +689,6 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     ]
     if verdict.wake is Wake.RETRY:  # the pods were rolled back: the recommendation goes again
         effects.append(Reapply(started.recommendation, observe_only=policy.observe_only))
-    opened = stored.window if stored is not None and verdict.wake is Wake.RESUME else None
-    if opened is not None:  # a window resumed: its baselines are the ones it opened with
-        started = started.model_copy(
-            update={"baseline": opened.baseline, "autoscaler": opened.autoscaler,
-                    "template": opened.template, "next_sample_at": started.window_ends_at}
-        )  # fmt: skip
     return Decision(started, effects)
 
 
@@ -982,8 +982,8 @@ def _sample_failed(state: RollbackState, obs: SampleFailed) -> Decision:
     policy, ends = state.policy, state.window_ends_at
     if state.mode is not Mode.MONITORING or policy is None or ends is None:
         return Decision(state, note="sample failure outside a window ignored")
-    asked = state.early_since is not None or state.baseline is not None
-    if asked and policy.early_verdict is not None:
+    # A known baseline: not the opening sample (a confirmation's implies one too).
+    if state.baseline is not None and policy.early_verdict is not None:
         again = min(obs.now + policy.early_verdict.confirmation_period, ends)
         what = "confirming" if state.early_since is not None else "a certain failure's"
         note = f"{what} sample failed, taken again at {again.isoformat()}: {obs.error}"
