@@ -52,6 +52,16 @@ class Wake(StrEnum):
     NONE = "none"  # the sighting does not wake the owner
 
 
+def created_since(pod_created_at: datetime | None, at: datetime | None) -> bool:
+    """Whether a pod created at ``pod_created_at`` is newer than a transition at ``at``, at the
+    API's precision: ``creationTimestamp`` is whole seconds, rounded down, so a pod created in
+    the second of the transition counts (a window cannot have judged it for a whole second; a
+    strict comparison would lose a replacement created just after a success)."""
+    if pod_created_at is None or at is None:
+        return False
+    return pod_created_at >= at.replace(microsecond=0)
+
+
 @dataclass(frozen=True)
 class LastAttempt:
     """What the rule needs of the owner's last attempt (stored state or a run's final state)."""
@@ -114,12 +124,7 @@ def wake(last: LastAttempt | None, sighting: Sighting, reopen_enabled: bool) -> 
         case Mode.MONITORING_SUCCEEDED | Mode.CANCELLED | Mode.ABORTED:
             if not reopen_enabled:
                 return Verdict(Wake.NONE, "reopen disabled by the policy")
-            newer = (
-                sighting.pod_created_at is not None
-                and last.at is not None
-                and sighting.pod_created_at > last.at
-            )
-            if not (reopen or newer):
+            if not (reopen or created_since(sighting.pod_created_at, last.at)):
                 return Verdict(Wake.NONE, "no newer pod: nothing to reopen")
             return Verdict(Wake.REOPEN, "reopened" if reopen else "a newer pod")
         case _:

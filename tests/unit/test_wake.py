@@ -68,6 +68,16 @@ def test_wake_table(
     assert verdict.reason
 
 
+def test_a_pod_created_in_the_second_a_turn_succeeded_in_is_newer() -> None:
+    # creationTimestamp is whole seconds, rounded down; the transition is not. A replacement
+    # created 0.5 s after a success at .3 s reads as created 0.3 s before it.
+    succeeded = LastAttempt(F, Mode.MONITORING_SUCCEEDED, T0 + timedelta(seconds=10.3))
+    same_second = Sighting(F, OBS, T0 + timedelta(seconds=10))
+    assert wake(succeeded, same_second, True).wake is Wake.REOPEN
+    second_before = Sighting(F, OBS, T0 + timedelta(seconds=9))
+    assert wake(succeeded, second_before, True).wake is Wake.NONE
+
+
 @pytest.mark.parametrize("mode", list(Mode))
 def test_another_fingerprint_is_always_new(mode: Mode) -> None:
     assert wake(LastAttempt("other", mode, T0), Sighting(F, OBS, None), False).wake is Wake.NEW

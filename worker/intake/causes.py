@@ -41,7 +41,7 @@ from workflows.fingerprint import (
 from workflows.pause import Pause, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy, field_errors
 from workflows.state import OwnerState
-from workflows.wake import LastAttempt, Sighting, Trigger, Wake, wake
+from workflows.wake import LastAttempt, Sighting, Trigger, Wake, created_since, wake
 
 PauseSeen = dict[str, str]  # an object's pause annotations, as last seen
 Signalled = tuple[str, datetime | None]  # (fingerprint, the stored state's transition time)
@@ -144,7 +144,7 @@ def going_on(owner: Obj, adopters: Iterable[Sighted]) -> Sighted | None:
     running = [s for s in adopters if s.recommendation.fingerprint == fingerprint]
     if state.mode is not Mode.BACKED_OFF:
         ended = state.last_transition_time if state.mode.terminal else None
-        running = [s for s in running if ended and s.pod_created_at and s.pod_created_at > ended]
+        running = [s for s in running if created_since(s.pod_created_at, ended)]
     return max(running, key=by_pod_creation) if running else None
 
 
