@@ -39,8 +39,6 @@ from workflows.contract import (
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
     STORM_BREAKER_ANNOTATION,
-    STORM_BREAKER_REASON_ANNOTATION,
-    STORM_BREAKER_RESET_ANNOTATION,
     Obj,
 )
 from workflows.durations import parse_duration
@@ -51,6 +49,7 @@ from workflows.pause import (
     Pause,
     PauseScope,
     automation_off,
+    breaker_reset,
     breaker_tripped,
     said,
 )
@@ -202,10 +201,7 @@ def breaker(api: ApiClient, namespace: str, reset: bool) -> tuple[Pause | None, 
     was tripped."""
     target = Target(PauseScope.NAMESPACE, namespace)
     if reset:
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        obj = annotate(api, target, {STORM_BREAKER_ANNOTATION: None,
-                                     STORM_BREAKER_REASON_ANNOTATION: None,
-                                     STORM_BREAKER_RESET_ANNOTATION: now})  # fmt: skip
+        obj = annotate(api, target, breaker_reset(datetime.now(UTC)))
     else:
         obj = _read_namespace(api, target)
     annotations = obj["metadata"].get("annotations") or {}

@@ -30,6 +30,7 @@ from workflows.contract import (
     PAUSE_UNTIL_ANNOTATION,
     STORM_BREAKER_ANNOTATION,
     STORM_BREAKER_REASON_ANNOTATION,
+    STORM_BREAKER_RESET_ANNOTATION,
 )
 from workflows.state import CamelModel
 
@@ -145,6 +146,17 @@ def breaker_tripped(engine: Annotated) -> Pause | None:
         return None
     reason = (annotations or {}).get(STORM_BREAKER_REASON_ANNOTATION) or None
     return Pause(scope=PauseScope.BREAKER, name=name, reason=reason)
+
+
+def breaker_reset(now: datetime) -> dict[str, str | None]:
+    """The annotations an operator's reset writes on the engine's namespace (a merge patch):
+    the breaker's two removed, and when it was reset, so the verdicts before are not counted
+    again (``worker.intake.breaker``)."""
+    return {
+        STORM_BREAKER_ANNOTATION: None,
+        STORM_BREAKER_REASON_ANNOTATION: None,
+        STORM_BREAKER_RESET_ANNOTATION: now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
 
 
 def cluster_hold(engine: Annotated) -> Pause | None:

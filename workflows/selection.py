@@ -214,6 +214,15 @@ class PolicyIndex:
             *(p for ns in self._namespaced.values() for p in ns.values()),
         ]
 
+    def told(self) -> list[AnyPolicy]:
+        """The policies the engine tells of what it does cluster-wide (an Event on each): all
+        but those in a protected namespace, where it writes nothing but their status (which
+        says the namespace is protected)."""
+        return [
+            p for p in self.all()
+            if p.metadata.namespace is None or self.protection.pattern_for(p.metadata.namespace) is None
+        ]  # fmt: skip
+
     def upsert(self, policy: AnyPolicy) -> None:
         self._won.clear()
         if isinstance(policy, RollbackPolicy):

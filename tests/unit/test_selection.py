@@ -282,6 +282,20 @@ def test_protection_is_a_setting_and_the_index_keeps_it() -> None:
     assert resolve([broad], workload(namespace="kube-system"), Protection.parse("")).policy is broad
 
 
+def test_the_policies_told_of_cluster_wide_acts_leave_out_protected_namespaces() -> None:
+    """The storm breaker's Event goes on each policy but those in a protected namespace, where
+    the engine writes nothing but their status."""
+    index = PolicyIndex()
+    broad = build(policy_doc("ClusterRollbackPolicy", "broad", scope=BROAD))
+    team = build(policy_doc("RollbackPolicy", "team"))
+    system = policy_doc("RollbackPolicy", "system")
+    system["metadata"]["namespace"] = "kube-system"
+    for policy in (broad, team, build(system)):
+        index.upsert(policy)
+    assert len(index.all()) == 3
+    assert [p.metadata.name for p in index.told()] == ["broad", "team"]
+
+
 @pytest.mark.parametrize("bad", ["Kube-*", "kube_system", "-kube", "a" * 64])
 def test_a_bad_protected_pattern_is_refused_with_the_rule(bad: str) -> None:
     with pytest.raises(ValueError, match="is not a namespace name or pattern"):

@@ -44,6 +44,7 @@ from workflows.state import OwnerState
 log = logging.getLogger(__name__)
 VERDICT_MARKS = tuple(f'"{mode.value}"' for mode in (Mode.ROLLING_BACK, Mode.MONITORING_SUCCEEDED))
 RESET_HINT = "kubectl rollback breaker reset"
+TRIPPED = "storm breaker tripped"  # how its Events and its notification begin
 
 
 class Breaker:
@@ -124,10 +125,7 @@ class Breaker:
                 self.tripped = False
             return
         self._gauge.set(1)
-        message = (
-            f"storm breaker tripped: {why}; re-applies stop cluster-wide until it is reset"
-            f" ({RESET_HINT})"
-        )
+        message = f"{TRIPPED}: {why}; re-applies stop cluster-wide until it is reset ({RESET_HINT})"
         log.error("%s (last: %s)", message, owner)
         for policy in self.policies():
             self.d.warn(_involved(policy), Notice(f"breaker/{at}", _TRIPPED, message))

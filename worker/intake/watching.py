@@ -81,9 +81,7 @@ class Intake:
         )  # fmt: skip
         changed = self.status.changed
         self.pauses = Pauses(self.delivery, self.sightings, self.owners, changed, engine_namespace)
-        self.breaker = Breaker(
-            self.delivery, storm_breaker, engine_namespace, self._policies, meter
-        )
+        self.breaker = Breaker(self.delivery, storm_breaker, engine_namespace, self._told, meter)
         if budget is not None:
             self.sightings.on_waiting = self.status.changed
         self.index = PolicyIndex(protection)
@@ -265,9 +263,9 @@ class Intake:
                 WorkloadRef(owner.kind, owner.namespace, owner.name, labels)
             )
 
-    def _policies(self) -> list[AnyPolicy]:
+    def _told(self) -> list[AnyPolicy]:
         with self._lock:
-            return self.index.all()
+            return self.index.told()
 
     def _uid(self, owner: OwnerRef) -> str | None:
         view = self.owners.get(owner)
