@@ -218,10 +218,10 @@ class PolicyIndex:
         """The policies the engine tells of what it does cluster-wide (an Event on each): all
         but those in a protected namespace, where it writes nothing but their status (which
         says the namespace is protected)."""
+        protected = self.protection.pattern_for
         return [
-            p for p in self.all()
-            if p.metadata.namespace is None or self.protection.pattern_for(p.metadata.namespace) is None
-        ]  # fmt: skip
+            p for p in self.all() if not (p.metadata.namespace and protected(p.metadata.namespace))
+        ]
 
     def upsert(self, policy: AnyPolicy) -> None:
         self._won.clear()
