@@ -127,6 +127,13 @@ MUTATIONS = [
         "reappliedWhileOff",
     ),
     _one(
+        "the storm breaker ignored at the gate (the kill switch kept)",
+        "workflows/pause.py",
+        "    return automation_off(engine) or breaker_tripped(engine)\n",
+        "    return automation_off(engine)\n",
+        "reappliedWhileTripped",
+    ),
+    _one(
         "a workflow ID without its cluster",
         "workflows/activity_api.py",
         '    where = f"{cluster}/" if cluster else ""\n',

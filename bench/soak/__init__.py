@@ -50,6 +50,11 @@ The oracle, checked once the story has settled, counts what must be 0:
 - ``reappliedWhileOff``: a turn that backed off (the record that clears its rollback, so that
   its cut comes back) while the engine's kill switch had automation off (the fault schedule
   switches it off for ``AUTOMATION_OFF`` seconds), from ``GATE_GRACE`` after it went off;
+- ``reappliedWhileTripped``: the same while the intakes' storm breaker was tripped. It is on
+  (``--storm-breaker 50%/1m/N``, N a quarter of the workloads): most fates roll back, so it
+  trips on each wave of their verdicts, and the script, as an operator would, resets it once
+  it has held a backoff's end (its ``RollbackPaused`` Event), or ``BREAKER_HOLD`` seconds after
+  it tripped (the held backoffs' ends then go on to the ends their fates give);
 - ``moreUnavailable`` (a cluster whose engine actuates in place, ``in_place``: the fleet's second
   cluster): a pod taken down by the engine (a rollback's or a re-apply's resize, a restore's
   delete) while the owner's pods not Ready then (the engine's, and those down for a cause of their own that the

@@ -21,6 +21,7 @@ from bench.soak.fates import GROWN, MANIFEST, MAX_UNAVAILABLE, PROTECTED_NS, Wor
 from sim.apiserver import Request, Store
 from sim.scenario import ENGINE_REASONS, owner_key, running_resources
 from worker.config import INTAKE_AGENT, WORKER_AGENT
+from worker.intake.breaker import TRIPPED
 from workflows.contract import (
     API_GROUP,
     DEFAULT_ENGINE_NAMESPACE,
@@ -29,13 +30,13 @@ from workflows.contract import (
     ROLLBACK_STATE_ANNOTATION,
     Obj,
 )
-from workflows.pause import automation_off
+from workflows.pause import automation_off, breaker_tripped
 from workflows.rollback import WORKFLOW_NAME
 
 # What the oracle counts in every cluster; an in-place one also counts ``moreUnavailable``.
 INVARIANTS = ("wrongEnd", "lostOrStuck", "doubleRollback", "notNotified", "notifiedTwice",
               "nonLeaderWrites", "nonLeaderSignals", "crossedClusters", "actedWhilePaused",
-              "actedInProtected", "reappliedWhileOff")  # fmt: skip
+              "actedInProtected", "reappliedWhileOff", "reappliedWhileTripped")  # fmt: skip
 ROLLBACK_KEYS = {ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION}
 NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 # Modes a run must be there to leave: backedOff waits for the next turn, which the pods' next
@@ -73,6 +74,7 @@ class Timeline:
         # owner -> (time, the maxUnavailable of the disruption budget over its pods; None: none)
         self.budgets: dict[str, list[tuple[float, int | None]]] = defaultdict(list)
         self.automation: list[tuple[float, bool]] = []  # (time, off) as the kill switch changed
+        self.breaker: list[tuple[float, bool]] = []  # (time, tripped) as the storm breaker changed
 
     def __call__(self, kind: str, rtype: Any, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
@@ -95,9 +97,13 @@ class Timeline:
             self._budget(kind, obj)
             return
         if rtype.kind == "Namespace" and meta.get("name") == DEFAULT_ENGINE_NAMESPACE:
-            off = automation_off((DEFAULT_ENGINE_NAMESPACE, meta.get("annotations"))) is not None
-            if not self.automation or self.automation[-1][1] != off:
-                self.automation.append((time.time(), off))
+            engine = (DEFAULT_ENGINE_NAMESPACE, meta.get("annotations"))
+            for changes, holds in (
+                (self.automation, automation_off(engine) is not None),
+                (self.breaker, breaker_tripped(engine) is not None),
+            ):
+                if not changes or changes[-1][1] != holds:
+                    changes.append((time.time(), holds))
             return
         if rtype.kind not in ("Deployment", "StatefulSet"):
             return
@@ -148,12 +154,11 @@ class Timeline:
 
     def off_since(self, when: float) -> float | None:
         """Since when automation was off at ``when`` (None: it was on)."""
-        since = None
-        for at, off in self.automation:
-            if at > when:
-                break
-            since = at if off else None
-        return since
+        return _held_since(self.automation, when)
+
+    def tripped_since(self, when: float) -> float | None:
+        """Since when the storm breaker was tripped at ``when`` (None: it was not)."""
+        return _held_since(self.breaker, when)
 
     def budget_at(self, owner: str, when: float) -> int | None:
         """The maxUnavailable of the budget over ``owner``'s pods at ``when`` (None: none)."""
@@ -297,11 +302,12 @@ def double_rollback(ev: Evidence, bad: Bad) -> None:
 
 
 def notifications(ev: Evidence, bad: Bad) -> None:
-    """Each notable transition told once: under one idempotency key, however often it was sent."""
+    """Each notable transition told once: under one idempotency key, however often it was sent
+    (the storm breaker's own notification, which names the verdict that tripped it, aside)."""
     keys: dict[tuple[str, str, int], set[str]] = defaultdict(set)
     for key, body in ev.received:
-        if body.get("cluster") != ev.cluster:
-            continue  # another cluster's, on the same receiver
+        if body.get("cluster") != ev.cluster or str(body.get("message")).startswith(TRIPPED):
+            continue  # another cluster's, on the same receiver; or the breaker's
         owner = body.get("owner") or {}
         ref = f"{owner.get('namespace')}/{owner.get('kind')}/{owner.get('name')}"
         keys[(ref, str(body.get("transition")), int(body.get("turn") or 0))].add(key)
@@ -400,16 +406,40 @@ def acted_while_paused(ev: Evidence, bad: Bad) -> None:
 def reapplied_while_off(ev: Evidence, bad: Bad) -> None:
     """A turn backed off (the record that clears its rollback, so that its cut comes back)
     while the kill switch had automation off, from ``GATE_GRACE`` after it was switched off."""
+    _backed_off_while(ev, bad, "reappliedWhileOff", ev.timeline.off_since, "the kill switch's off")
+
+
+def reapplied_while_tripped(ev: Evidence, bad: Bad) -> None:
+    """A turn backed off while the storm breaker was tripped, from ``GATE_GRACE`` after it
+    tripped, until the operator reset it."""
+    _backed_off_while(
+        ev, bad, "reappliedWhileTripped", ev.timeline.tripped_since, "the storm breaker's trip"
+    )
+
+
+def _backed_off_while(
+    ev: Evidence, bad: Bad, name: str, held_since: Callable[[float], float | None], what: str
+) -> None:
     for owner, states in ev.timeline.states.items():
         before: str | None = None
         for at, state in states:
             mode = (state or {}).get("mode")
-            since = ev.timeline.off_since(at)
+            since = held_since(at)
             backed_off = mode == "backedOff" and before != "backedOff"
             if backed_off and since is not None and at >= since + GATE_GRACE:
-                bad("reappliedWhileOff", f"{owner}: backed off {at - since:.1f}s into the"
-                    " kill switch's off")  # fmt: skip
+                bad(name, f"{owner}: backed off {at - since:.1f}s into {what}")
             before = mode
+
+
+def _held_since(changes: list[tuple[float, bool]], when: float) -> float | None:
+    """Since when a cluster-wide hold (``changes``: (time, held) at each change) held at
+    ``when`` (None: it did not)."""
+    since = None
+    for at, held in changes:
+        if at > when:
+            break
+        since = at if held else None
+    return since
 
 
 def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:

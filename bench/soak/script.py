@@ -53,17 +53,23 @@ from sim.scenario import running_resources
 from worker.config import INTAKE_AGENT, WORKER_AGENT, TemporalConfig
 from workflows.contract import (
     CONTROL_ANNOTATION,
+    DEFAULT_ENGINE_NAMESPACE,
     PAUSE_REASON_ANNOTATION,
     PAUSE_UNTIL_ANNOTATION,
+    STORM_BREAKER_ANNOTATION,
     EventReason,
 )
 from workflows.durations import parse_duration
 from workflows.notify import NOTIFY_WORKFLOW
+from workflows.pause import breaker_reset
 from workflows.rollback import WORKFLOW_NAME
 
 WORKING_SET = "300Mi"
 EARLY_CONFIRM = "2s"  # the early-oom fate's confirmation period
 ACTED_IN = ("rollingBack", "backingOff")  # when the policy-changed/-deleted fates act (turn 1)
+# The operator resets the storm breaker once it has held a backoff's end (its RollbackPaused
+# Event), or this long after it tripped when no backoff ends meanwhile.
+BREAKER_HOLD = 20.0
 
 
 @dataclass
@@ -128,6 +134,11 @@ class Soak:
         self.faults: Counter[str] = Counter()
         self.children: dict[str, Child] = {}
         self.due: set[int] = set()  # workloads whose in-cut act is due (``_due``)
+        # The intakes' storm breaker: more than half of a quarter of the workloads' verdicts
+        # rolled back within a minute (most fates roll back: it trips on each wave of them).
+        self.storm_breaker = f"50%/1m/{max(10, count // 4)}"
+        # When the operator saw the breaker trip, and how many holds it had told of before.
+        self._tripped_seen: tuple[float, int] | None = None
 
     # --- the world ------------------------------------------------------------------------------
 
@@ -409,7 +420,7 @@ class Soak:
             await asyncio.to_thread(self.temporal.start)
         self.children, self.receiver = start_engine(
             self.workdir, self.cluster, self.temporal.address, self.api.url, self.queue,
-            self.in_place,
+            self.in_place, self.storm_breaker,
         )  # fmt: skip
         # The ``in_cut`` fates' work, dealt to the Lease cut's moments.
         cut = [w for w in self.workloads if w.fate.in_cut]
@@ -432,6 +443,7 @@ class Soak:
                 applied += 1
             for w in self.workloads[:applied]:
                 self.step(w)
+            self._reset_breaker()
             waiting = [w for w in self.workloads if not self.settled(w)]
             if time.monotonic() - said > 10:
                 said = time.monotonic()
@@ -471,6 +483,32 @@ class Soak:
             self.receiver.shutdown()
             self.sim.stop()
             self.api.stop()
+
+    def _reset_breaker(self) -> None:
+        """The operator: the storm breaker reset, as ``kubectl rollback breaker reset`` resets
+        it, once it has held a backoff's end (or ``BREAKER_HOLD`` seconds after it tripped);
+        the backoffs' ends it held then go on."""
+        store = self.api.store
+        namespace = store.get(store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE)
+        if STORM_BREAKER_ANNOTATION not in (namespace["metadata"].get("annotations") or {}):
+            self._tripped_seen = None
+            return
+        if self._tripped_seen is None:
+            self._tripped_seen = (time.monotonic(), self._breaker_holds())
+            return
+        since, holds = self._tripped_seen
+        if self._breaker_holds() > holds or time.monotonic() - since >= BREAKER_HOLD:
+            body = {"metadata": {"annotations": breaker_reset(datetime.now(UTC))}}
+            store.patch(store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
+            self.faults["storm breaker tripped, reset by the operator"] += 1
+            self._tripped_seen = None
+
+    def _breaker_holds(self) -> int:
+        """The backoffs' ends the storm breaker has held (its RollbackPaused Events, counted)."""
+        return sum(
+            int(e.get("count") or 1) for e in self.api.store.items("Event")
+            if e.get("reason") == EventReason.PAUSED and "storm breaker" in e.get("message", "")
+        )  # fmt: skip
 
     async def _connect(self) -> Client:
         return await TemporalConfig.at(self.temporal.address, self.queue).connect()
@@ -516,6 +554,7 @@ class Soak:
         invariants.acted_while_paused(ev, bad)
         invariants.acted_in_protected(ev, bad)
         invariants.reapplied_while_off(ev, bad)
+        invariants.reapplied_while_tripped(ev, bad)
         restarting = invariants.more_unavailable(ev, bad) if self.in_place else 0
         await invariants.non_leader_signals(ev, client, bad)
         await invariants.crossed_clusters(ev, client, bad)
@@ -528,6 +567,15 @@ class Soak:
         recreated = sum(1 for r in ev.worker_writes("DELETE") if invariants.deleted_pod(r))
         if recreated:
             faults["pods a restore recreated (not Ready: CrashLoopBackOff, no room)"] = recreated
+        told = {
+            (e["involvedObject"].get("namespace"), e["involvedObject"]["name"])
+            for e in store.items("Event") if e.get("reason") == EventReason.STORM_BREAKER_TRIPPED
+        }  # fmt: skip
+        if told:
+            faults["policies told the storm breaker tripped (their Event)"] = len(told)
+        held = self._breaker_holds()
+        if held:
+            faults["backoffs' ends the storm breaker held (RollbackPaused)"] = held
         fallbacks = sum(  # each logged by the workflow (``RollbackWorkflow._activity``)
             c.log.read_text(errors="replace").count("kept failing locally") for c in workers
         )

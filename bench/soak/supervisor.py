@@ -87,11 +87,18 @@ class Receiver(BaseHTTPRequestHandler):
 
 
 def start_engine(
-    workdir: Path, cluster: str, address: str, kube_url: str, queue: str, in_place: bool
+    workdir: Path,
+    cluster: str,
+    address: str,
+    kube_url: str,
+    queue: str,
+    in_place: bool,
+    storm_breaker: str,
 ) -> tuple[dict[str, Child], ThreadingHTTPServer]:
     """The engine's four processes, started, and the receiver they notify (its own file: a
     fleet's clusters share the work directory, and a worker restarted after another cluster
-    wrote a shared one would notify that cluster's receiver)."""
+    wrote a shared one would notify that cluster's receiver); the intakes' ``storm_breaker``
+    (``--storm-breaker``)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     receivers = workdir / f"receivers-{cluster}.yaml"
@@ -116,7 +123,8 @@ def start_engine(
         name: Child(
             name,
             [sys.executable, "-m", "cli.main", "intake", *common, "--identity", name,
-             "--kube-timeout", str(INTAKE_KUBE_TIMEOUT), "--lease-namespace", "default"],
+             "--kube-timeout", str(INTAKE_KUBE_TIMEOUT), "--lease-namespace", "default",
+             "--storm-breaker", storm_breaker],
             workdir / f"{cluster}-{name}.log",
         )
         for name in ("intake-a", "intake-b")

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from temporalio.api.history.v1 import HistoryEvent
 
 from bench.soak import (
@@ -242,6 +243,10 @@ async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> Non
         assert result.faults["a bad release shipped in a cut's window"] > 0, lines
     for result in results:  # each cluster's kill switch went off for a while
         assert result.faults["automation off, the kill switch (8s)"] == 1, lines
+    for result in results:  # each cluster's storm breaker tripped, held, told, and was reset
+        assert result.faults["storm breaker tripped, reset by the operator"] > 0, lines
+        assert result.faults["backoffs' ends the storm breaker held (RollbackPaused)"] > 0, lines
+        assert result.faults["policies told the storm breaker tripped (their Event)"] > 0, lines
     assert "moreUnavailable" not in results[0].invariants, lines
     assert results[1].invariants["moreUnavailable"] == 0, lines
     taken = "pods taken down by the engine's in-place resizes (checked)"
@@ -290,12 +295,24 @@ def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
     ]
 
 
-def test_the_oracle_sees_a_turn_backed_off_while_automation_was_off() -> None:
-    """``reappliedWhileOff``: a backoff's end recorded past the gate's grace into the kill
-    switch's off; one at its start (already past its gate), after it, or a last turn's end
-    (failedPermanent re-applies nothing) is no breach."""
+@pytest.mark.parametrize(
+    ("hold", "check", "said"),
+    [
+        ("automation", invariants.reapplied_while_off, "reappliedWhileOff: a: backed off 4.0s"
+         " into the kill switch's off"),
+        ("breaker", invariants.reapplied_while_tripped, "reappliedWhileTripped: a: backed off"
+         " 4.0s into the storm breaker's trip"),
+    ],
+)  # fmt: skip
+def test_the_oracle_sees_a_turn_backed_off_while_a_cluster_hold_held(
+    hold: str, check: Any, said: str
+) -> None:
+    """``reappliedWhileOff`` (the kill switch), ``reappliedWhileTripped`` (the storm breaker): a
+    backoff's end recorded past the gate's grace into the hold; one at its start (already past
+    its gate), after it, or a last turn's end (failedPermanent re-applies nothing) is no
+    breach, nor one under the other hold."""
     timeline = Timeline()
-    timeline.automation = [(100.0, True), (110.0, False)]
+    setattr(timeline, hold, [(100.0, True), (110.0, False)])
     for owner, times in {
         "a": [(99.0, "backingOff"), (104.0, "backedOff")],  # re-applied 4 s into it: a breach
         "b": [(99.0, "backingOff"), (100.5, "backedOff")],  # past its gate as it went off
@@ -303,10 +320,13 @@ def test_the_oracle_sees_a_turn_backed_off_while_automation_was_off() -> None:
         "d": [(99.0, "backingOff"), (105.0, "failedPermanent")],  # nothing re-applied
     }.items():
         timeline.states[owner] = [(at, {"mode": mode}) for at, mode in times]
-    assert found_by(invariants.reapplied_while_off, evidence(timeline=timeline)) == [
-        "reappliedWhileOff: a: backed off 4.0s into the kill switch's off"
-    ]
-    assert timeline.off_since(104.0) == 100.0 and timeline.off_since(110.5) is None
+    assert found_by(check, evidence(timeline=timeline)) == [said]
+    other = invariants.reapplied_while_tripped if hold == "automation" else (
+        invariants.reapplied_while_off
+    )  # fmt: skip
+    assert found_by(other, evidence(timeline=timeline)) == []
+    since = timeline.off_since if hold == "automation" else timeline.tripped_since
+    assert since(104.0) == 100.0 and since(110.5) is None
 
 
 def test_the_oracle_sees_lost_and_stuck_attempts_and_wrong_ends() -> None:

@@ -55,7 +55,7 @@ What the intake promises:
   changes on a namespace, an owner or a pod signals ``resume`` to the runs it may hold (owners
   with an active state there), so a held verdict or rollback looks again within seconds. A pause
   that went between two leaders' terms, when no watch saw it go, is found at the next term's
-  start: the runs Temporal shows held (``RollbackHeld``) that no pause holds any more are resumed.
+  start: every run Temporal shows held (``RollbackHeld``) is resumed, and looks again.
 """
 
 from worker.intake.causes import adopted_recommendation

@@ -111,15 +111,18 @@ class Delivery:
             except Exception as exc:  # RPC errors of every kind: the run looks again itself
                 log.warning("%s: resume not sent (%s); the run looks again by itself", owner, exc)
 
-    async def resume_lifted(self, held: Callable[[OwnerRef], bool]) -> None:
-        """Resume the runs Temporal shows held that no pause holds now: it went while no intake
-        led (one visibility query a term)."""
+    async def resume_held(self) -> None:
+        """Resume every run Temporal shows held (one visibility query): the kill switch or the
+        breaker went, or a pause went while no intake led. Each looks again: one whose owner a
+        pause still holds holds on until that pause's own end, the rest go on. Not only those
+        no pause holds: a run held by the breaker whose owner's pause, still in force at the
+        reset, ends by its time (no event), would wait out its ``PAUSE_RECHECK``."""
         try:
             listed = await temporal.held_runs(self.client, self.cluster)
         except Exception as exc:  # RPC errors of every kind: each run looks again by itself
             log.warning("held runs not listed (%s); each looks again by itself", exc)
             return
-        await self._send_resumes([owner for owner in listed if not held(owner)])
+        await self._send_resumes(listed)
 
     # --- the early verdict ---------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ seen (``causes.pause_change``), bounded by the objects that carry one; ``held`` 
 them, as the worker's gate would from the cluster. A pause that goes or changes resumes the runs
 it may hold (owners with an active state there), so they look again within seconds. The kill
 switch (``rightsizing.kubex.ai/automation`` on the engine's namespace) withholds new sightings
-while it says ``disabled`` (``sightings``); once neither it nor the storm breaker holds, the runs
-Temporal shows held that no pause holds are resumed.
+while it says ``disabled`` (``sightings``); once neither it nor the storm breaker holds, every
+run Temporal shows held is resumed (one a pause still holds holds on).
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ class Pauses:
             was, self.cluster_hold = self.cluster_hold, cluster_hold((name, seen))
             if was is not None and self.cluster_hold is None and started:
                 # The backoffs it held, from the watch (no lag), and whatever else Temporal
-                # shows held (a re-apply in place) that no pause holds.
+                # shows held (a re-apply in place, a backoff the watch has yet to show).
                 views = self.owners.views()
                 self.delivery.resume([o for o, v in views if causes.backing_off(v)])
-                self.delivery.spawn(self.delivery.resume_lifted(self.held))
+                self.delivery.spawn(self.delivery.resume_held())
         if self._lifted(("Namespace", "", name), event, obj):
             views = self.owners.views()
             self.delivery.resume([o for o, v in views if o.namespace == name and causes.active(v)])

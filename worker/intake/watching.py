@@ -134,7 +134,7 @@ class Intake:
         self.started.set()
         log.info("intake started: %d policies, %d pods", len(self.index), len(pods.cache))
         if self.pauses.cluster_hold is None:  # the kill switch or breaker: what it holds stays
-            self.delivery.spawn(self.delivery.resume_lifted(self.pauses.held))
+            self.delivery.spawn(self.delivery.resume_held())
 
     def stop(self) -> None:
         """End this intake's term: no write or signal from now on (pending ones are cancelled
