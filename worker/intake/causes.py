@@ -172,10 +172,10 @@ def active(owner: Obj) -> bool:
     return state is not None and not state.mode.terminal
 
 
-def backing_off(owner: Obj) -> bool:
-    """Whether the owner's state is ``backingOff`` (the kill switch, the breaker may hold it)."""
+def bringing_back(owner: Obj) -> bool:
+    """Whether its run may bring its cut back (what the kill switch, the breaker hold)."""
     state, _ = read_state(owner)
-    return state is not None and state.mode is Mode.BACKING_OFF
+    return state is not None and state.mode in (Mode.BACKING_OFF, Mode.BACKED_OFF)
 
 
 # --- pauses ------------------------------------------------------------------------------------

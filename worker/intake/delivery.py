@@ -38,6 +38,7 @@ MAX_CONCURRENT_SIGNALS = 32  # signal-with-starts in flight at once (a burst que
 SIGNAL_BACKOFF_BASE = 0.5  # seconds, doubling per failure up to the cap; never given up
 SIGNAL_BACKOFF_CAP = 30.0
 SIGNAL_TIMEOUT = 10.0  # seconds one signal may take before it counts as failed, at the most
+HELD_TRIES = 7  # listings of the held runs (0.5 s doubling: about a minute, a Temporal restart)
 SUSPECT_DEBOUNCE = 1.0  # seconds between two suspect signals to one owner, at least
 
 
@@ -117,10 +118,15 @@ class Delivery:
         pause still holds holds on until that pause's own end, the rest go on. Not only those
         no pause holds: a run held by the breaker whose owner's pause, still in force at the
         reset, ends by its time (no event), would wait out its ``PAUSE_RECHECK``."""
-        try:
-            listed = await temporal.held_runs(self.client, self.cluster)
-        except Exception as exc:  # RPC errors of every kind: each run looks again by itself
-            log.warning("held runs not listed (%s); each looks again by itself", exc)
+        for failures in range(HELD_TRIES):
+            try:
+                listed = await temporal.held_runs(self.client, self.cluster)
+                break
+            except Exception as exc:  # RPC errors of every kind (Temporal restarting): again
+                log.warning("held runs not listed (%s), trying again", exc)
+                await asyncio.sleep(backoff(failures))
+        else:
+            log.warning("held runs not listed; each looks again by itself")
             return
         await self._send_resumes(listed)
 

@@ -53,10 +53,11 @@ class Pauses:
             self.sightings.switch(automation_off((name, seen)))
             was, self.cluster_hold = self.cluster_hold, cluster_hold((name, seen))
             if was is not None and self.cluster_hold is None and started:
-                # The backoffs it held, from the watch (no lag), and whatever else Temporal
-                # shows held (a re-apply in place, a backoff the watch has yet to show).
+                # The backoffs' ends and re-applies it may hold, from the watch (a run may have
+                # read the hold and not yet shown it to Temporal), and every run Temporal shows
+                # held. A resume to a run that holds nothing changes nothing.
                 views = self.owners.views()
-                self.delivery.resume([o for o, v in views if causes.backing_off(v)])
+                self.delivery.resume([o for o, v in views if causes.bringing_back(v)])
                 self.delivery.spawn(self.delivery.resume_held())
         if self._lifted(("Namespace", "", name), event, obj):
             views = self.owners.views()
