@@ -94,6 +94,7 @@ async def test_the_breaker_trips_on_the_verdicts_tells_every_policy_and_resets(
     assert annotations(api)[STORM_BREAKER_REASON_ANNOTATION] == (
         "2 of 3 verdicts rolled back within 1m (67% > 50%)"
     )
+
     # Each policy is told, by uid (kubectl describe finds it), once the Events are written.
     def told_events() -> list[dict[str, Any]]:
         events = api.store.list_objects(api.store.rtype("Event"), None)[0]
