@@ -61,7 +61,7 @@ from bench.harness import (
 )
 from bench.p3 import WINDOW_SECONDS, concurrent
 from bench.p4 import policy_resolution
-from bench.p5 import p5
+from bench.p5 import p5, p5_floor
 from bench.results import RESULTS, machine, merge_results
 from bench.soak import report as soak_report
 from bench.soak import soak
@@ -113,6 +113,11 @@ def main() -> int:
     )
     parser.add_argument("--no-floor", action="store_true", help="p5: skip the floor's run")
     parser.add_argument(
+        "--floor-only",
+        action="store_true",
+        help="p5: only the floor, at P5's owners, on a fresh dev server (--only p5)",
+    )
+    parser.add_argument(
         "--only",
         default=",".join(SECTIONS),
         help=f"sections to run (default {','.join(SECTIONS)}; also: soak, the chaos soak;"
@@ -123,6 +128,10 @@ def main() -> int:
     sizes = [20, 50] if quick else [int(n) for n in args.p1.split(",")]
     p3 = 20 if quick else args.p3
     only = set(args.only.lower().split(","))
+    if (args.no_floor or args.floor_only) and only != {"p5"}:
+        parser.error("--no-floor and --floor-only are P5's: use them with --only p5")
+    if args.no_floor and args.floor_only:
+        parser.error("--no-floor and --floor-only exclude each other")
     lines: Lines = []
     command = " ".join(["python -m bench", *sys.argv[1:]])
     say(lines, "# Benchmark results")
@@ -196,7 +205,10 @@ def main() -> int:
         owners, pods, nodes, budget = (
             (60, 90, 10, 200) if quick else tuple(int(n) for n in args.p5.split(","))
         )
-        asyncio.run(p5(owners, pods, nodes, budget, lines, floor=not args.no_floor))
+        if args.floor_only:
+            asyncio.run(p5_floor(owners, lines))
+        else:
+            asyncio.run(p5(owners, pods, nodes, budget, lines, floor=not args.no_floor))
         say(lines)
     if "soak" in only:
         say(lines, "## Soak: many workloads, many faults at once, an oracle")

@@ -102,7 +102,9 @@ async def _actions_per_second(client: Client) -> tuple[Counter[int], int]:
 
 async def p5(
     owners: int, pods: int, nodes: int, budget: int, lines: Lines, floor: bool = True
-) -> None:
+) -> dict[bool, tuple[int, int]]:
+    """The run above; returns the work of one successful and one OOM attempt (activities,
+    timers), read from their histories, keyed by whether it OOMed."""
     assert pods >= owners, "at least a pod per owner"
     doubles = pods - owners  # owners with two pods; the rest one
     with tempfile.TemporaryDirectory() as tmp, KubeEmulator() as api:
@@ -178,12 +180,12 @@ async def p5(
                        f" {sum(per_second.values()) / seconds:.0f}/s over {seconds}s, busiest"
                        f" second {busiest}; seconds above the budget of {budget}/s: {over}"
                        f" (target 0{met(over == 0)})")  # fmt: skip
+            work = {
+                failing: work_of(actions.shape((await client.get_workflow_handle(
+                    f"rollback/{CLUSTER}/ns{i % NAMESPACES}/{_kind(i)}/w{i}").fetch_history()).events))
+                for failing, i in ((False, 1), (True, 9))  # one in ten OOMs: w9
+            }  # fmt: skip
             if floor:
-                work = {
-                    failing: work_of(actions.shape((await client.get_workflow_handle(
-                        f"rollback/{CLUSTER}/ns{i % NAMESPACES}/{_kind(i)}/w{i}").fetch_history()).events))
-                    for failing, i in ((False, 1), (True, 9))  # one in ten OOMs: w9
-                }  # fmt: skip
                 floor_took, floor_rss = await _floor(
                     client, server.address, tmp, owners, work, WINDOW
                 )
@@ -191,3 +193,27 @@ async def p5(
                            f" dev server, started at once, no budget): all done {floor_took:.0f}s"
                            f" after the last started, worker peak RSS {floor_rss:.0f} MiB; the"
                            f" engine {took / floor_took:.2f}x the floor")  # fmt: skip
+    return work
+
+
+async def p5_floor(owners: int, lines: Lines) -> None:
+    """The floor alone at ``owners``, on a fresh dev server: the same attempts as floor
+    workflows, their work read first from a small engine wave (P5's quick size, 60 owners).
+    The engine's wave and its floor on one server take about two hours here; this is the floor's
+    half, on a server not already holding the engine's histories."""
+    work = await p5(60, 90, 10, 200, [], floor=False)
+    say(lines, f"  the work of an attempt, read from a 60-owner engine wave: {work[False][0]}"
+               f" activities + {work[False][1]} timers, {work[True][0]} + {work[True][1]} for"
+               f" the OOM ones")  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        DevServer(
+            Path(tmp) / "t", free_port(), headless=True, log_path=Path(tmp) / "temporal.log"
+        ) as server,
+    ):
+        client = await TemporalConfig.at(server.address).connect()
+        took, rss = await _floor(client, server.address, tmp, owners, work, WINDOW)
+        say(lines, f"    floor alone ({owners} attempts as floor workflows on a fresh dev"
+                   f" server, started at once, no budget, {WINDOW} s windows): all done"
+                   f" {took:.0f}s after the last started ({owners / took:.1f} attempts/s),"
+                   f" worker peak RSS {rss:.0f} MiB")  # fmt: skip
