@@ -23,7 +23,7 @@ from tests.activity.builders import NS, owner, policy
 from tests.intake.test_intake import eventually
 from tests.workflow.helpers import terminate_running
 from worker import temporal
-from worker.intake import Intake
+from worker.intake import Intake, causes
 from worker.kube import api_client
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.breaker import StormBreaker
@@ -176,3 +176,38 @@ async def test_a_reset_resumes_a_run_it_held_whose_owner_a_pause_still_holds(
         reset = {"metadata": {"annotations": breaker_reset(datetime.now(UTC))}}
         api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, reset, MERGE)
         await asyncio.wait_for(handle.result(), 15)  # resumed
+
+
+async def test_a_reset_resumes_each_held_run_once(
+    world: tuple[KubeEmulator, Intake], temporal_env: WorkflowEnvironment
+) -> None:
+    """At a reset, a run the watch shows backing off and Temporal shows held is resumed once
+    (from the watch), not again from the held runs' listing; one Temporal alone shows held is
+    resumed from the listing."""
+    api, intake = world
+    body = {"metadata": {"annotations": {STORM_BREAKER_ANNOTATION: "2026-01-01T00:00:00Z"}}}
+    api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
+    await eventually(lambda: intake.pauses.cluster_hold is not None)
+    verdict(api, "a", Mode.BACKING_OFF)  # the watch shows a backing off; b shows nothing
+    a, b = (OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name=n) for n in ("a", "b"))
+    await eventually(lambda: causes.bringing_back(intake.owners.get(a) or {}))
+    client, queue = temporal_env.client, intake.delivery.task_queue
+    async with Worker(client, task_queue=queue, workflows=[HeldRun],
+                      workflow_runner=UnsandboxedWorkflowRunner()):  # fmt: skip
+        handles = [
+            await client.start_workflow(
+                HeldRun.run, CLUSTER, id=rollback_id(CLUSTER, o), task_queue=queue
+            )
+            for o in (a, b)
+        ]
+        deadline = asyncio.get_running_loop().time() + 15
+        while {a, b} - set(await temporal.held_runs(client, CLUSTER)):  # both shown held
+            assert asyncio.get_running_loop().time() < deadline, "never shown held"
+            await asyncio.sleep(0.2)
+        sent = intake.stats["resumes"]
+        reset = {"metadata": {"annotations": breaker_reset(datetime.now(UTC))}}
+        api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, reset, MERGE)
+        await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 15)
+        # b's resume came from the listing: once nothing is pending, every resume was sent.
+        await eventually(lambda: not intake.delivery.pending)
+        assert intake.stats["resumes"] - sent == 2

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any
@@ -112,12 +112,13 @@ class Delivery:
             except Exception as exc:  # RPC errors of every kind: the run looks again itself
                 log.warning("%s: resume not sent (%s); the run looks again by itself", owner, exc)
 
-    async def resume_held(self) -> None:
-        """Resume every run Temporal shows held (one visibility query): the kill switch or the
-        breaker went, or a pause went while no intake led. Each looks again: one whose owner a
-        pause still holds holds on until that pause's own end, the rest go on. Not only those
-        no pause holds: a run held by the breaker whose owner's pause, still in force at the
-        reset, ends by its time (no event), would wait out its ``PAUSE_RECHECK``."""
+    async def resume_held(self, sent: Collection[OwnerRef] = ()) -> None:
+        """Resume every run Temporal shows held (one visibility query) but those ``sent`` one
+        already: the kill switch or the breaker went, or a pause went while no intake led. Each
+        looks again: one whose owner a pause still holds holds on until that pause's own end,
+        the rest go on. Not only those no pause holds: a run held by the breaker whose owner's
+        pause, still in force at the reset, ends by its time (no event), would wait out its
+        ``PAUSE_RECHECK``."""
         for failures in range(HELD_TRIES):
             try:
                 listed = await temporal.held_runs(self.client, self.cluster)
@@ -128,7 +129,7 @@ class Delivery:
         else:
             log.warning("held runs not listed; each looks again by itself")
             return
-        await self._send_resumes(listed)
+        await self._send_resumes([owner for owner in listed if owner not in sent])
 
     # --- the early verdict ---------------------------------------------------------------------
 

@@ -57,8 +57,9 @@ class Pauses:
                 # read the hold and not yet shown it to Temporal), and every run Temporal shows
                 # held. A resume to a run that holds nothing changes nothing.
                 views = self.owners.views()
-                self.delivery.resume([o for o, v in views if causes.bringing_back(v)])
-                self.delivery.spawn(self.delivery.resume_held())
+                sent = [o for o, v in views if causes.bringing_back(v)]
+                self.delivery.resume(sent)
+                self.delivery.spawn(self.delivery.resume_held(frozenset(sent)))
         if self._lifted(("Namespace", "", name), event, obj):
             views = self.owners.views()
             self.delivery.resume([o for o, v in views if o.namespace == name and causes.active(v)])
