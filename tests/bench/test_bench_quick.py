@@ -50,3 +50,15 @@ def test_quick_bench_prints_every_section() -> None:
     assert "20/20 reached the right final mode" in stdout
     assert "floor (the same 20 attempts as floor workflows" in stdout  # P3's floor ran
     assert "at most 1 write(s) of one policy in any 2 s" in stdout  # the writer's period
+
+
+def test_p5s_floor_flags_are_refused_without_p5() -> None:
+    """``--no-floor`` and ``--floor-only`` are P5's: with another section (or both at once)
+    they are refused, not dropped."""
+    refused = (["--floor-only"], ["--only", "p3", "--no-floor"],
+               ["--only", "p5", "--no-floor", "--floor-only"])  # fmt: skip
+    for args in refused:
+        run = subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT,
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        assert run.returncode == 2 and "--floor-only" in run.stderr, (args, run.stderr)
+        assert "Traceback" not in run.stderr and "## " not in run.stdout
