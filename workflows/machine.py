@@ -221,6 +221,7 @@ class RollbackState(CamelModel):
             policy=self.policy.ref if self.policy else None,
             last_transition_time=self.last_transition_time,
             history=self.history,
+            transitions=self.transitions,
             window=self.window_baselines(),
         )
 

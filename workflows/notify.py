@@ -98,13 +98,17 @@ class Notification(CamelModel):
         time: datetime,
         workflow_id: str,
         run_id: str,
+        transitions: int,
     ) -> Notification | None:
+        """The notification of the run's ``transitions``-th transition, into ``mode``. Its key
+        (and so its child's ID, which a replay checks) comes from what the run's history fixes,
+        not from ``time``: a workflow's clock after a local activity may read differently live
+        and on replay (the SDK may group the activity's result into another workflow task)."""
         severity = severity_of(mode)
         if severity is None:
             return None
-        # A 0.1 run's key is the one it had then: its replay must start the same child.
         where = f"{cluster}/" if cluster else ""
-        identity = f"{where}{owner}/{mode}/{turn}/{fingerprint}/{time.isoformat()}"
+        identity = f"{where}{owner}/{mode}/{turn}/{fingerprint}/{run_id}/{transitions}"
         return cls(
             key=hashlib.sha256(identity.encode()).hexdigest()[:32],
             severity=severity,

@@ -796,6 +796,7 @@ class RollbackWorkflow:
             time=state.last_transition_time,
             workflow_id=info.workflow_id,
             run_id=info.run_id,
+            transitions=state.transitions or 0,
         )
         if notification is None:
             return

@@ -146,6 +146,9 @@ class OwnerState(CamelModel):
     # The workflow run that wrote it: a run that reads back its own state knows a task of its
     # own recorded it and was lost before it completed (its worker died in between).
     run_id: str | None = None
+    # How many transitions that run had made with this one: with ``run_id``, the transition's
+    # notification key, for the run that reads back a transition its lost task recorded.
+    transitions: int | None = None
     # While monitoring: the window's baselines, for a run that resumes it.
     window: WindowBaselines | None = None
 

@@ -38,9 +38,30 @@ def notification() -> Notification:
         time=datetime(2026, 1, 1, tzinfo=UTC),
         workflow_id=rollback_id(CLUSTER, OWNER),
         run_id="run",
+        transitions=1,
     )
     assert made is not None
     return made
+
+
+def test_the_key_comes_from_the_run_and_its_transition_not_from_the_clock() -> None:
+    """A workflow's clock after a local activity may read otherwise on replay (a suite's run
+    whose replay started another child and hung): the key, and so the child's ID, does not
+    depend on it."""
+    made = notification()
+    again = made.model_copy(update={"time": datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)})
+
+    def of(n: Notification, **change: Any) -> Notification | None:
+        fields = {"cluster": n.cluster, "owner": n.owner, "mode": n.transition, "turn": n.turn,
+                  "fingerprint": n.fingerprint, "reason": n.reason, "message": n.message,
+                  "policy": n.policy, "time": n.time, "workflow_id": n.workflow_id,
+                  "run_id": n.run_id, "transitions": 1}  # fmt: skip
+        return Notification.of(**(fields | change))
+
+    assert of(again) == again.model_copy(update={"key": made.key})  # another time, same key
+    assert of(made, transitions=2).key != made.key  # the run's next transition
+    assert of(made, run_id="another").key != made.key  # another run's
+    assert made.workflow_id_for_child().endswith(f"/rollingBack/turn-1/{made.key[:12]}")
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,7 @@ def notification() -> Notification:
     made = Notification.of(
         cluster=CLUSTER, owner=owner, mode=Mode.FAILED_PERMANENT, turn=2, fingerprint="f",
         reason=None, message="failed", policy=None, time=datetime.now(UTC),
-        workflow_id=rollback_id(CLUSTER, owner), run_id="r",
+        workflow_id=rollback_id(CLUSTER, owner), run_id="r", transitions=3,
     )  # fmt: skip
     assert made is not None
     return made

@@ -599,7 +599,8 @@ async def test_worker_restart(
         await wait_for(handle, lambda s: s.mode is stop_in)
     await asyncio.sleep(2.5)  # the durable timer expires while no worker runs
     async with running_worker(client, task_queue, cluster):
-        result = await handle.result()
+        # Bounded: a replay that fails (nondeterminism) retries its task for ever.
+        result = await asyncio.wait_for(handle.result(), 60)
     assert (result.mode, result.failure_reason) == (Mode.FAILED_PERMANENT, FailureReason.OOM_KILLED)
     assert [e for e in owner.journal if e[0] == "rollback"] == [
         ("rollback", RollbackTarget.LAST_SUCCESSFUL)
