@@ -10,12 +10,13 @@ retries, so a receiver that fails is retried alone and one that succeeded is not
 The last attempt that fails reports instead of raising (a log line, a metric and a Warning Event
 on the owner) and the child ends: nothing retries forever. What cannot report itself (a last
 attempt that timed out, a routing that kept failing) is reported by the child through
-``report_notification_failure`` (patch ``reported-failures``), so every failure is seen.
+``report_notification_failure``, so every failure is seen.
 
 Each notification carries an idempotency key derived from the transition (the owner, mode, turn,
-fingerprint and the workflow time of the transition): a retried send (a worker killed mid-send,
-a timeout after the receiver stored it) carries the same key, and so does a replay. The child's
-workflow ID is derived from the same key, so a transition is notified by one child only.
+fingerprint, the run and how many transitions it had made; never the workflow's clock): a
+retried send (a worker killed mid-send, a timeout after the receiver stored it) carries the same
+key, and so does a replay. The child's workflow ID is derived from the same key, so a
+transition is notified by one child only.
 """
 
 from __future__ import annotations
