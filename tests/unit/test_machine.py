@@ -613,16 +613,6 @@ def test_a_pause_holds_each_step_as_the_table_says(
     assert not hold.gives_up(False)
 
 
-def test_every_drawn_transition_is_taken() -> None:
-    """Last in this module: each row of the table is a transition some test above makes."""
-    others = {name for name in globals() if name.startswith("test_")} - {
-        "test_every_drawn_transition_is_taken"
-    }
-    if not others <= RAN:
-        pytest.skip("needs the whole module (it counts the transitions its tests take)")
-    assert set() == DRAWN - TAKEN
-
-
 # --- the early verdict (docs/concepts/early-verdict.md) --------------------------------------
 
 
@@ -734,3 +724,13 @@ def test_a_pod_that_recovers_within_the_confirmation_is_not_rolled_back_early() 
     recovered = decide(crossing, Sampled(t1 + timedelta(seconds=10), sample(5, oomKilled=2)))
     assert recovered.state.mode is Mode.MONITORING and recovered.state.early_since is None
     assert recovered.state.next_sample_at == recovered.state.window_ends_at
+
+
+def test_every_drawn_transition_is_taken() -> None:
+    """Last in this module: each row of the table is a transition some test above makes."""
+    others = {name for name in globals() if name.startswith("test_")} - {
+        "test_every_drawn_transition_is_taken"
+    }
+    if not others <= RAN:
+        pytest.skip("needs the whole module (it counts the transitions its tests take)")
+    assert set() == DRAWN - TAKEN
