@@ -65,8 +65,9 @@ helm: setup
 		$(HELM) version --short | grep -q '^$(HELM_VERSION)' || { echo "$(HELM) is not helm $(HELM_VERSION)"; exit 1; }; \
 	fi
 
+# Two lanes at once, the stories beside the rest (tests/conftest.py, Lanes).
 test: lint tools helm mermaid
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 # The production image's dependencies, pinned with hashes (Dockerfile: pip --require-hashes).
 # Existing pins are kept while they still satisfy pyproject.toml; tests/deploy/test_lock.py

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "deploy" / "examples"
@@ -144,6 +145,25 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+# --- Two lanes at once (`make test`: pytest-xdist, ``-n 2 --dist loadgroup``) ------------------
+# The stories (a real worker, intake, dev server and simulated cluster each; the fault runs) keep
+# about a core busy; the rest mostly waits on the dev server's timers. One lane each, its modules
+# in file order, so what runs beside what is the same every run, and the commands that take the
+# default ports (`make run`, `rollbackctl run`) share one lane. xdist 3.8's own groups (the
+# ``xdist_group`` mark) do not reach pytest 9's node IDs, so the lanes are this scheduler's scopes.
+STORIES = ("tests/e2e/", "tests/faults/")
+
+
+class Lanes(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+        return "stories" if nodeid.startswith(STORIES) else "rest"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would take loadgroup's marks
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Lanes | None:
+    return Lanes(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
 _exit_status: list[int] = []
