@@ -560,7 +560,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _pause_or_resume(args: argparse.Namespace, pause: bool) -> int:
     try:
         kube = _kube(args, "a pause is written")
-        namespace = args.namespace_filter or pausing.context_namespace(
+        namespace = args.namespace_filter or localrun.context_namespace(
             kube.kubeconfig, kube.context
         )
         target = pausing.parse_target(args.target, namespace)

@@ -154,6 +154,19 @@ def kubeconfig_documents(kubeconfig: str | None) -> list[dict[str, Any]]:
     return found
 
 
+def context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """kubectl's default namespace: the context's (``context``, else the current one, of the
+    first file of ``kubeconfig`` that names it; ``~/.kube/config`` when none), else
+    ``default``."""
+    docs = kubeconfig_documents(kubeconfig or str(Path.home() / ".kube" / "config"))
+    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
+    for doc in docs:
+        for entry in doc.get("contexts") or []:
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return str((entry.get("context") or {}).get("namespace") or "default")
+    return "default"
+
+
 def contexts(kubeconfig: str | None) -> set[str]:
     """The context names of ``kubeconfig`` (a path, or a ``:``-separated list)."""
     return {

@@ -19,7 +19,6 @@ from __future__ import annotations
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api, CustomObjectsApi
@@ -29,7 +28,7 @@ from activities.lookup import OwnerLookup
 from activities.lookup import body as response_body
 from activities.owners import OWNER_KINDS
 from activities.writes import MERGE_PATCH
-from cli import localrun, ops
+from cli import ops
 from cli.ops import OpsError, kind_of
 from workflows.activity_api import OwnerRef
 from workflows.contract import (
@@ -233,19 +232,6 @@ def target_owner(api: ApiClient, target: Target, written: Obj) -> OwnerRef | Non
     if target.scope is not PauseScope.POD:
         return target.owner
     return OwnerLookup(CoreV1Api(api), CustomObjectsApi(api)).owner_of(written)
-
-
-def context_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """kubectl's default namespace: the context's (``context``, else the current one, of the
-    first file of ``kubeconfig`` that names it; ``~/.kube/config`` when none), else
-    ``default``."""
-    docs = localrun.kubeconfig_documents(kubeconfig or str(Path.home() / ".kube" / "config"))
-    name = context or next((d["current-context"] for d in docs if d.get("current-context")), None)
-    for doc in docs:
-        for entry in doc.get("contexts") or []:
-            if isinstance(entry, dict) and entry.get("name") == name:
-                return str((entry.get("context") or {}).get("namespace") or "default")
-    return "default"
 
 
 @dataclass(frozen=True)

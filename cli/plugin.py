@@ -26,9 +26,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from cli.localrun import context_namespace
 from cli.main import build_parser
 from cli.main import entry as rollbackctl
-from cli.pausing import context_namespace
 
 # The plugin's words -> rollbackctl's.
 COMMANDS = {
@@ -44,6 +44,10 @@ COMMANDS = {
 }
 ON_A_WORKLOAD = ("describe", "history", "abort", "retry")
 USAGE = "usage: kubectl rollback {" + ",".join(COMMANDS) + "} ... (kubectl rollback COMMAND -h)"
+# `kubectl rollback --help`: the commands as this module's docstring lists them.
+HELP = "\n".join(
+    [USAGE, "", *(line for line in (__doc__ or "").splitlines() if line.startswith("    kubectl"))]
+)
 
 
 def _valued(command: str) -> set[str]:
@@ -107,4 +111,7 @@ def translate(argv: Sequence[str], env_kubeconfig: str | None = None) -> list[st
 
 def entry() -> None:
     """The ``kubectl-rollback`` executable."""
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(HELP)
+        return
     rollbackctl(translate(sys.argv[1:], os.environ.get("KUBECONFIG")))
