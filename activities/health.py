@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 import urllib3
 
 from activities.cohort import actual_resources
-from activities.errors import TransientError
+from activities.errors import TransientError, redact_url
 from workflows.activity_api import CheckResult, HealthInput, HealthResult
 from workflows.contract import FailureReason, Obj
 from workflows.durations import format_duration
@@ -48,8 +48,8 @@ from workflows.policy import (
     HealthChecks,
     MemoryHeadroomCheck,
     QueryCheck,
-    fill_promql,
 )
+from workflows.promql import fill_promql
 from workflows.quantities import positive
 
 # Seconds one query may take. They are asked at once, so an activity takes about one query's
@@ -68,6 +68,7 @@ class Prometheus:
 
     def __init__(self, url: str, timeout: float = QUERY_TIMEOUT) -> None:
         self.url = url.rstrip("/")
+        self.shown = redact_url(self.url)  # what an error or an Event prints of it
         self.http = urllib3.PoolManager(
             timeout=urllib3.Timeout(total=timeout), retries=urllib3.Retry(0), maxsize=MOST_QUERIES
         )
@@ -84,7 +85,7 @@ class Prometheus:
             )
         except urllib3.exceptions.HTTPError as exc:
             why = str(getattr(exc, "reason", None) or exc).split("): ", 1)[-1]  # not the URL
-            raise PrometheusError(f"Prometheus at {self.url} unreachable: {why}") from None
+            raise PrometheusError(f"Prometheus at {self.shown} unreachable: {why}") from None
         try:
             body = json.loads(response.data)
         except ValueError:

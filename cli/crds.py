@@ -41,7 +41,6 @@ from workflows.policy import (
     LABEL_VALUE_PATTERN,
     MAX_LABELS,
     NAMESPACE_PATTERN,
-    PROMQL_MAX,
     QUERIES_MAX,
     WEIGHT_MIN,
     ClusterRollbackPolicy,
@@ -50,6 +49,7 @@ from workflows.policy import (
     RollbackPolicySpec,
 )
 from workflows.policy_status import READY, SUMMARY_MAX
+from workflows.promql import PROMQL_MAX
 
 Schema = dict[str, Any]
 

@@ -12,11 +12,9 @@ resourceVersion, managedFields, ...) are ignored rather than rejected.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, get_args
 
-import promql_parser
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -38,6 +36,13 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.durations import MAX_DURATION, MAX_DURATION_TEXT, Duration, format_duration
+from workflows.promql import (
+    PROMQL_DEPTH_MAX,
+    PROMQL_MAX,
+    PROMQL_OPERATORS_MAX,
+    unconfined_selectors,
+    valid_promql,
+)
 
 INT32_MAX = 2**31 - 1
 WEIGHT_MIN = 0  # as in the reference engine's CRDs: weights are int32 from 0 up
@@ -247,127 +252,10 @@ class Backoff(Model):
 
 # --- health checks from Prometheus (docs/concepts/health-checks.md) -------------------------
 
-PROMQL_MAX = 4096  # characters of one custom query
-QUERIES_MAX = 10  # custom queries per policy
-# What a custom query may name, each replaced when it runs: the workload's namespace, its
-# name, a regular expression matching exactly its cohort's pods' names (``a|b``), and the
-# window's length as PromQL writes it.
-PROMQL_VARIABLES = {
-    "$namespace": "shop",
-    "$owner": "api",
-    "$pods": "api-7d9f8-x2b4q|api-7d9f8-k9m2z",
-    "$window": "5m",
-}
-NAMESPACE_LABEL = "namespace"  # the label cAdvisor and kube-state-metrics name a namespace with
 DEFAULT_MAX_HOLD = timedelta(minutes=10)
 Comparison = Literal["<", "<=", ">", ">="]
 COMPARISONS: tuple[str, ...] = get_args(Comparison)
-
-
-def valid_promql(text: str) -> str:
-    """``text`` with its variables filled in parses as PromQL (the same parser's grammar as
-    Prometheus's); else a ValueError saying why and where."""
-    try:
-        promql_parser.parse(fill_promql(text, PROMQL_VARIABLES))
-    except ValueError as exc:
-        raise ValueError(f"not valid PromQL: {exc}{_where(text)}") from None
-    return text
-
-
-def fill_promql(text: str, values: Mapping[str, str]) -> str:
-    """``text`` with each variable (``PROMQL_VARIABLES``' names) replaced by its value."""
-    for name in PROMQL_VARIABLES:
-        text = text.replace(name, values[name])
-    return text
-
-
-def unconfined_selectors(text: str, namespace: str | None) -> list[str]:
-    """The vector selectors of ``text`` that may read outside ``namespace`` (prom-label-proxy's
-    rule, enforced rather than injected): each must carry ``namespace="$namespace"`` (or the
-    policy's own namespace, written out), in every ``or`` branch of its braces. Returns each
-    offender with why, empty when the query is confined (or does not parse: ``valid_promql``
-    says why)."""
-    allowed = {"$namespace"} | ({namespace} if namespace else set())
-    # ``$namespace`` stays as written (inside its quotes) so that it can be told from a literal.
-    values = {k: ("$namespace" if k == "$namespace" else v) for k, v in PROMQL_VARIABLES.items()}
-    try:
-        expr = promql_parser.parse(fill_promql(text, values))
-    except ValueError:
-        return []
-    found: list[str] = []
-    EQUAL = promql_parser.MatchOp.Equal  # noqa: N806
-
-    def visit(node: Any) -> None:
-        if not isinstance(node, promql_parser.VectorSelector):
-            return
-        branches = node.matchers.or_matchers or [node.matchers.matchers]
-        ours = [
-            [m for m in branch if m.name == NAMESPACE_LABEL and m.op == EQUAL]
-            for branch in branches
-        ]
-        if all(any(m.value in allowed for m in branch) for branch in ours):
-            return  # every branch reads this namespace alone (a further matcher only narrows it)
-        others = sorted(
-            str(m)  # as written: namespace="billing", namespace=~".+"
-            for branch in branches
-            for m in branch
-            if m.name == NAMESPACE_LABEL and not (m.op == EQUAL and m.value in allowed)
-        )
-        why = f"names {', '.join(others)}" if others else 'has no namespace="$namespace" matcher'
-        found.append(f"{node.name or 'a selector'} {why}")
-
-    promql_parser.walk(expr, pre_visit=visit)
-    return found
-
-
-CLOSERS = {"(": ")", "[": "]", "{": "}"}
-TOKEN_ENDS = frozenset(" \t\n+-*/%^=!<>,()[]{}")  # where a token may end: before one of these
-WHERE_TRIES = 64
-
-
-def _brackets(query: str) -> tuple[list[tuple[str, int]], str | None, bool]:
-    """The brackets ``query`` leaves open (with their columns), the first one that closes
-    nothing (as a message), and whether it ends inside a string."""
-    opened: list[tuple[str, int]] = []
-    quote: str | None = None
-    for column, char in enumerate(query, start=1):
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "\"'`":
-            quote = char
-        elif char in CLOSERS:
-            opened.append((char, column))
-        elif char in CLOSERS.values():
-            if not opened or CLOSERS[opened[-1][0]] != char:
-                return opened, f" (at column {column}: {char!r} closes nothing)", False
-            opened.pop()
-    return opened, None, quote is not None
-
-
-def _where(query: str) -> str:
-    """Where a query that does not parse goes wrong: a bracket that closes nothing or is never
-    closed, else the end of its longest beginning that parses once its open brackets are
-    closed (``valid up to column N``)."""
-    opened, problem, _ = _brackets(query)
-    if problem is not None:
-        return problem
-    if opened:
-        return f" (at column {opened[-1][1]}: {opened[-1][0]!r} is never closed)"
-    # At most WHERE_TRIES token ends, from the last: each try parses, and the models judge every
-    # policy the intake sees (a 4,096-character query tried at every character took a second).
-    ends = [e for e in range(len(query) - 1, 0, -1) if query[e] in TOKEN_ENDS]
-    for end in ends[:WHERE_TRIES]:
-        head = query[:end]
-        opened, problem, quoted = _brackets(head)
-        if problem is not None or quoted or not head.strip():
-            continue
-        try:
-            closed = head + "".join(CLOSERS[c] for c, _ in reversed(opened))
-            promql_parser.parse(fill_promql(closed, PROMQL_VARIABLES))
-        except ValueError:
-            continue
-        return f" (valid up to column {len(head.rstrip())})"
-    return ""  # not within the last WHERE_TRIES tokens: the parser's reason alone
+QUERIES_MAX = 10  # custom queries per policy
 
 
 Percent = Annotated[StrictInt, Field(ge=1, le=100)]
@@ -413,8 +301,11 @@ class QueryCheck(Model):
     ] = Field(
         description="An instant query returning one or more series, evaluated at the window's"
         " end; $namespace, $owner, $pods (a regular expression matching exactly the cohort's"
-        " pods' names) and $window are replaced. In a RollbackPolicy every selector must carry"
-        ' namespace="$namespace". The highest value (the lowest, for > and >=) is judged.'
+        " pods' names) and $window are replaced, each inside quotes ($window also as a range or"
+        f" an offset). At most {PROMQL_DEPTH_MAX} brackets deep and {PROMQL_OPERATORS_MAX}"
+        " operators. In a RollbackPolicy every"
+        ' selector must carry namespace="$namespace". The highest value (the lowest, for > and'
+        " >=) is judged."
     )
     healthy_when: Comparison = Field(
         description="How the value compares with the threshold when the workload is healthy."
