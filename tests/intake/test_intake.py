@@ -23,7 +23,7 @@ from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, controlled_by, owner, pod, policy
 from tests.workflow.helpers import terminate_running
-from worker.intake import Intake
+from worker.intake import Intake, causes
 from worker.kube import activities_for, api_client
 from worker.leader import LeaderElector
 from worker.runner import build_worker
@@ -308,6 +308,41 @@ async def test_malformed_annotation_leaves_an_event(env: Env) -> None:
     await eventually(lambda: env.intake.stats["malformed"] == 1)
     await eventually(lambda: EventReason.ATTEMPT_ABORTED in env.events())
     assert env.intake.stats["signals"] == 0
+
+
+async def test_a_policy_being_validated_holds_no_other_namespaces_adoption(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tenant's policy is validated off the intake's lock, which every adoption takes: while
+    its validation is held open (here, for as long as the test likes), another namespace's pod is
+    adopted and its attempt runs to its verdict. A hostile query is also refused within its
+    bounds before it is parsed (tests/unit/test_promql.py); this is what is left to any cost."""
+    env.api.store.create(policy(monitoringPeriod="2s"))
+    await started(env)
+    entered, release = threading.Event(), threading.Event()
+    real = causes.policy_change
+
+    def held_open(event: str, obj: dict, before: tuple[object, ...] | None) -> causes.PolicyChange:  # type: ignore[type-arg]
+        if obj["metadata"]["name"] == "hostile":
+            entered.set()
+            release.wait(60)
+        return real(event, obj, before)
+
+    monkeypatch.setattr(causes, "policy_change", held_open)
+    hostile = policy(name="hostile", healthChecks={"queries": [{
+        "name": "deep", "healthyWhen": "<", "threshold": 1,
+        "promql": "(" * 800 + 'x{namespace="$namespace"}' + ")" * 800,
+    }]})  # fmt: skip
+    hostile["metadata"]["namespace"] = "tenant-x"
+    env.api.store.create(hostile)
+    assert await asyncio.to_thread(entered.wait, 15)
+    try:
+        add_pods(env.api, deployment(env.api), ["web-a", "web-b"])
+        assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
+        assert not release.is_set()  # decided while the hostile policy was still in validation
+    finally:
+        release.set()
+    await eventually(lambda: env.intake.stats["invalid_policies"] == 1)
 
 
 def test_leader_election_with_two_candidates() -> None:

@@ -153,7 +153,11 @@ class Intake:
         meta = obj["metadata"]
         key = (obj.get("kind", ""), meta.get("namespace") or "", meta["name"])
         with self._lock:
-            change = causes.policy_change(event, obj, self._policies_handled.get(key))
+            before = self._policies_handled.get(key)
+        # Validated off the lock, which every pod's adoption takes (a policy's queries are
+        # bounded, docs/concepts/health-checks.md "Bounds"); this informer alone writes ``key``.
+        change = causes.policy_change(event, obj, before)
+        with self._lock:
             if change.action is causes.PolicyAction.SEEN:
                 self.status.status_seen(obj)
                 return
