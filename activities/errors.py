@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
 
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
@@ -29,6 +30,30 @@ log = logging.getLogger(__name__)
 # What the API server answers when the request itself is wrong for this object: a retry gets the
 # same answer (a webhook's denial, an annotation over the size limit, an invalid patch).
 PERMANENT_STATUSES = frozenset({400, 403, 405, 406, 413, 415, 422})
+
+
+def redact_url(url: str) -> str:
+    """``url`` as an error, a log line or an Event may print it: its scheme, host, port and path;
+    a user and password, a query and a fragment (where tokens go) shown as ``***``. Text that is
+    not a URL with a scheme and a host is not shown at all: it may be a token itself."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ":***"
+    if not parts.scheme or not parts.hostname:
+        return f"<{len(url)} characters, not a URL: not shown>"
+    name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname  # IPv6
+    host = ("***@" if parts.username or parts.password else "") + name + port
+    return urlunsplit(
+        (
+            parts.scheme,
+            host,
+            parts.path,
+            "***" if parts.query else "",
+            "***" if parts.fragment else "",
+        )
+    )
 
 
 class InvalidOwnerError(ValueError):

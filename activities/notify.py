@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from temporalio import activity
 
-from activities.errors import TransientError
+from activities.errors import TransientError, redact_url
 from activities.lookup import OwnerLookup
 from activities.writes import OwnerWriter
 from workflows.contract import EventReason
@@ -123,7 +123,8 @@ def check_url(url: str, what: str = "url") -> str:
     """``url`` when it is an absolute http(s) URL with a host; else ``BadReceiverError``."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadReceiverError(f"{what}: {url!r} is not an http:// or https:// URL with a host")
+        shown = redact_url(url)
+        raise BadReceiverError(f"{what}: {shown} is not an http:// or https:// URL with a host")
     return url
 
 

@@ -25,7 +25,7 @@ from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError
 
-from activities.errors import first_line
+from activities.errors import first_line, redact_url
 from activities.health import Prometheus, PrometheusError
 from activities.lookup import OwnerLookup, read_state
 from cli import crds, history, localrun, ops, pausing, podhistory, policies, watch
@@ -735,7 +735,7 @@ def cmd_prometheus_check(args: argparse.Namespace) -> int:
     except PrometheusError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"Prometheus at {url} answers: the policies' health checks can be asked.")
+    print(f"Prometheus at {redact_url(url)} answers: the policies' health checks can be asked.")
     return 0
 
 

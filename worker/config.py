@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 from kubernetes.client import ApiClient
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.common import WorkerDeploymentVersion
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -38,6 +39,7 @@ from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.runtime import Runtime
 from temporalio.service import RetryConfig
 
+from activities.errors import redact_url
 from activities.notify import NotificationConfig
 from worker import telemetry
 from worker.flags import (
@@ -58,6 +60,7 @@ from workflows.contract import (
     task_queue_for,
 )
 from workflows.durations import parse_duration_or_zero
+from workflows.policy import field_errors
 from workflows.selection import PROTECTED, Protection
 
 log = logging.getLogger(__name__)
@@ -363,7 +366,7 @@ class WorkerConfig(_OneCluster):
 def parse_prometheus_url(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
     raw = getattr(args, "prometheus_url", None) or _env(env, "ROLLBACK_PROMETHEUS_URL")
     if raw is not None and not re.match(r"^https?://[^/\s]+", raw):
-        raise ConfigError(f"--prometheus-url: {raw!r} is not an http(s) URL")
+        raise ConfigError(f"--prometheus-url: {redact_url(raw)} is not an http(s) URL")
     return raw
 
 
@@ -388,7 +391,9 @@ def _notifications(args: argparse.Namespace, env: Mapping[str, str]) -> Notifica
         return NotificationConfig.load(path)
     except OSError as exc:
         raise ConfigError(f"--notifications: cannot read {path}: {exc.strerror}") from None
-    except (ValueError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+    except ValidationError as exc:  # field paths and reasons, never the input (a receiver's URL)
+        raise ConfigError(f"--notifications: {path}: {field_errors(exc)}") from None
+    except (ValueError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()
         raise ConfigError(f"--notifications: {path}: {' '.join(first[:3])}") from None
 
