@@ -50,6 +50,7 @@ from activities.owners import (
 )
 from activities.resize import Budget, Pace, resize_paced
 from activities.writes import HeldError, OwnerWriter
+from workflows import machine
 from workflows.activity_api import (
     CHECK_HEALTH,
     LOAD_OWNER,
@@ -82,12 +83,10 @@ from workflows.contract import (
     ROLLBACK_STATE_ANNOTATION,
     Actuation,
     EventReason,
-    Mode,
     Obj,
     RollbackTarget,
 )
 from workflows.fingerprint import MalformedRecommendationError, Resources
-from workflows.machine import last_turn
 from workflows.notify import (
     REPORT_NOTIFICATION_FAILURE,
     ROUTE_NOTIFICATION,
@@ -255,12 +254,19 @@ class KubernetesActivities:
             policy = self.lookup.policy(input.owner, obj)
             paused = None
             if input.attempt is not None and _published(obj):
-                # The kill switch and the breaker hold a backoff's end only where it re-applies
-                # (not the last turn's, which ends failedPermanent), as the machine decides.
+                # The kill switch and the breaker hold a backoff's end where, by the machine's
+                # rule, what it goes to lets the cut run again (backedOff; cleared, the policy
+                # gone), not where it ends failedPermanent; a pause holds it either way.
                 state, _ = read_state(obj)
-                last = state is None or policy is None or last_turn(state.turn, policy)
+                turn = input.turn or (state.turn if state else 1)
+                back = machine.brings_back(
+                    state.mode if state else None,
+                    machine.backoff_end(turn, policy),
+                    published=True,
+                    clears=True,
+                )
                 step, attempt = "backoff end", input.attempt
-                _, paused = self._gate(input.owner, obj, step, attempt, brings_back=not last)
+                _, paused = self._gate(input.owner, obj, step, attempt, brings_back=back)
             return ResolvePolicyResult(policy=policy, paused=paused)
 
     @activity.defn(name=SAMPLE_COHORT)
@@ -345,17 +351,14 @@ class KubernetesActivities:
             wanted: dict[str, str | None] = {
                 ROLLBACK_STATE_ANNOTATION: input.state.to_json() if input.state else None
             }
-            again = None
             if input.clear_rollback_recommendation:
-                # Clearing a published rollback recommendation acts (the applier re-applies
-                # the cut): through the gate, and nothing is written while a pause holds it.
-                held, again = self._clearing_held(input)
-                if held is not None:
-                    return held
                 wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
+            # A record that may act (it clears a rollback, or the machine found it may bring the
+            # cut back) goes through the gate on the writer's own read; the rest are blind.
+            acts = input.clear_rollback_recommendation or input.brings_back
             try:
                 obj, written = self.writer.patch_annotations(
-                    input.owner, wanted, read_first=False, held=again
+                    input.owner, wanted, read_first=acts, held=self._record_gate(input)
                 )
             except HeldError as exc:
                 return RecordTransitionResult(paused=exc.pause)
@@ -400,7 +403,7 @@ class KubernetesActivities:
                         ROLLBACK_REQUESTS_ANNOTATION: _json(requests),
                         ROLLBACK_LIMITS_ANNOTATION: _json(limits),
                     },
-                    held=self._again(input.owner, "rollback", input.target.value),
+                    held=self._regate(input.owner, "rollback", input.target.value),
                 )
             except HeldError as exc:
                 return ActuationResult(paused=exc.pause, message=exc.pause.describe())
@@ -465,37 +468,38 @@ class KubernetesActivities:
         listed = Listed(query, *self.lookup.pods_listed(owner.namespace, query))
         return listed, self._paused(owner, obj, listed.pods, step, attempt, brings_back)
 
-    def _clearing_held(
-        self, input: RecordTransitionInput
-    ) -> tuple[RecordTransitionResult | None, Callable[[], Pause | None] | None]:
-        """A record that clears a published rollback recommendation, held by a pause: the
-        result that says so, nothing written; None when it may go (or there is none to clear),
-        with the gate to read again before a retry of the write."""
-        obj = self.lookup.get(input.owner)
-        if obj is None:
-            return RecordTransitionResult(exists=False), None
-        if not _published(obj):
-            return None, None  # nothing to clear: the record acts on nothing
-        mode = input.state.mode.value if input.state else "cleared"
+    def _record_gate(self, input: RecordTransitionInput) -> Callable[[Obj], Pause | None] | None:
+        """The gate of a record that may act, read on the owner as the writer reads it: the
+        pause over the workload when the record clears a published rollback, and the kill
+        switch and the breaker too when, by ``machine.brings_back`` on what that read shows,
+        it lets the cut run again (a backoff's end, a clear for a policy gone, a retry's first
+        state over ``failedPermanent``). None: the record cannot act."""
+        if not (input.clear_rollback_recommendation or input.brings_back):
+            return None
+        after = input.state.mode if input.state else None
         attempt = input.state.active_recommendation_fingerprint if input.state else "-"
-        step = f"{mode} (clears the rollback)"
-        reapplies = input.state is not None and input.state.mode is Mode.BACKED_OFF
-        _, paused = self._gate(input.owner, obj, step, attempt, brings_back=reapplies)
-        if paused is not None:
-            return RecordTransitionResult(paused=paused), None
-        return None, self._again(input.owner, step, attempt, reapplies)
+        step = f"{after or 'cleared'} record"
 
-    def _again(
-        self, owner: OwnerRef, step: str, attempt: str, brings_back: bool = False
-    ) -> Callable[[], Pause | None]:
-        """The gate read afresh (the owner and its cohort again), for a retry of a write that
-        passed it: a pause taken meanwhile holds the retry (``writes.HeldError``)."""
-
-        def held() -> Pause | None:
-            obj = self.lookup.get(owner)
-            return None if obj is None else self._gate(owner, obj, step, attempt, brings_back)[1]
+        def held(obj: Obj) -> Pause | None:
+            stored, _ = read_state(obj)
+            published = _published(obj)
+            clears = input.clear_rollback_recommendation and published
+            back = machine.brings_back(
+                stored.mode if stored else None, after, published=published, clears=clears
+            )
+            if not (back or clears):
+                return None  # it acts on nothing the owner shows
+            return self._gate(input.owner, obj, step, attempt, brings_back=back)[1]
 
         return held
+
+    def _regate(
+        self, owner: OwnerRef, step: str, attempt: str, brings_back: bool = False
+    ) -> Callable[[Obj], Pause | None]:
+        """The gate of a write that acts, read on the owner as the writer reads it before each
+        try (``writes.OwnerWriter.patch_annotations``): its cohort LISTed again, the pause on
+        that read, and the kill switch and the breaker where it ``brings_back`` a cut."""
+        return lambda obj: self._gate(owner, obj, step, attempt, brings_back)[1]
 
     def _paced(self, owner: OwnerRef, obj: Obj, step: str, attempt: str, budget: Budget) -> None:
         """Tell once, on the owner, that ``budget`` holds a batch of ``step``."""

@@ -27,8 +27,9 @@ mid-batch) resizes no pod twice and forgets none: what is at the target is skipp
 restarting counts as unavailable. A 429 from the API server (throttling) is transient: the
 activity is retried.
 
-Before each round after the first (the activity read them with the first LIST), the pause is
-read again (``Pace.paused``): a pause set mid-rollback stops the next batch, and the step, held
+Before each round, the first included (the activity's gate read it on the same LIST, but a
+write may come between), the pause is read again on the owner read afresh (``Pace.paused``): a
+pause set mid-rollback stops the next batch, and the step, held
 by the workflow, goes on from where it stopped once the pause lifts. And each batch of pods it
 takes down is bounded by the PodDisruptionBudgets selecting the cohort too (``Pace.budget``: the
 smallest ``status.disruptionsAllowed``, 0 while a budget's status is older than its spec, as the
@@ -140,7 +141,7 @@ class Pace:
     # for its controller to recreate it with the restored resources.
     recreate: bool = False
     on_recreated: Callable[[dict[str, str]], None] = lambda pods: None  # told once a batch
-    # The pause in force over the cohort as listed (read before each batch after the first).
+    # The pause in force over the cohort as listed, the owner read afresh (before each batch).
     paused: Callable[[list[Obj]], Pause | None] = lambda pods: None
     # The tightest disruption budget over the cohort as listed (None: none selects it), and
     # where to watch it when it allows nothing.
@@ -165,11 +166,9 @@ def resize_paced(
     """Resize the cohort to the target, paced by ``pace`` (see the module)."""
     free = NodeCapacity(core)
     done = Resized(notes=list(pace.notes))
-    rounds = 0
     while True:
         pods, version = cohort()
-        rounds += 1
-        if rounds > 1 and (paused := pace.paused(pods)) is not None:
+        if (paused := pace.paused(pods)) is not None:  # every batch, the first included
             done.paused = paused
             return done
         plan = _plan(pods, done.filtered, requests, limits)

@@ -10,9 +10,11 @@
 - Both retry here, up to ``WRITE_ATTEMPTS`` times, on 409 and on transient errors (429, 5xx,
   timeouts, dropped connections): cheaper than an activity retry, and safe for the two reasons
   above. What is left raises, and Temporal retries the activity (``workflows.rollback``).
-  A write that acts (publishing or clearing a rollback recommendation) passed the pause gate
-  before its first try; each retry reads the gate again (``held``), so a pause taken during
-  the retries holds the write (``HeldError``) instead of letting it land late.
+  A write that acts (publishing or clearing a rollback recommendation, a record that brings a
+  cut back) is its own last check: its gate (``held``) is read on the writer's own fresh read,
+  before every try including the first, and the write carries that read's ``resourceVersion``,
+  so a pause set on the owner after the read fails it with 409 and the next try reads and
+  gates again (``HeldError``: nothing written).
 
 Used by the activities (``activities.kubernetes``) and, for ``event_body``, by the intake.
 """
@@ -188,23 +190,24 @@ class OwnerWriter:
         owner: OwnerRef,
         wanted: dict[str, str | None],
         read_first: bool = True,
-        held: Callable[[], Pause | None] | None = None,
+        held: Callable[[Obj], Pause | None] | None = None,
     ) -> tuple[Obj | None, bool]:
         """Bring the owner's annotations to ``wanted`` (``None`` removes); no diff, no write.
         Returns the owner as last read or written (None: it is gone) and whether it wrote.
         ``read_first=False`` skips the read and the diff: the patch carries ``wanted`` whole,
         for a write whose repeat is harmless (a state record: the same value again). ``held``
-        (an acting write's gate) is read again before each retry: ``HeldError`` if it holds."""
+        (an acting write's gate, given the owner as just read) is read before each try, on
+        that try's own read: ``HeldError`` if it holds. An acting write always reads first."""
         kind = OWNER_KINDS[owner.kind]
         for attempt in range(WRITE_ATTEMPTS):
-            if attempt and held is not None and (pause := held()) is not None:
-                raise HeldError(pause)
             try:
                 body: Obj = {"metadata": {"annotations": wanted}}
-                if read_first:
+                if read_first or held is not None:
                     obj = self.lookup.get(owner)
                     if obj is None:
                         return None, False
+                    if held is not None and (pause := held(obj)) is not None:
+                        raise HeldError(pause)
                     current = obj["metadata"].get("annotations") or {}
                     changes = {k: v for k, v in wanted.items() if current.get(k) != v}
                     if not changes:

@@ -123,6 +123,7 @@ class ResolvePolicyInput(OwnerInput):
     clearing at the turn's end would act (the gate, ahead of the decision)."""
 
     attempt: str | None = None
+    turn: int | None = None  # the turn whose backoff ends (``machine.backoff_end``)
 
 
 class ResolvePolicyResult(CamelModel):
@@ -200,14 +201,17 @@ class RecordTransitionInput(OwnerInput):
     # (idempotent: a retry sets the same count), as the Kubernetes recorder aggregates.
     event_count: int = Field(default=1, ge=1)
     clear_rollback_recommendation: bool = False
+    # The machine found it may let the cut run again (``machine.brings_back``): the writer reads
+    # the owner and, by the same rule on what it reads, holds it as every such write is held.
+    brings_back: bool = False
 
 
 class RecordTransitionResult(CamelModel):
     exists: bool = True
     state_written: bool = False
     event_emitted: bool = False
-    # A record that clears a published rollback recommendation (which acts: the applier
-    # re-applies the cut) wrote nothing: a pause is in force, the step waits.
+    # A record that acts (it clears a published rollback recommendation, or brings the cut
+    # back) wrote nothing: a pause, the kill switch or the breaker is in force; the step waits.
     paused: Pause | None = None
 
 

@@ -37,7 +37,7 @@ count for it. Transient restarts during the window do not fail it; only health a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -369,6 +369,9 @@ class Record:
     remove_state: bool = False
     # Names the Event beside the transition's (one that is not a transition: a release seen).
     identity: str = ""
+    # It lets the owner's cut run again (``brings_back``; ``decide`` marks every record): the
+    # kill switch, the storm breaker and a pause hold it.
+    brings_back: bool = False
 
 
 @dataclass(frozen=True)
@@ -475,7 +478,41 @@ def news_after_start(
 
 
 def decide(state: RollbackState, obs: Observation) -> Decision:
-    """The next state and the effects that get there. Never raises on any observation."""
+    """The next state and the effects that get there, each record marked with whether it
+    brings the owner's cut back (``brings_back``). Never raises on any observation."""
+    return _marked(state, obs, _decide(state, obs))
+
+
+def _marked(state: RollbackState, obs: Observation, decision: Decision) -> Decision:
+    """``decision`` with each record marked by ``brings_back``, the owner before it as this run
+    knows it: its stored state on a run's start, else this run's; a rollback published while
+    rolling back or backing off. A record that clears a rollback is decided again by the writer
+    on the owner as it reads it (it may show one published in another mode: a cancel's)."""
+    if not any(isinstance(e, Record) for e in decision.effects):
+        return decision
+    before: Mode | None = state.mode
+    if isinstance(obs, AttemptStarted):
+        stored = obs.loaded.state
+        before = stored.mode if stored is not None else None
+    published = before in (Mode.ROLLING_BACK, Mode.BACKING_OFF)
+    effects = [
+        replace(
+            e,
+            brings_back=brings_back(
+                before,
+                None if e.remove_state else decision.state.mode,
+                published=published,
+                clears=e.clear_rollback_recommendation,
+            ),
+        )
+        if isinstance(e, Record)
+        else e
+        for e in decision.effects
+    ]
+    return replace(decision, effects=effects)
+
+
+def _decide(state: RollbackState, obs: Observation) -> Decision:
     match obs:
         case AttemptStarted():
             return _start(state, obs)
@@ -1183,6 +1220,52 @@ def last_turn(turn: int, policy: PolicySettings) -> bool:
     return turn >= policy.backoff.max_attempts
 
 
+def backoff_end(turn: int, policy: PolicySettings | None) -> Mode:
+    """What the end of turn ``turn``'s backoff goes to under ``policy`` (read afresh): cleared
+    when none matches any more, ``failedPermanent`` after the last turn, else ``backedOff``."""
+    if policy is None:
+        return Mode.CLEARED
+    return Mode.FAILED_PERMANENT if last_turn(turn, policy) else Mode.BACKED_OFF
+
+
+# --- what brings a cut back: the one rule the kill switch, the breaker and the pauses hold by --
+
+
+def holds_cut_off(mode: Mode | None, published: bool) -> bool:
+    """Whether an owner keeps its cut from running: a rollback recommendation is published on
+    it (the applier applies that instead), or its state is ``failedPermanent`` (the applier
+    applies that recommendation no more). No state (``None``, ``cleared``) keeps nothing off."""
+    return published or mode is Mode.FAILED_PERMANENT
+
+
+def brings_back(before: Mode | None, after: Mode | None, *, published: bool, clears: bool) -> bool:
+    """Whether a write that takes an owner from ``before`` (a rollback ``published`` on it or
+    not) to ``after`` (``None``: its state removed; ``clears``: the write removes that rollback)
+    lets its cut run again: it kept the cut off before and keeps it off no more. Such a write is
+    held by a pause, the kill switch and a tripped storm breaker, whichever path writes it (the
+    README's status and control page, "What brings a cut back", is this rule's table):
+
+    >>> brings_back(Mode.BACKING_OFF, Mode.BACKED_OFF, published=True, clears=True)
+    True
+    >>> brings_back(Mode.BACKING_OFF, None, published=True, clears=True)  # policy gone: cleared
+    True
+    >>> brings_back(Mode.BACKING_OFF, Mode.FAILED_PERMANENT, published=True, clears=True)
+    False
+    >>> brings_back(Mode.FAILED_PERMANENT, Mode.MONITORING, published=False, clears=False)
+    True
+    """
+    return holds_cut_off(before, published) and not holds_cut_off(after, published and not clears)
+
+
+def may_bring_back(mode: Mode) -> bool:
+    """Whether a run whose owner shows ``mode`` may next write what brings its cut back (what a
+    lifted kill switch or breaker resumes first, from the watch): a backoff's end, which clears
+    ``backingOff``'s published rollback, or the re-apply after it (``backedOff``). A held retry
+    after ``failedPermanent`` (its run ended; a reopen's new run is held) is resumed from
+    Temporal's listing of held runs."""
+    return mode in (Mode.BACKING_OFF, Mode.BACKED_OFF)
+
+
 def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
     if state.mode is not Mode.BACKING_OFF:
         return Decision(state, note="backoff end outside backingOff ignored")
@@ -1190,15 +1273,16 @@ def _backoff_over(state: RollbackState, obs: BackoffOver) -> Decision:
     if not resolution.exists:
         return _owner_gone(state)
     policy = resolution.policy
+    end = backoff_end(state.turn, policy)
     if policy is None:
-        return _policy_gone(_transition(state, obs.now, Mode.CLEARED, backoff_ends_at=None))
+        return _policy_gone(_transition(state, obs.now, end, backoff_ends_at=None))
     turns = policy.backoff.max_attempts
-    last = last_turn(state.turn, policy)
+    last = end is Mode.FAILED_PERMANENT
     # The policy read afresh; the rolled-back turn's reason stays; its rollback is cleared.
     after = _transition(
         state,
         obs.now,
-        Mode.FAILED_PERMANENT if last else Mode.BACKED_OFF,
+        end,
         failure_reason=state.failure_reason,
         failure_message=_rolled_back_message(state, policy),
         policy=policy,

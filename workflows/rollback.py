@@ -666,7 +666,9 @@ class RollbackWorkflow:
         # Replay-safe without a patch: a result recorded before carries no pause.
         resolution = await self._activity(
             RESOLVE_POLICY,
-            ResolvePolicyInput(cluster=self.cluster, owner=state.owner, attempt=state.fingerprint),
+            ResolvePolicyInput(
+                cluster=self.cluster, owner=state.owner, attempt=state.fingerprint, turn=state.turn
+            ),
             ResolvePolicyResult,
             summary="re-resolve the policy at the turn boundary",
         )
@@ -873,6 +875,7 @@ class RollbackWorkflow:
                     + (f".{effect.identity}" if effect.identity else ""),
                     event_count=event_count,
                     clear_rollback_recommendation=effect.clear_rollback_recommendation,
+                    brings_back=effect.brings_back,
                 ),
                 RecordTransitionResult,
                 summary=f"record {state.mode} (turn {state.turn})",

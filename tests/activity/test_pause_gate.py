@@ -34,6 +34,7 @@ from workflows.contract import (
     ROLLBACK_LIMITS_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
+    STORM_BREAKER_ANNOTATION,
     Actuation,
     Mode,
     RollbackTarget,
@@ -247,3 +248,136 @@ def test_automation_off_does_not_hold_the_last_turns_backoff_end(api: KubeEmulat
         assert STEPS["backoff end"](acts).paused is None
         annotate(api, "namespace", "infinite")  # a pause holds it all the same
         assert STEPS["backoff end"](acts).paused is not None
+
+
+# --- what brings a cut back, whichever path writes it (machine.brings_back) --------------------
+
+HOLDS = {  # each hold, as an operator sets it: (where, what)
+    "kill switch": (AUTOMATION_ANNOTATION, "disabled"),
+    "storm breaker": (STORM_BREAKER_ANNOTATION, "2026-12-07T10:00:00Z"),
+}
+
+
+def hold(api: KubeEmulator, which: str, on: bool) -> None:
+    key, value = HOLDS[which]
+    body = {"metadata": {"annotations": {key: value if on else None}}}
+    api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
+
+
+def policy_gone(api: KubeEmulator, how: str) -> None:
+    """No policy matches the owner any more: deleted, relabelled away, or edited invalid."""
+    rtype = api.store.rtype("RollbackPolicy")
+    match how:
+        case "deleted":
+            api.store.delete(rtype, NS, "p")
+        case "relabelled":
+            body = {"spec": {"scope": {"labelSelector": {"matchLabels": {"team": "other"}}}}}
+            api.store.patch(rtype, NS, "p", body, MERGE)
+        case "invalid":  # the store's own patch skips the CRD's validation, as an old one would
+            api.store.patch(rtype, NS, "p", {"spec": {"adoptionThresholdPercent": 0}}, MERGE)
+
+
+def cleared() -> RecordTransitionInput:
+    """The record of a backoff's end whose policy is gone: the state and the rollback removed,
+    marked by the machine as bringing the cut back."""
+    return RecordTransitionInput(
+        cluster=CLUSTER, owner=ref(), state=None, event_id="run.3.cleared",
+        clear_rollback_recommendation=True, brings_back=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["deleted", "relabelled", "invalid"])
+@pytest.mark.parametrize("which", list(HOLDS))
+def test_a_backoff_end_whose_policy_is_gone_is_held_as_a_re_apply_is(
+    api: KubeEmulator, which: str, how: str
+) -> None:
+    """Its end clears the state and the rollback, and the applier re-applies the cut: the kill
+    switch and the breaker hold it, its end and its record, until lifted (before, the end was
+    taken for a last turn's and went through: the pods back on the cut, automation off)."""
+    backing_off_turn_1_of(api, 3)
+    policy_gone(api, how)
+    hold(api, which, True)
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(
+            CoreV1Api(client), CustomObjectsApi(client), Actuation.ANNOTATIONS, "test"
+        )
+        api.clear_journal()
+        end = STEPS["backoff end"](acts)
+        assert end.policy is None and end.paused is not None, end
+        assert end.paused.scope in (PauseScope.CLUSTER, PauseScope.BREAKER)
+        record = acts.record_transition(cleared())
+        assert record.paused is not None and acting(api) == [], record
+        hold(api, which, False)
+        assert STEPS["backoff end"](acts).paused is None
+        assert acts.record_transition(cleared()).paused is None
+    assert any("/deployments/web" in w for w in acting(api)), "the rollback cleared once lifted"
+
+
+def test_a_retry_after_failed_permanent_is_held_before_its_state_is_written(
+    api: KubeEmulator,
+) -> None:
+    """A reopen after failedPermanent writes ``monitoring`` over it, and the applier re-applies
+    the cut on that alone (annotations mode): that record is held by the kill switch and by a
+    pause, as the re-apply after it is (before, it was written first, the re-apply held after)."""
+    failed = backed_off().model_copy(update={"mode": Mode.FAILED_PERMANENT})
+    annotations = {ROLLBACK_STATE_ANNOTATION: failed.to_json(), ROLLBACK_REQUESTS_ANNOTATION: None}
+    api.store.patch(api.store.rtype("Deployment"), NS, "web", {"metadata": {"annotations":
+                                                                annotations}}, MERGE)  # fmt: skip
+    api.store.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})  # fmt: skip
+    retry = RecordTransitionInput(
+        cluster=CLUSTER, owner=ref(), event_id="run.1.monitoring", brings_back=True,
+        state=backed_off().model_copy(update={"mode": Mode.MONITORING, "turn": 1}),
+    )  # fmt: skip
+
+    def stored() -> str:
+        annotations = api.store.get(api.store.rtype("Deployment"), NS, "web")["metadata"]
+        return str(OwnerState.model_validate_json(annotations["annotations"][
+            ROLLBACK_STATE_ANNOTATION]).mode)  # fmt: skip
+
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(
+            CoreV1Api(client), CustomObjectsApi(client), Actuation.ANNOTATIONS, "test"
+        )
+        hold(api, "kill switch", True)
+        assert acts.record_transition(retry).paused is not None
+        hold(api, "kill switch", False)
+        annotate(api, "owner", "infinite")
+        assert acts.record_transition(retry).paused is not None
+        assert stored() == "failedPermanent"
+        annotate(api, "owner", None)
+        assert acts.record_transition(retry).state_written
+        assert stored() == "monitoring"
+
+
+@pytest.mark.parametrize("mode", [Actuation.ANNOTATIONS, Actuation.IN_PLACE], ids=str)
+@pytest.mark.parametrize("step", ["rollback", "backoff end's record", "re-apply"])
+def test_a_pause_set_between_the_gate_and_its_write_holds_the_write(
+    api: KubeEmulator, step: str, mode: Actuation
+) -> None:
+    """The write is its own last check: a pause set on the owner right after the gate read it
+    (here, as the gate's LIST of the cohort returns) holds the write all the same, in place
+    before the first batch too (before, a rollback's first write and the first batch of
+    resizes went ahead)."""
+    if step == "re-apply":  # the pods run the rolled-back resources: a re-apply resizes them
+        for i in range(2):
+            body = {"spec": {"containers": [{"name": "app", "resources": {
+                "requests": {"memory": "768Mi"}}}]}}  # fmt: skip
+            api.store.patch(api.store.rtype("Pod"), NS, f"web-{i}", body, MERGE)
+    if step == "rollback":  # nothing published yet: the rollback publishes it
+        body = {"metadata": {"annotations": {ROLLBACK_REQUESTS_ANNOTATION: None}}}
+        api.store.patch(api.store.rtype("Deployment"), NS, "web", body, MERGE)
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(CoreV1Api(client), CustomObjectsApi(client), mode, "test")
+        listed = acts.lookup.pods_listed
+
+        def pause_after_listing(*args: Any, **kwargs: Any) -> Any:
+            found = listed(*args, **kwargs)
+            annotate(api, "owner", "infinite")  # in the gap between the gate and the write
+            return found
+
+        acts.lookup.pods_listed = pause_after_listing  # type: ignore[method-assign]
+        api.clear_journal()
+        result = STEPS[step](acts)
+        assert acting(api) == [], (step, mode, acting(api))
+        assert held(step, result) or WRITES[(step, mode)] == (False, False), (step, mode, result)

@@ -22,6 +22,7 @@ from cli.main import build_parser
 from tests.conftest import ROOT, chromium
 from worker.config import IntakeConfig, WorkerConfig
 from workflows.contract import FailureReason, Mode, SearchAttribute
+from workflows.machine import brings_back
 from workflows.rollback import RollbackWorkflow
 
 README_MAX_LINES = 150
@@ -351,3 +352,24 @@ def test_each_page_links_a_glossary_word_where_it_first_uses_it(page: Path) -> N
             line = text.count("\n", 0, found.start()) + 1
             unlinked.append(f"{term} (line {line})")
     assert not unlinked, f"link the first use to the glossary ({target}#...): {unlinked}"
+
+
+def test_the_table_of_what_brings_a_cut_back_is_the_machines_rule() -> None:
+    """Each row of the status and control page's table (before, after, held) is what
+    ``machine.brings_back`` says of it: a mode in backticks (``no state``: none), ``published``
+    when a rollback is on the owner before, ``cleared`` when the write removes it."""
+    page = (docs.DOCS / "concepts/status-and-control.md").read_text()
+    table = page.split("<!-- brings-back -->")[1].split("<!-- /brings-back -->")[0]
+    rows = [r.split("|")[1:-1] for r in table.strip().splitlines()[2:]]
+    assert len(rows) >= 9
+
+    def mode(cell: str) -> Mode | None:
+        found = re.search(r"`(\w+)`", cell)
+        assert found or "no state" in cell, cell
+        return Mode(found.group(1)) if found else None
+
+    for what, before, after, held in rows:
+        says = brings_back(
+            mode(before), mode(after), published="published" in before, clears="cleared" in after
+        )
+        assert says == (held.strip() == "yes"), what

@@ -338,6 +338,7 @@ async def test_a_policy_being_validated_holds_no_other_namespaces_adoption(
     assert await asyncio.to_thread(entered.wait, 15)
     try:
         add_pods(env.api, deployment(env.api), ["web-a", "web-b"])
+        await eventually(lambda: env.intake.stats["signals"] == 1)  # this test's run started
         assert (await env.result()).mode is Mode.MONITORING_SUCCEEDED
         assert not release.is_set()  # decided while the hostile policy was still in validation
     finally:

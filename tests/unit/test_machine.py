@@ -56,6 +56,33 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DRAWN = {(before, after) for before, _, after in TRANSITIONS}
 TAKEN: set[tuple[Mode | None, Mode]] = set()
 RAN: set[str] = set()
+# The records that let a cut run again, as the owner stood before them (its stored mode on a
+# run's start) and after: held by a pause, the kill switch and the breaker (the status and
+# control page's table). Every other record is not.
+BRINGS_BACK = {
+    (Mode.BACKING_OFF, Mode.BACKED_OFF): "a backoff's end with turns left",
+    (Mode.BACKING_OFF, Mode.CLEARED): "a backoff's end whose policy is gone",
+    (Mode.FAILED_PERMANENT, Mode.MONITORING): "a retry after failedPermanent",
+    (Mode.FAILED_PERMANENT, Mode.CLEARED): "a start whose policy is gone, over failedPermanent",
+    # A new recommendation adopted mid-rollback: its rollback cleared, the new cut runs.
+    (Mode.ROLLING_BACK, Mode.SUPERSEDED): "a new recommendation while rolling back",
+    (Mode.BACKING_OFF, Mode.SUPERSEDED): "a new recommendation while backing off",
+}
+MARKED: set[tuple[Mode | None, Mode]] = set()
+
+
+def _check_marks(state: RollbackState, obs: machine.Observation, decision: Decision) -> None:
+    """Each record of ``decision`` is marked as bringing the cut back exactly where the table
+    above says so, whatever path decided it."""
+    before: Mode | None = state.mode
+    if isinstance(obs, AttemptStarted):
+        before = obs.loaded.state.mode if obs.loaded.state else None
+    for record in (e for e in decision.effects if isinstance(e, Record)):
+        after = Mode.CLEARED if record.remove_state else decision.state.mode
+        expected = (before, after) in BRINGS_BACK
+        assert record.brings_back == expected, (before, after, record)
+        if expected:
+            MARKED.add((before, after))
 
 
 @pytest.fixture(autouse=True)
@@ -67,6 +94,7 @@ def _only_drawn_transitions(
 
     def checked(state: RollbackState, obs: machine.Observation) -> Decision:
         decision = machine.decide(state, obs)
+        _check_marks(state, obs, decision)
         before = None if isinstance(obs, AttemptStarted) else state.mode
         moved = decision.state.transitions != state.transitions
         if moved or (before is not None and decision.state.mode is not state.mode):
@@ -726,6 +754,17 @@ def test_a_pod_that_recovers_within_the_confirmation_is_not_rolled_back_early() 
     assert recovered.state.next_sample_at == recovered.state.window_ends_at
 
 
+def test_a_start_whose_policy_is_gone_over_failed_permanent_brings_the_cut_back() -> None:
+    """The state removed, the applier applies the recommendation it had given up: marked (the
+    module's checker holds every record to ``BRINGS_BACK``); over backedOff, nothing to hold."""
+    failed = LoadOwnerResult(exists=True, state=stored(Mode.FAILED_PERMANENT), policy=None)
+    (record,) = start(failed).effects
+    assert isinstance(record, Record) and record.remove_state and record.brings_back
+    backed_off = LoadOwnerResult(exists=True, state=stored(Mode.BACKED_OFF), policy=None)
+    (record,) = start(backed_off).effects
+    assert isinstance(record, Record) and not record.brings_back
+
+
 def test_every_drawn_transition_is_taken() -> None:
     """Last in this module: each row of the table is a transition some test above makes."""
     others = {name for name in globals() if name.startswith("test_")} - {
@@ -734,3 +773,4 @@ def test_every_drawn_transition_is_taken() -> None:
     if not others <= RAN:
         pytest.skip("needs the whole module (it counts the transitions its tests take)")
     assert set() == DRAWN - TAKEN
+    assert set(BRINGS_BACK) == MARKED  # each record that brings a cut back, met

@@ -38,6 +38,7 @@ from workflows.fingerprint import (
     is_recommendation_key,
     recommendations_from_annotations,
 )
+from workflows.machine import may_bring_back
 from workflows.pause import Pause, effective_pause
 from workflows.policy import POLICY_KINDS, AnyPolicy, field_errors
 from workflows.state import OwnerState
@@ -173,9 +174,8 @@ def active(owner: Obj) -> bool:
 
 
 def bringing_back(owner: Obj) -> bool:
-    """Whether its run may bring its cut back (what the kill switch, the breaker hold)."""
-    state, _ = read_state(owner)
-    return state is not None and state.mode in (Mode.BACKING_OFF, Mode.BACKED_OFF)
+    """Whether its run may bring its cut back next (``machine.may_bring_back``)."""
+    return (state := read_state(owner)[0]) is not None and may_bring_back(state.mode)
 
 
 # --- pauses ------------------------------------------------------------------------------------
