@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from urllib3.exceptions import HTTPError
 
 from workflows.activity_api import PermanentError
@@ -88,8 +88,8 @@ def classify(exc: Exception) -> Exception:
     """The exception to raise for ``exc``: itself when transient, else a non-retryable
     ``ApplicationError`` of the right ``PermanentError`` type."""
     kind: PermanentError | None = None
-    if isinstance(exc, ApplicationError):
-        return exc
+    if isinstance(exc, (ApplicationError, CancelledError)):
+        return exc  # already Temporal's, or its cancel (raised in the thread): as it is
     if isinstance(exc, MalformedRecommendationError):
         kind = PermanentError.MALFORMED_RECOMMENDATION
     elif isinstance(exc, InvalidOwnerError):

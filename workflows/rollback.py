@@ -46,6 +46,7 @@ from temporalio.common import (
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
+    CancelledError,
     FailureError,
     RetryState,
     WorkflowAlreadyStartedError,
@@ -750,11 +751,16 @@ class RollbackWorkflow:
         self, name: str, request: RollBackInput | ReapplyInput, summary: str
     ) -> ActuationResult | None:
         """A rollback or re-apply; while a pause holds it (the activity wrote nothing more),
-        wait and try again; None: a cancel came while it was held, and the step is given up
-        (the cancel writes nothing that acts)."""
+        wait and try again; None: a cancel came while it was held or stopped it between pods,
+        and the step is given up (the cancel writes nothing that acts)."""
         while True:
             resumes = self._resumes
-            result = await self._activity(name, request, ActuationResult, summary=summary)
+            try:
+                result = await self._activity(name, request, ActuationResult, summary=summary)
+            except ActivityError as err:
+                if isinstance(err.cause, CancelledError) and self._cancel_pending():
+                    return None  # a cancel stopped it between pods: taken next (see run)
+                raise
             if result.paused is None:
                 return result
             step = Step.ROLLBACK if name == ROLL_BACK else Step.REAPPLY
@@ -923,7 +929,7 @@ class RollbackWorkflow:
                     cause,
                 )
         paced = name in ACTUATIONS
-        result: R = await workflow.execute_activity(
+        handle = workflow.start_activity(
             name,
             arg,
             result_type=result_type,
@@ -933,7 +939,16 @@ class RollbackWorkflow:
             + (ACTUATION_TIMEOUT if paced else timedelta(0)),
             retry_policy=retry,
             summary=summary,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
+        if paced:
+            # A cancel stops a rollback or re-apply between pods: the activity hears it at its
+            # next heartbeat (raised in its thread) and this waits until it has stopped; the
+            # caller gives the step up (``_actuate``).
+            await workflow.wait_condition(lambda: handle.done() or self._cancel_pending())
+            if not handle.done():
+                handle.cancel()
+        result: R = await handle
         return result
 
     def _details(self) -> str:

@@ -17,8 +17,12 @@ from temporalio.testing import WorkflowEnvironment
 from activities.clusters import ClusterGuard
 from cli.main import main as cli_main
 from sim.apiserver import Fault, KubeEmulator
+from sim.disruption import DisruptionController
 from tests import CLUSTER
 from tests.activity.builders import NS, owner, pod, policy
+from tests.activity.test_budgets import budget
+from tests.activity.test_kubernetes_activities import REC as ASKED
+from tests.activity.test_kubernetes_activities import restarting_cohort
 from tests.workflow.helpers import end_if_running, histories, replay_and_record
 from worker.kube import RETRIES, activities_for, api_client
 from worker.runner import build_worker
@@ -50,6 +54,7 @@ REC = Recommendation(
     requests={"app": {"memory": "512Mi"}},
 )
 WEB = {"app": "web"}
+MERGE = "application/merge-patch+json"
 
 
 @pytest.fixture
@@ -344,3 +349,40 @@ async def test_a_pause_holds_the_backoff_end_and_a_cancel_is_taken_while_held(
             assert clears() == [] and ROLLBACK_REQUESTS_ANNOTATION in annotations()
         found = await histories(temporal_env.client, rollback_id(CLUSTER, ref))
     await replay_and_record(found[-1:], f"paused-backoff-end-{then}", RollbackWorkflow)  # its run
+
+
+async def test_a_cancel_stops_an_in_place_rollback_between_pods(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """In place, a rollback held between pods (here by a PodDisruptionBudget that allows
+    nothing, which holds it up to 30 minutes, then retries) is stopped by a cancel: the
+    activity hears it at its next heartbeat, no pod is resized, the attempt ends cancelled
+    (before, the cancel waited for the whole rollback)."""
+    restarting_cohort(api, 3, 1, "256Mi")  # Ready, and not on the 512Mi asked: not adopted
+    good = ResourceSnapshot.of({"app": {"memory": "1Gi"}}, {})
+    settled = OwnerState(
+        mode=Mode.MONITORING_SUCCEEDED, active_recommendation_fingerprint="0" * 16, turn=1,
+        last_successful_state=good, last_transition_time="2026-01-01T00:00:00Z",  # type: ignore[arg-type]
+    )  # fmt: skip
+    annotations = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: settled.to_json()}}}
+    api.store.patch(
+        api.store.rtype("Deployment"), NS, "web", annotations, "application/merge-patch+json"
+    )
+    api.store.create(policy())
+    DisruptionController(api.store)
+    budget(api, 3)  # every pod must stay healthy: the restore's restarts wait
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    acts = activities_for(client_for(api), Actuation.IN_PLACE)
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
+        handle = await observe(temporal_env.client, CLUSTER, queue, ref, ASKED)
+        deadline = time.monotonic() + 60
+        while EventReason.PACED not in events(api):  # the event that proves the hold
+            assert time.monotonic() < deadline, events(api)
+            await asyncio.sleep(0.05)
+        await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="incident"))
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert result.mode is Mode.CANCELLED
+    assert api.requests("patch", "/resize$") == []
+    assert events(api)[-1] == EventReason.MONITORING_CANCELLED
