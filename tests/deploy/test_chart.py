@@ -28,6 +28,7 @@ from sim.apiserver import KubeEmulator, free_port
 from sim.prometheus import LocalPrometheus
 from tests.conftest import ROOT
 from tests.deploy.kustomize import render
+from tests.deploy.test_rbac import denied
 from workflows.contract import DEFAULT_MIN_READY, Actuation
 from workflows.durations import DURATION_PATTERN, parse_duration
 from workflows.policy import POLICY_KINDS
@@ -255,13 +256,14 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+def _installed(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects an install creates: not the ``helm test`` hooks (``helm test`` creates them)."""
+    return [o for o in objects if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})]
+
+
 def _by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """The installed objects by kind and name (not the ``helm test`` hook: no install has it)."""
-    return {
-        (o["kind"], o["metadata"]["name"]): _comparable(o)
-        for o in objects
-        if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
-    }
+    """The installed objects by kind and name (kustomize has no ``helm test``)."""
+    return {(o["kind"], o["metadata"]["name"]): _comparable(o) for o in _installed(objects)}
 
 
 @pytest.mark.parametrize("example", SAME_AS_OVERLAY, ids=lambda e: SAME_AS_OVERLAY[e])
@@ -426,6 +428,11 @@ def test_the_install_page_helm_commands_install_as_printed() -> None:
         POLICY_KINDS[doc["kind"]].model_validate(doc)  # as strict as the CRD schema
 
 
+API_SERVER = {"ipBlock": {"cidr": "10.0.0.1/32"}}
+TEMPORAL = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "temporal"}}}
+POLICED = ("rollback-worker", "rollback-intake", "rollback-connection-test")
+
+
 def _one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     return found
@@ -497,7 +504,33 @@ OVERRIDES: list[tuple[str, Any, list[str], Any]] = [
     ("networkPolicy.dns", DNS,
      [f"NetworkPolicy/{n}:spec.egress.0.to.0" for n in ("rollback-worker", "rollback-intake")],
      DNS),
+    ("networkPolicy.egress", {"apiServer": [API_SERVER]},
+     [f"NetworkPolicy/{n}:spec.egress.1.to.0" for n in POLICED], API_SERVER),
+    ("networkPolicy.egress", {"temporal": [TEMPORAL]},
+     [f"NetworkPolicy/{n}:spec.egress.2.to.0" for n in POLICED], TEMPORAL),
 ]  # fmt: skip
+
+
+def test_each_egress_names_its_destinations_when_given(tmp_path: Path) -> None:
+    """With networkPolicy.egress, Prometheus's and the receivers' rules name theirs too, and
+    the install's notes say which rules stay open to any destination."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({
+        "prometheus": {"url": "http://prometheus.monitoring:9090"},
+        "notifications": {"receivers": [{"name": "chat", "urlEnv": "CHAT_URL"},
+                                        {"name": "pager", "url": "https://pager.example:8443/x"}]},
+        "networkPolicy": {"egress": {"apiServer": [API_SERVER], "prometheus": [TEMPORAL]}},
+    }))  # fmt: skip
+    objects = template(values)
+    for name in ("rollback-worker", "rollback-intake"):
+        egress = _one(objects, "NetworkPolicy", name)["spec"]["egress"]
+        assert egress[3] == {"to": [TEMPORAL], "ports": [{"port": 9090, "protocol": "TCP"}]}
+        assert egress[4] == {"ports": [{"port": 443, "protocol": "TCP"},  # urlEnv: HTTPS
+                                       {"port": 8443, "protocol": "TCP"}]}  # fmt: skip
+    notes = run_helm("install", "rr", str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                     "--set", f"cluster={CLUSTER}", "--values", str(values))  # fmt: skip
+    assert notes.returncode == 0, notes.stderr
+    assert "open to any destination on their ports: receivers, temporal;" in notes.stdout
 
 
 def _at(objects: list[dict[str, Any]], where: str) -> Any:
@@ -550,7 +583,7 @@ def test_identity_and_rbac_can_come_from_elsewhere() -> None:
             "intake.serviceAccount.name=rollback-intake-wi",
         )
     )
-    accounts = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"}
+    accounts = {o["metadata"]["name"] for o in _installed(objects) if o["kind"] == "ServiceAccount"}
     assert accounts == {"rollback-intake-wi"}
     assert _pod(objects, "rollback-worker")["spec"]["serviceAccountName"] == "rollback-worker-wi"
     assert _pod(objects, "rollback-intake")["spec"]["serviceAccountName"] == "rollback-intake-wi"
@@ -559,7 +592,7 @@ def test_identity_and_rbac_can_come_from_elsewhere() -> None:
     bare = template(sets=("rbac.create=false",))
     rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     assert not [o for o in bare if o["kind"] in rbac]
-    assert {o["metadata"]["name"] for o in bare if o["kind"] == "ServiceAccount"} == {
+    assert {o["metadata"]["name"] for o in _installed(bare) if o["kind"] == "ServiceAccount"} == {
         "rollback-worker",
         "rollback-intake",
     }
@@ -632,11 +665,16 @@ async def test_helm_test_checks_kubernetes_then_temporal_as_the_install_runs(
 ) -> None:
     """``helm test``'s Pod: each container's command, run as rendered with the install's
     settings (its ConfigMap as the environment, ``$(VAR)`` expanded as the kubelet does): both
-    pass against a reachable API server and Temporal; with Temporal gone, the second fails."""
+    pass against a reachable API server and Temporal; with Temporal gone, the second fails. It
+    runs as its own ServiceAccount, whose rules allow every request it made and no more than
+    listing the policies (not the intake's, which may patch every workload)."""
     objects = template()
     (pod,) = [o for o in objects if o["kind"] == "Pod"]
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    assert pod["spec"]["serviceAccountName"] == "rollback-intake"  # its own identity
+    assert pod["spec"]["serviceAccountName"] == "rollback-test"
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole"
+               and o["metadata"]["name"] == "rightsizing-rollback-test"]  # fmt: skip
+    assert {v for r in role["rules"] for v in r["verbs"]} == {"list"}
     steps = [*pod["spec"]["initContainers"], *pod["spec"]["containers"]]
     assert [c["name"] for c in steps] == ["kubernetes-api", "temporal"]
     address = temporal_env.client.service_client.config.target_host
@@ -654,6 +692,7 @@ async def test_helm_test_checks_kubernetes_then_temporal_as_the_install_runs(
         for container in steps:
             done = await asyncio.to_thread(run, container, address)
             assert done.returncode == 0, (container["name"], done.stderr)
+        assert api.journal and denied(api.journal, role["rules"]) == set()
         gone = await asyncio.to_thread(run, steps[1], f"127.0.0.1:{free_port()}")
     assert gone.returncode == 1 and "cannot reach Temporal" in gone.stderr, gone.stderr
 
