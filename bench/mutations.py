@@ -59,12 +59,12 @@ MUTATIONS = [
         "activities/kubernetes.py",
         "            try:\n"
         "                obj, written = self.writer.patch_annotations(\n"
-        "                    input.owner, wanted, read_first=False, held=again\n"
+        "                    input.owner, wanted, read_first=acts, held=self._record_gate(input)\n"
         "                )\n",
         '            before = (self.lookup.get(input.owner) or {}).get("metadata") or {}\n'
         "            try:\n"
         "                obj, written = self.writer.patch_annotations(\n"
-        "                    input.owner, wanted, read_first=False, held=again\n"
+        "                    input.owner, wanted, read_first=acts, held=self._record_gate(input)\n"
         "                )\n"
         '                kept = {k: v for k, v in (before.get("annotations") or {}).items()\n'
         "                        if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"
@@ -94,8 +94,10 @@ MUTATIONS = [
             ),
             Edit(
                 "activities/kubernetes.py",
-                "                held, again = self._clearing_held(input)\n",
-                "                held, again = None, None\n",
+                "        if not (input.clear_rollback_recommendation or input.brings_back):\n"
+                "            return None\n",
+                "        if True:\n"
+                "            return None\n",
             ),
         ),
         ("actedWhilePaused",),
