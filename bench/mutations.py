@@ -96,8 +96,7 @@ MUTATIONS = [
                 "activities/kubernetes.py",
                 "        if not (input.clear_rollback_recommendation or input.brings_back):\n"
                 "            return None\n",
-                "        if True:\n"
-                "            return None\n",
+                "        if True:\n            return None\n",
             ),
         ),
         ("actedWhilePaused",),
