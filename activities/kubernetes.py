@@ -122,13 +122,18 @@ def cohort_sample(
     now = datetime.now(UTC)
     tally = Tally(min_ready=min_ready)
     since, ready_by = input.window_started_at, now - min_ready
+    left_out: dict[str, str] = {}
     for pod in pods:
         try:
             tally.add(judge(pod, input.recommendation, since, ready_by, carried))
-        except MalformedRecommendationError as exc:
-            error = f"pod {pod['metadata']['name']}: malformed recommendation: {exc}"
-            log.warning("%s: %s", owner, error)
-            return CohortSample(pods=0, adopted=0, adopted_healthy=0, error=error, cohort=query)
+        except MalformedRecommendationError as exc:  # that pod's problem, not the workload's
+            left_out[pod["metadata"]["name"]] = str(exc)
+    message = tally.message()
+    if left_out:
+        said = "; ".join(f"{name}: {why}" for name, why in sorted(left_out.items()))
+        told = f"{len(left_out)} pod(s) left out, their recommendation unreadable ({said})"
+        message = f"{message}; {told}" if message else told
+        log.warning("%s: pods left out of the cohort: %s", owner, said)
     return CohortSample(
         desired=desired,
         pods=tally.pods,
@@ -136,9 +141,10 @@ def cohort_sample(
         adopted_healthy=tally.adopted_healthy,
         unhealthy=dict(tally.reasons),
         failing={reason: n for reason, n in tally.failing.items() if n},
-        message=tally.message(),
+        message=message,
         observed_at=now,
         cohort=query,
+        left_out=left_out,
     )
 
 
@@ -296,6 +302,16 @@ class KubernetesActivities:
             query = self.lookup.cohort_query(owner, obj)
         pods = self.lookup.pods(owner.namespace, query)
         sample = cohort_sample(owner, pods, input, desired, query, self.min_ready)
+        for pod, why in sample.left_out.items():  # told once per pod and cause
+            message = (
+                f"pod {pod} left out of the cohort of {input.recommendation.fingerprint}: its"
+                f" recommendation annotation cannot be read ({why}); the other pods are judged"
+            )
+            uid = (obj or {}).get("metadata", {}).get("uid")
+            identity = f"{owner}/{pod}/malformed/{why}"
+            self.writer.event(
+                owner, uid, identity, EventReason.RECOMMENDATION_MALFORMED, message, "Warning"
+            )
         if obj is None:
             return sample
         neighbours: dict[str, object] = {

@@ -177,7 +177,12 @@ class CohortSample(CamelModel):
     message: str = ""
     cohort: CohortQuery | None = None
     observed_at: datetime | None = None
-    error: str | None = None  # e.g. a malformed recommendation annotation on the pods
+    # An attempt's end on the pods (a sample recorded before ``left_out`` existed: a malformed
+    # recommendation annotation); replayed as recorded.
+    error: str | None = None
+    # Pods left out of the cohort, by name, and why: their recommendation annotation cannot be
+    # read (not counted as adopted: they count against the baseline like a pod that never came).
+    left_out: dict[str, str] = Field(default_factory=dict)
     paused: Pause | None = None  # a verdict's sample: the pause in force, the verdict waits
     # Read with the owner (``SampleCohortInput``): its pod template, whether its rollout is
     # complete (``owners.rolled_out``), and its HPA.

@@ -220,6 +220,9 @@ class EventReason(StrEnum):
     CONTROL_REJECTED = "RollbackControlRejected"  # a control annotation that changed nothing
     NOTIFICATION_FAILED = "RollbackNotificationFailed"  # a receiver never took a notification
     OBJECT_SKIPPED = "RollbackObjectSkipped"
+    # a pod whose recommendation annotation cannot be read: left out of its cohort, the others
+    # judged (on the owner, and on the pod by the intake)
+    RECOMMENDATION_MALFORMED = "RollbackRecommendationMalformed"
     # on the worker's own Pod: it refused a run of another cluster (docs/operating/fleet.md)
     FOREIGN_RUN_REFUSED = "RollbackForeignRunRefused"
     # on each policy: the storm breaker tripped, re-applies stop cluster-wide until it is reset

@@ -337,13 +337,25 @@ def test_message_names_reasons_and_containers(
     assert sample(acts).message == "2/5 pods OOMKilled (app)"
 
 
-def test_malformed_recommendation_is_a_clear_error(
+def test_one_pod_whose_recommendation_cannot_be_read_is_left_out_and_the_rest_judged(
     api: KubeEmulator, acts: KubernetesActivities
 ) -> None:
-    api.store.create(owner("Deployment", replicas=1))
+    """Another tool's value under the same key on one pod: that pod is left out of the cohort
+    (a Warning Event on the owner names it and the key, once), the others are judged as ever;
+    the workload stays protected (before, the whole attempt ended aborted, unmonitored)."""
+    api.store.create(owner("Deployment", replicas=3))
     api.store.create(pod("web-0", WEB, annotations={KEY: "{not json"}))
+    for i in (1, 2):
+        api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC))
     result = sample(acts)
-    assert result.error is not None and "pod web-0: malformed recommendation" in result.error
+    assert result.error is None and (result.pods, result.adopted) == (2, 2)
+    assert list(result.left_out) == ["web-0"] and KEY in result.left_out["web-0"]
+    assert "1 pod(s) left out, their recommendation unreadable (web-0:" in result.message
+    sample(acts)  # told once per pod and cause
+    (told,) = [e for e in api.store.items("Event", NS)
+               if e["reason"] == EventReason.RECOMMENDATION_MALFORMED]  # fmt: skip
+    assert told["type"] == "Warning" and told["involvedObject"]["name"] == "web"
+    assert "pod web-0 left out of the cohort" in told["message"] and KEY in told["message"]
 
 
 # --- owner state and events ---------------------------------------------------------------------

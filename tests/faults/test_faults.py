@@ -156,7 +156,7 @@ def api_faults() -> list[Fault]:
 def bad_pod_reported(world: World) -> bool:
     """The malformed recommendation's Event is there (its creation may be retried a while)."""
     return any(
-        e["owner"] == f"{NS}/Pod/stray" and e["reason"] == "RollbackAttemptAborted"
+        e["owner"] == f"{NS}/Pod/stray" and e["reason"] == "RollbackRecommendationMalformed"
         for e in world.recorder.events
     )
 

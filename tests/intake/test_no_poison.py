@@ -76,7 +76,7 @@ async def test_a_poison_pod_and_a_poison_policy_stop_nothing_else(env: Env) -> N
     assert pods_informer.relists == 1  # one relist, completed: the watch runs
     assert env.intake.stats["malformed"] == 1 and env.intake.stats["invalid_policies"] == 1
     await eventually(lambda: len(warnings(api, "other", EventReason.POLICY_INVALID)) == 1)
-    assert len(warnings(api, "other", EventReason.ATTEMPT_ABORTED)) == 1
+    assert len(warnings(api, "other", EventReason.RECOMMENDATION_MALFORMED)) == 1
     # And during a live watch: a new poison pod is skipped, a new good adoption is not.
     api.store.create(in_other(pod("poison-1", {"app": "poison"}, annotations=poison_annotations())))
     add_pods(api, rs, ["web-b"])

@@ -276,8 +276,8 @@ class Notice:
     @classmethod
     def malformed(cls, pod: Obj, exc: Exception) -> Notice:
         return cls(
-            f"{pod['metadata'].get('uid')}{exc}", EventReason.ATTEMPT_ABORTED,
-            f"malformed recommendation annotation, not monitored: {exc}",
+            f"{pod['metadata'].get('uid')}{exc}", EventReason.RECOMMENDATION_MALFORMED,
+            f"malformed recommendation annotation, this pod left out: {exc}",
         )  # fmt: skip
 
     @classmethod
