@@ -37,10 +37,11 @@ from datetime import datetime, timedelta
 
 from activities.kubetime import parse_kube_time
 from activities.owners import JOB_NAME_LABEL, resources_of
-from workflows.activity_api import CohortQuery
+from workflows.activity_api import Certain, CohortQuery
 from workflows.contract import CERTAIN_REASONS, DEFAULT_MIN_READY, FailureReason, Obj
 from workflows.durations import format_duration
 from workflows.fingerprint import Recommendation, Resources, recommendations_from_annotations
+from workflows.quantities import parse_quantity
 
 REASON_LABELS = {
     FailureReason.FAILED: "Failed",
@@ -62,6 +63,7 @@ class PodVerdict:
     containers: tuple[str, ...] = ()  # the containers the reason is about
     ready_too_recently: bool = False  # NotReady only because Ready for less than the minimum
     failing: bool = False  # for certain, now (``CERTAIN_REASONS``): what the early verdict counts
+    restarts: int = 0  # the kubelet's restarts of the containers the reason is about
 
     @property
     def counts(self) -> bool:
@@ -218,7 +220,15 @@ def judge(
         reason = resize_blocked(pod)
     # NotReady while Ready: only because it turned Ready too recently (``health``).
     recent = reason is FailureReason.NOT_READY and is_ready(pod)
-    return PodVerdict(name, adopted, reason, containers, recent, failing_for_certain(pod, reason))
+    failing = failing_for_certain(pod, reason)
+    return PodVerdict(name, adopted, reason, containers, recent, failing, restarts(pod, containers))
+
+
+def restarts(pod: Obj, containers: tuple[str, ...]) -> int:
+    """The kubelet's restarts of ``containers`` (their ``restartCount``s, summed): the early
+    verdict takes a crash as certain once this has risen across its confirmation."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(cs.get("restartCount") or 0) for cs in statuses if cs.get("name") in containers)
 
 
 def failing_for_certain(pod: Obj, reason: FailureReason | None) -> bool:
@@ -228,6 +238,23 @@ def failing_for_certain(pod: Obj, reason: FailureReason | None) -> bool:
     if reason is FailureReason.RESIZE_INFEASIBLE:
         return True
     return reason in CERTAIN_REASONS and not is_ready(pod)
+
+
+def raises_requests(recommendation: Recommendation, manifest: Resources | None) -> bool | None:
+    """Whether ``recommendation`` asks a container for more than the owner's template requests
+    (``manifest``; None: the kind has no template to compare with): only such a cut can leave
+    a pod without a node to run on."""
+    if manifest is None:
+        return None
+    try:
+        return any(
+            name not in manifest.get(container, {})
+            or parse_quantity(quantity) > parse_quantity(manifest[container][name])
+            for container, resources in recommendation.requests.items()
+            for name, quantity in resources.items()
+        )
+    except ValueError:  # a template quantity that does not parse: not known
+        return None
 
 
 def in_cohort(pod: Obj, query: CohortQuery) -> bool:
@@ -247,6 +274,7 @@ class Tally:
     containers: dict[FailureReason, set[str]] = field(default_factory=dict)
     ready_too_recently: int = 0  # of the NotReady: Ready, for less than the minimum
     failing: Counter[FailureReason] = field(default_factory=Counter)  # for certain, now
+    certain: dict[str, Certain] = field(default_factory=dict)  # the same, by pod
     min_ready: timedelta = DEFAULT_MIN_READY  # named in the message
 
     def add(self, verdict: PodVerdict) -> None:
@@ -258,6 +286,10 @@ class Tally:
             self.reasons[verdict.reason] += 1
             self.failing[verdict.reason] += verdict.failing
             self.containers.setdefault(verdict.reason, set()).update(verdict.containers)
+            if verdict.failing:
+                self.certain[verdict.name] = Certain(
+                    reason=verdict.reason, restarts=verdict.restarts
+                )
 
     def message(self) -> str:
         """``2/5 pods OOMKilled (app); 1/5 pods Unschedulable``, most frequent first; NotReady

@@ -36,8 +36,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.budgets import Budgets
-from activities.cohort import Tally, judge
-from activities.errors import TransientError, classified
+from activities.cohort import Tally, judge, raises_requests
+from activities.errors import InvalidOwnerError, TransientError, classified
 from activities.health import Cohort, Prometheus, check_health
 from activities.lookup import OwnerLookup, read_state
 from activities.neighbours import rolled_out, template_of
@@ -86,7 +86,7 @@ from workflows.contract import (
     Obj,
     RollbackTarget,
 )
-from workflows.fingerprint import MalformedRecommendationError, Resources
+from workflows.fingerprint import MalformedRecommendationError, Recommendation, Resources
 from workflows.notify import (
     REPORT_NOTIFICATION_FAILURE,
     ROUTE_NOTIFICATION,
@@ -141,11 +141,23 @@ def cohort_sample(
         adopted_healthy=tally.adopted_healthy,
         unhealthy=dict(tally.reasons),
         failing={reason: n for reason, n in tally.failing.items() if n},
+        certain=tally.certain,
         message=message,
         observed_at=now,
         cohort=query,
         left_out=left_out,
     )
+
+
+def _raises(owner: OwnerRef, obj: Obj, recommendation: Recommendation | None) -> bool | None:
+    """Whether ``recommendation`` raises a request above ``obj``'s template (None: unknown)."""
+    if recommendation is None:
+        return None
+    try:
+        manifest = manifest_resources(owner.kind, obj)
+    except InvalidOwnerError:
+        return None
+    return raises_requests(recommendation, manifest[0] if manifest else None)
 
 
 @dataclass(frozen=True)
@@ -249,6 +261,7 @@ class KubernetesActivities:
                 autoscaler=(
                     self.lookup.autoscaler(input.owner) if checks and checks.autoscaler else None
                 ),
+                raises_requests=_raises(input.owner, obj, input.recommendation),
             )
 
     @activity.defn(name=RESOLVE_POLICY)
@@ -318,6 +331,8 @@ class KubernetesActivities:
             "template": template_of(owner.kind, obj),
             "rolled_out": rolled_out(owner.kind, obj),
         }
+        if opening:
+            neighbours["raises_requests"] = _raises(owner, obj, input.recommendation)
         scaled_in = input.baseline is not None and (desired or 0) < input.baseline
         if (input.autoscaler and (opening or input.final)) or (input.final and scaled_in):
             neighbours["autoscaler"] = self.lookup.autoscaler(owner)

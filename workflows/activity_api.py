@@ -96,6 +96,7 @@ class LoadOwnerInput(OwnerInput):
     attempt's starter resolved it (``policy``): it is taken as is."""
 
     policy: PolicySettings | None = None
+    recommendation: Recommendation | None = None  # the attempt's: does it raise a request?
 
 
 class LoadOwnerResult(CamelModel):
@@ -112,6 +113,8 @@ class LoadOwnerResult(CamelModel):
     # policy with the autoscaler check, the owner's HPA. Absent from runs recorded before.
     template: Template | None = None
     autoscaler: Autoscaler | None = None
+    # Whether the recommendation raises a request above the template's (None: not read).
+    raises_requests: bool | None = None
 
 
 # --- resolve_policy (turn boundaries) --------------------------------------------------------
@@ -160,6 +163,14 @@ class SampleCohortInput(OwnerInput):
     baseline: int | None = None
 
 
+class Certain(CamelModel):
+    """A pod failing for certain now (``contract.CERTAIN_REASONS``, not Ready): why, and how
+    many times the kubelet restarted its failing containers (their ``restartCount``s)."""
+
+    reason: FailureReason
+    restarts: int = Field(default=0, ge=0)
+
+
 class CohortSample(CamelModel):
     """One look at the cohort: counts, and the pods not counted by reason."""
 
@@ -174,6 +185,9 @@ class CohortSample(CamelModel):
     # Of the unhealthy, the pods failing for certain now (``contract.CERTAIN_REASONS``, not
     # Ready): what the early verdict counts. Absent from samples recorded before it.
     failing: dict[FailureReason, int] = Field(default_factory=dict)
+    # The same pods by name, with their restarts: the early verdict confirms these pods, not a
+    # count (absent from samples recorded before).
+    certain: dict[str, Certain] = Field(default_factory=dict)
     message: str = ""
     cohort: CohortQuery | None = None
     observed_at: datetime | None = None
@@ -189,6 +203,7 @@ class CohortSample(CamelModel):
     template: Template | None = None
     rolled_out: bool | None = None
     autoscaler: Autoscaler | None = None
+    raises_requests: bool | None = None  # a window's opening read, as ``LoadOwnerResult``'s
 
 
 # --- record_transition -----------------------------------------------------------------------

@@ -46,6 +46,7 @@ from pydantic import Field
 
 from workflows.activity_api import (
     ActuationResult,
+    Certain,
     CohortSample,
     HealthResult,
     LoadOwnerResult,
@@ -121,15 +122,42 @@ def dominant_reason(unhealthy: dict[FailureReason, int]) -> FailureReason | None
 
 
 def early_failure(
-    failing: Mapping[FailureReason, int], baseline: int, percent: int
+    failing: Mapping[FailureReason, int], cohort: int, pods: int, percent: int
 ) -> FailureReason | None:
     """The early verdict's rule: the dominant certain reason when the pods failing for certain
-    (``contract.CERTAIN_REASONS``) leave fewer than the threshold requires even if every other
-    pod of the baseline adopted and was healthy; None while the window can still pass."""
+    (``contract.CERTAIN_REASONS``) leave fewer than the threshold of the judged ``cohort``
+    requires, even if every other pod there is (``pods``) or may yet come (up to ``cohort``)
+    adopted and was healthy; None while the window can still pass. So it decides only what the
+    window's end would decide on the same sample: there, at most ``pods`` less the failing are
+    adopted and healthy (pods an HPA added count for the end: they count here too).
+
+    >>> early_failure({FailureReason.UNSCHEDULABLE: 4}, cohort=2, pods=6, percent=100)  # HPA
+    >>> early_failure({FailureReason.OOM_KILLED: 2}, cohort=5, pods=5, percent=80)
+    <FailureReason.OOM_KILLED: 'oomKilled'>
+    """
     certain = {r: n for r, n in failing.items() if r in CERTAIN_REASONS and n > 0}
-    if not certain or baseline - sum(certain.values()) >= required_adopters(baseline, percent):
+    could = max(cohort, pods) - sum(certain.values())
+    if not certain or could >= required_adopters(cohort, percent):
         return None
     return dominant_reason(certain)
+
+
+def caused_by_cut(reason: FailureReason, raises_requests: bool | None) -> bool:
+    """Whether the cut can cause a pod's certain ``reason``: an OOM kill, a crash loop and a
+    resize the node can never take, run on the cut, are its; a pod with no node to run on is
+    its only where it raised a request above the template (a drain's or an HPA's Pending pods
+    under a cut that lowers requests are not)."""
+    return reason is not FailureReason.UNSCHEDULABLE or raises_requests is True
+
+
+def confirmed(before: Certain, now: Certain) -> bool:
+    """Whether a pod failing for certain when first seen (``before``) is confirmed by a later
+    look (``now``): a crash (an OOM kill, a crash loop) once the kubelet's next restart failed
+    too (its restarts rose across the confirmation); a pod with no node, or a resize the node
+    can never take, once it still fails so."""
+    if now.reason in (FailureReason.OOM_KILLED, FailureReason.CRASH_LOOP_BACK_OFF):
+        return now.restarts > before.restarts
+    return True
 
 
 class RollbackState(CamelModel):
@@ -160,8 +188,13 @@ class RollbackState(CamelModel):
     problem: str | None = None
     restore: str | None = None
     # When certain failures were first seen to lose this window (``early_failure``): the early
-    # verdict's confirmation runs from it; None while they do not (or without one).
+    # verdict's confirmation runs from it; None while they do not (or without one). The pods
+    # failing then, with their restarts: the confirmation is of these pods (``_early``).
     early_since: datetime | None = None
+    early_pods: dict[str, Certain] = Field(default_factory=dict)
+    # The window's opening read: whether the recommendation raises a request above the owner's
+    # template (``caused_by_cut``: only then is a pod's Unschedulable the cut's).
+    raises_requests: bool | None = None
     # The window's other baselines (its opening read): the owner's pod template (a release is
     # its change) and its HPA (the autoscaler check), ``workflows.neighbours``.
     template: Template | None = None
@@ -230,7 +263,10 @@ class RollbackState(CamelModel):
         if self.mode is not Mode.MONITORING or self.baseline is None:
             return None
         return WindowBaselines(
-            baseline=self.baseline, autoscaler=self.autoscaler, template=self.template
+            baseline=self.baseline,
+            autoscaler=self.autoscaler,
+            template=self.template,
+            raises_requests=self.raises_requests,
         )
 
 
@@ -571,6 +607,7 @@ def _transition(
             "last_transition_time": now,
             "transitions": state.transitions + 1,
             "early_since": None,
+            "early_pods": {},
             **changes,
         }
     )
@@ -655,6 +692,7 @@ def _window(
         "last_health": None,
         "template": opened.template if known and opened is not None else None,
         "autoscaler": opened.autoscaler if known and opened is not None else None,
+        "raises_requests": opened.raises_requests if known and opened is not None else None,
         "release": None,
         "release_looks": 0,
     }
@@ -708,7 +746,7 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
     if window is not None:  # a window resumed: it opens with the baselines it first opened with
         loaded = loaded.model_copy(
             update={"desired": window.baseline, "autoscaler": window.autoscaler,
-                    "template": window.template}
+                    "template": window.template, "raises_requests": window.raises_requests}
         )  # fmt: skip
     started = _transition(
         state,
@@ -805,6 +843,7 @@ def _sampled(state: RollbackState, obs: Sampled) -> Decision:
             "next_sample_at": window_ends_at,  # after the opening sample, the final one
             "template": sample.template if opening else state.template,
             "autoscaler": sample.autoscaler if opening else state.autoscaler,
+            "raises_requests": sample.raises_requests if opening else state.raises_requests,
         }
     )
     if seen is not None or state.release is not None:
@@ -834,7 +873,7 @@ def _releasing(
             " cut on it"
         )
         effects.append(Record(EventReason.RELEASE_SEEN, message, identity="release"))
-        state = state.model_copy(update={"release": seen, "early_since": None})
+        state = state.model_copy(update={"release": seen, "early_since": None, "early_pods": {}})
     assert state.window_ends_at is not None
     if now < state.window_ends_at:  # an early verdict's look: the window's end looks again
         return Decision(state, effects, note=f"release seen: {state.release}")
@@ -874,30 +913,51 @@ def _suspected(state: RollbackState, obs: Suspected) -> Decision:
 def _early(
     state: RollbackState, policy: PolicySettings, sample: CohortSample, now: datetime
 ) -> Decision:
-    """A sample inside the window, under a policy with an early verdict: certain failures that
-    lose the window (``early_failure``) are confirmed ``confirmationPeriod`` later, then decide
-    it now, as its end would; a cohort that recovered meanwhile waits for the end."""
+    """A sample inside the window, under a policy with an early verdict. The pods failing for
+    certain by a cause the cut can have (``caused_by_cut``), when they lose the window
+    (``early_failure``), are looked at again ``confirmationPeriod`` later: those still failing
+    then, each ``confirmed`` (a crash once the kubelet's next restart failed too), decide the
+    window now if they alone still lose it, as its end would decide on the same sample. Until
+    then it looks again each confirmation period; a cohort that recovered waits for the end."""
     early = policy.early_verdict
-    baseline = state.baseline or 0
-    reason = None
-    if early is not None:
-        reason = early_failure(sample.failing, baseline, policy.adoption_threshold_percent)
-    if early is None or reason is None:
-        return Decision(state.model_copy(update={"early_since": None}))
+    cleared = state.model_copy(update={"early_since": None, "early_pods": {}})
+    if early is None:
+        return Decision(cleared)
+    cohort, _ = judged_cohort(state.baseline or 0, sample)
+    percent = policy.adoption_threshold_percent
+    seen = {
+        name: pod
+        for name, pod in sample.certain.items()
+        if caused_by_cut(pod.reason, state.raises_requests)
+    }
+    if early_failure(_by_reason(seen), cohort, sample.pods, percent) is None:
+        return Decision(cleared)
     since = state.early_since or now
-    confirmed_at = since + early.confirmation_period
-    if now < confirmed_at:
-        waiting = state.model_copy(update={"early_since": since, "next_sample_at": confirmed_at})
-        return Decision(waiting, note=f"{reason}: confirm at {confirmed_at.isoformat()}")
-    required = required_adopters(baseline, policy.adoption_threshold_percent)
-    failing = sum(n for r, n in sample.failing.items() if r in CERTAIN_REASONS)
+    first = {name: state.early_pods.get(name, pod) for name, pod in seen.items()}  # as first seen
+    sure = {n: p for n, p in seen.items() if n in state.early_pods and confirmed(first[n], p)}
+    reason = early_failure(_by_reason(sure), cohort, sample.pods, percent)
+    if reason is None:
+        at = since + early.confirmation_period  # the first confirmation, then each period on
+        due = at if now < at else now + early.confirmation_period
+        waiting = state.model_copy(
+            update={"early_since": since, "early_pods": first, "next_sample_at": due}
+        )
+        return Decision(waiting, note=f"{len(seen)} pods failing for certain: confirm at {due}")
+    required = required_adopters(cohort, percent)
     problem = (
-        f"decided early ({failing}/{baseline} pods failing for certain since"
-        f" {format_duration(timedelta(seconds=round((now - since).total_seconds())))} ago,"
-        f" {required} required healthy):"
-        f" {sample.message} on recommendation {state.fingerprint}"
+        f"decided early ({len(sure)}/{cohort} pods failing for certain since"
+        f" {format_duration(timedelta(seconds=round((now - since).total_seconds())))} ago and"
+        f" still, {required} required healthy): {sample.message} on recommendation"
+        f" {state.fingerprint}"
     )
     return _failed_verdict(state, policy, now, reason, problem)
+
+
+def _by_reason(pods: Mapping[str, Certain]) -> dict[FailureReason, int]:
+    counted: dict[FailureReason, int] = {}
+    for pod in pods.values():
+        counted[pod.reason] = counted.get(pod.reason, 0) + 1
+    return counted
 
 
 def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> bool:

@@ -415,7 +415,12 @@ class RollbackWorkflow:
             # The status query answers None until the start has been decided.
             loaded = await self._activity(
                 LOAD_OWNER,
-                LoadOwnerInput(cluster=input.cluster, owner=input.owner, policy=input.policy),
+                LoadOwnerInput(
+                    cluster=input.cluster,
+                    owner=input.owner,
+                    policy=input.policy,
+                    recommendation=input.recommendation,
+                ),
                 LoadOwnerResult,
                 summary=f"read {input.owner} state and policy",
             )

@@ -118,6 +118,9 @@ class WindowBaselines(CamelModel):
     baseline: int | None = None  # the cohort: the owner's desired replicas
     autoscaler: Autoscaler | None = None
     template: Template | None = None
+    # Whether the recommendation raises a request above the owner's template (None: not read):
+    # only then can the cut leave a pod unschedulable (``machine.caused_by_cut``).
+    raises_requests: bool | None = None
 
 
 class HistoryEntry(CamelModel):

@@ -24,6 +24,7 @@ from workflows.activity_api import (
     ROLL_BACK,
     SAMPLE_COHORT,
     ActuationResult,
+    Certain,
     CohortSample,
     HealthInput,
     HealthResult,
@@ -196,6 +197,11 @@ class FakeCluster:
             adopted_healthy=len(healthy_adopted),
             unhealthy=unhealthy,
             failing=unhealthy,  # an OOM-killed pod of the fake never gets Ready again
+            # and the kubelet restarts it once per look: each look sees its restarts risen
+            certain={
+                p.name: Certain(reason=FailureReason.OOM_KILLED, restarts=self.calls[SAMPLE_COHORT])
+                for p in oom
+            },
             message=message,
             observed_at=datetime.now(UTC),
             template=owner.template,
