@@ -306,7 +306,7 @@ async def test_malformed_annotation_leaves_an_event(env: Env) -> None:
     bad = pod("web-bad", WEB, annotations={KEY: "{oops"}, owner_ref=rs)
     env.api.store.create(bad)
     await eventually(lambda: env.intake.stats["malformed"] == 1)
-    await eventually(lambda: EventReason.ATTEMPT_ABORTED in env.events())
+    await eventually(lambda: EventReason.RECOMMENDATION_MALFORMED in env.events())
     assert env.intake.stats["signals"] == 0
 
 
