@@ -171,10 +171,10 @@ def resize_paced(
         if (paused := pace.paused(pods)) is not None:  # every batch, the first included
             done.paused = paused
             return done
-        plan = _plan(pods, done.filtered, requests, limits)
+        plan = _plan(pods, done.filtered, requests, limits, pending=pace.recreate)
         if not plan:
             return done
-        down = sum(1 for p in pods if not is_ready(p))
+        down = sum(1 for p in pods if _down(p))
         budget, pdb = _allowed(pace, pods, plan, down)
         recreated = len(done.recreated)
         waiting_on, held_back = _batch(
@@ -185,6 +185,8 @@ def resize_paced(
         if held_back and not waiting_on and pdb is not None and pdb.allowed <= 0:
             _hold(pace, done, pdb)  # the budget, not the workload's own pace, holds every pod
             continue
+        if held_back and not waiting_on:  # the workload's own pace: others are down already
+            _tell(pace, done, _down_by_others(pace, pods))
         if waiting_on or held_back:
             done.batches += 1
             # Not Ready as the batch starts: those already down and those it takes down.
@@ -192,7 +194,14 @@ def resize_paced(
             done.most_unavailable = max(done.most_unavailable, down + taken)
             # Until this batch is back (or, with none, another pod is Ready): then the next.
             back = _back(waiting_on) if waiting_on else _any_ready(down)
-            seen = _wait(core, namespace, selector, version, pods, pace, back)
+            waited = (
+                f"pods {', '.join(sorted(waiting_on))} not Ready again within"
+                f" {pace.batch_timeout:.0f}s of their resize"
+                if waiting_on
+                else f"none of the {down} pods not Ready before this batch Ready again within"
+                f" {pace.batch_timeout:.0f}s: {held_back} pod(s) wait to be restored"
+            )
+            seen = _wait(core, namespace, selector, version, pods, pace, back, waited)
             crashed = [n for n, counts in waiting_on.items() if n in seen
                        and _crashed(seen[n], counts)]  # fmt: skip
             done.crashed += crashed
@@ -264,29 +273,35 @@ def _allowed(
 
 def _hold(pace: Pace, done: Resized, pdb: Budget) -> None:
     """Wait for a budget that allows nothing to allow a disruption, told once."""
-    if pdb.name not in done.held_by:
-        done.held_by[pdb.name] = pdb.said
-        pace.on_held(pdb)
+    _tell(pace, done, pdb)
     if pace.budget_watch is None:
         raise TransientError(f"{pdb.said}; looking again")
     pace.budget_watch(pdb, pace.batch_timeout)
 
 
 def _plan(
-    pods: list[Obj], filtered: list[str], requests: Resources, limits: Resources
+    pods: list[Obj],
+    filtered: list[str],
+    requests: Resources,
+    limits: Resources,
+    pending: bool = False,
 ) -> list[tuple[Obj, list[Obj], set[str]]]:
-    """The running pods not at the target yet: each with its containers' patches and the
-    containers whose resize restarts them."""
+    """The running pods (``pending``: and the Pending ones, a restore's to recreate) not at the
+    target yet: each with its containers' patches and the containers whose resize restarts
+    them."""
     plan = []
     for pod in pods:
         name = pod["metadata"]["name"]
         terminating = pod["metadata"].get("deletionTimestamp") is not None
-        if pod.get("status", {}).get("phase") != "Running" or name in filtered or terminating:
+        phase = pod.get("status", {}).get("phase")
+        taken = phase == "Running" or (pending and phase == "Pending")
+        if not taken or name in filtered or terminating:
             continue
         containers = _resize_body(pod, *actual_resources(pod), requests, limits)
         if containers:
             plan.append((pod, containers, _restarting(pod, containers)))
-    return plan
+    # The pods down first: a batch mends (or recreates) what is down before it takes one down.
+    return sorted(plan, key=lambda planned: is_ready(planned[0]))
 
 
 def _ready_names(pods: list[Obj]) -> set[str]:
@@ -309,6 +324,8 @@ def recreate_reason(pod: Obj, roomless: bool) -> str | None:
     or not reach the pod's cgroup), a resize the kubelet left pending (``Deferred``,
     ``Infeasible``) or a node without the room for it; a recreated pod is placed by the
     scheduler, wherever there is room."""
+    if (pod.get("status") or {}).get("phase") == "Pending":
+        return "Pending: nothing runs in it"
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     if any(
         ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
@@ -370,8 +387,32 @@ def _back(before: dict[str, dict[str, int]]) -> Done:
 
 
 def _any_ready(down: int) -> Done:
-    """Fewer pods not Ready than ``down``: another may be taken down."""
-    return lambda pods: sum(1 for p in pods.values() if not is_ready(p)) < down
+    """Fewer pods down than ``down``: another may be taken down."""
+    return lambda pods: sum(1 for p in pods.values() if _down(p)) < down
+
+
+def _down(pod: Obj) -> bool:
+    """Whether the pod is down as the workload's pace counts it: not Ready, and it ran (a pod
+    that never ran, Pending, serves nothing and takes nothing down: a restore recreates it)."""
+    return not is_ready(pod) and (pod.get("status") or {}).get("phase") != "Pending"
+
+
+def _down_by_others(pace: Pace, pods: list[Obj]) -> Budget:
+    """The workload's own pace, as a budget that holds a batch: its ``maxUnavailable`` spent on
+    pods down for a cause of their own."""
+    down = sorted(p["metadata"]["name"] for p in pods if _down(p))
+    said = (
+        f"maxUnavailable {pace.max_unavailable} with {len(down)} pod(s) not Ready"
+        f" ({', '.join(down)}): it waits for one to be Ready again"
+    )
+    return Budget("maxUnavailable", 0, said)
+
+
+def _tell(pace: Pace, done: Resized, budget: Budget) -> None:
+    """Tell once what holds a batch (``Pace.on_held``), and keep it for the result."""
+    if budget.name not in done.held_by:
+        done.held_by[budget.name] = budget.said
+        pace.on_held(budget)
 
 
 def _wait(
@@ -382,19 +423,18 @@ def _wait(
     listed: list[Obj],
     pace: Pace,
     done: Done,
+    waited: str,
 ) -> dict[str, Obj]:
     """Watch the cohort from the LIST it was ``listed`` in (``version``: the resizes since come
     as events) until ``done``, and return it as last seen; heartbeat on the way. Past the batch
-    timeout: a transient error (the activity is retried, and starts from a fresh LIST)."""
+    timeout: a transient error saying what it ``waited`` on (the activity is retried, and
+    starts from a fresh LIST)."""
     pods = {p["metadata"]["name"]: p for p in listed}
     deadline = time.monotonic() + pace.batch_timeout
     while not done(pods):
         pace.heartbeat()
         if time.monotonic() > deadline:
-            raise TransientError(
-                f"pods not Ready again within {pace.batch_timeout:.0f}s of their resize;"
-                " looking again"
-            )
+            raise TransientError(f"{waited}; looking again")
         lister = functools.partial(core.list_namespaced_pod, namespace, label_selector=selector)
         for kind, obj in watch_slice(lister, version):
             if kind == "ERROR":

@@ -8,18 +8,22 @@ disruption controller's (``sim.disruption``), computed as the real one's."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiClient, CoreV1Api
 
+from activities.errors import TransientError
 from activities.kubernetes import KubernetesActivities
+from activities.resize import Budget, Pace, resize_paced
 from sim.apiserver import KubeEmulator
 from sim.disruption import DisruptionController
 from tests import CLUSTER
-from tests.activity.builders import NS, RestartingKubelet
-from tests.activity.test_kubernetes_activities import LAST_GOOD, ref, restarting_cohort
+from tests.activity.builders import NS, RestartingKubelet, pod
+from tests.activity.test_kubernetes_activities import LAST_GOOD, REC, ref, restarting_cohort
 from workflows.activity_api import ActuationResult, RollBackInput
 from workflows.contract import PAUSE_UNTIL_ANNOTATION, EventReason, RollbackTarget
 
@@ -137,3 +141,60 @@ def test_max_unavailable_zero_is_said_not_silently_one(
     assert "maxUnavailable resolves to 0 (a rollout surges instead, which a resize cannot)" in (
         result.message
     )
+
+
+def test_a_restore_beside_a_replica_that_never_ran_restores_every_pod(
+    api: KubeEmulator, in_place: KubernetesActivities
+) -> None:
+    """Four replicas, one Pending from the start (no room), three Ready on the cut: the
+    Pending one takes nothing down (it never ran), so the three are resized one at a time
+    within maxUnavailable 1, and the Pending one is recreated at once (nothing runs in it: its
+    replacement is admitted with the restore). Before, the Pending pod was counted down, the
+    batch was 0, and the rollback waited for it to be Ready: no pod restored, an error about a
+    resize that never happened, about 2.5 h of retries."""
+    kubelet = RestartingKubelet(api.store)
+    restarting_cohort(api, 3, 1, "512Mi")
+    deployments = api.store.rtype("Deployment")
+    api.store.patch(deployments, NS, "web", {"spec": {"replicas": 4}}, MERGE)
+    unscheduled = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    never_ran = pod("web-3", {"app": "web"}, memory="512Mi", rec=REC, ready=False,
+                    phase="Pending", conditions=unscheduled)  # fmt: skip
+    del never_ran["spec"]["nodeName"]
+    never_ran["status"].pop("containerStatuses", None)
+    api.store.create(never_ran)
+    result = in_place.roll_back(ROLLBACK)
+    assert result.pods_resized == 3 and kubelet.most_not_ready == 1
+    assert sorted(resizes(api)) == ["web-0", "web-1", "web-2"]
+    assert [r.path.rsplit("/", 1)[-1] for r in api.requests("delete", "/pods/")] == ["web-3"]
+    assert "1 recreated to take it (web-3: Pending: nothing runs in it)" in result.message
+
+
+def test_a_batch_the_workloads_own_pace_holds_is_told_and_its_wait_says_so(
+    api: KubeEmulator, client: ApiClient
+) -> None:
+    """Two of three pods down for a cause of their own (not Ready, not crash-looping: no
+    restore recreates them), maxUnavailable 1: the Ready one waits, it is told why (the
+    activity's RollbackPaced Event), and the wait's error names what it waited on, not a
+    resize that never happened."""
+    restarting_cohort(api, 1, 1, "512Mi")  # web-0: Ready, on the cut
+    api.store.patch(api.store.rtype("Deployment"), NS, "web", {"spec": {"replicas": 3}}, MERGE)
+    for name in ("web-1", "web-2"):  # restored already, and not Ready (failing their probe)
+        api.store.create(pod(name, {"app": "web"}, memory="768Mi", rec=REC, ready=False,
+                             node="roomy"))  # fmt: skip
+    core = CoreV1Api(client)
+    told: list[Budget] = []
+    pace = Pace(1, batch_timeout=1.0, recreate=True, on_held=told.append)
+
+    def cohort() -> tuple[list[Any], str]:
+        listed = core.list_namespaced_pod(NS, label_selector="app=web", _preload_content=False)
+        found = json.loads(listed.data)
+        return found["items"], found["metadata"]["resourceVersion"]
+
+    restore = LAST_GOOD.requests(), LAST_GOOD.limits()
+    with pytest.raises(TransientError) as waited:  # the activity is retried
+        resize_paced(core, NS, cohort, "app=web", *restore, pace)
+    assert "none of the 2 pods not Ready before this batch Ready again" in str(waited.value)
+    assert "1 pod(s) wait to be restored" in str(waited.value)
+    (held,) = told
+    assert "maxUnavailable 1 with 2 pod(s) not Ready (web-1, web-2)" in held.said
+    assert resizes(api) == []  # nothing taken down beside the two down already
