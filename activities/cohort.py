@@ -64,6 +64,7 @@ class PodVerdict:
     ready_too_recently: bool = False  # NotReady only because Ready for less than the minimum
     failing: bool = False  # for certain, now (``CERTAIN_REASONS``): what the early verdict counts
     restarts: int = 0  # the kubelet's restarts of the containers the reason is about
+    exited_at: datetime | None = None  # when they last exited (``last_exit``)
 
     @property
     def counts(self) -> bool:
@@ -221,14 +222,23 @@ def judge(
     # NotReady while Ready: only because it turned Ready too recently (``health``).
     recent = reason is FailureReason.NOT_READY and is_ready(pod)
     failing = failing_for_certain(pod, reason)
-    return PodVerdict(name, adopted, reason, containers, recent, failing, restarts(pod, containers))
+    restarted, exited = restarts(pod, containers)
+    return PodVerdict(name, adopted, reason, containers, recent, failing, restarted, exited)
 
 
-def restarts(pod: Obj, containers: tuple[str, ...]) -> int:
-    """The kubelet's restarts of ``containers`` (their ``restartCount``s, summed): the early
-    verdict takes a crash as certain once this has risen across its confirmation."""
+def restarts(pod: Obj, containers: tuple[str, ...]) -> tuple[int, datetime | None]:
+    """The kubelet's restarts of ``containers`` (their ``restartCount``s, summed), and when they
+    last exited: the early verdict takes a crash as certain once either has moved on across its
+    confirmation (a crash since)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(int(cs.get("restartCount") or 0) for cs in statuses if cs.get("name") in containers)
+    mine = [cs for cs in statuses if cs.get("name") in containers]
+    exits = [
+        parse_kube_time(((cs.get(where) or {}).get("terminated") or {}).get("finishedAt"))
+        for cs in mine
+        for where in ("state", "lastState")
+    ]
+    latest = max((e for e in exits if e is not None), default=None)
+    return sum(int(cs.get("restartCount") or 0) for cs in mine), latest
 
 
 def failing_for_certain(pod: Obj, reason: FailureReason | None) -> bool:
@@ -288,7 +298,7 @@ class Tally:
             self.containers.setdefault(verdict.reason, set()).update(verdict.containers)
             if verdict.failing:
                 self.certain[verdict.name] = Certain(
-                    reason=verdict.reason, restarts=verdict.restarts
+                    reason=verdict.reason, restarts=verdict.restarts, exited_at=verdict.exited_at
                 )
 
     def message(self) -> str:

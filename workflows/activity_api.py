@@ -169,6 +169,9 @@ class Certain(CamelModel):
 
     reason: FailureReason
     restarts: int = Field(default=0, ge=0)
+    # When its failing containers last exited (the kubelet's ``finishedAt``, whole seconds): a
+    # later one is a crash since (the kubelet restarts a first crash at once, uncounted yet).
+    exited_at: datetime | None = None
 
 
 class CohortSample(CamelModel):

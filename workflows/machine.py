@@ -152,12 +152,16 @@ def caused_by_cut(reason: FailureReason, raises_requests: bool | None) -> bool:
 
 def confirmed(before: Certain, now: Certain) -> bool:
     """Whether a pod failing for certain when first seen (``before``) is confirmed by a later
-    look (``now``): a crash (an OOM kill, a crash loop) once the kubelet's next restart failed
-    too (its restarts rose across the confirmation); a pod with no node, or a resize the node
-    can never take, once it still fails so."""
-    if now.reason in (FailureReason.OOM_KILLED, FailureReason.CRASH_LOOP_BACK_OFF):
-        return now.restarts > before.restarts
-    return True
+    look (``now``): a crash (an OOM kill, a crash loop) once it crashed again since, its next
+    run failed too (its restarts rose, or it exited later than first seen: the kubelet starts
+    a first crash again at once); a pod with no node, or a resize the node can never take,
+    once it still fails so."""
+    if now.reason not in (FailureReason.OOM_KILLED, FailureReason.CRASH_LOOP_BACK_OFF):
+        return True
+    later = now.exited_at is not None and (
+        before.exited_at is None or now.exited_at > before.exited_at
+    )
+    return now.restarts > before.restarts or later
 
 
 class RollbackState(CamelModel):
@@ -898,15 +902,20 @@ def _releasing(
 
 
 def _suspected(state: RollbackState, obs: Suspected) -> Decision:
-    """A certain failure seen by the intake: sample now, under a policy with an early verdict
-    and unless a confirmation is already under way (its sample is due at its end)."""
+    """A certain failure seen by the intake: sample now, under a policy with an early verdict,
+    unless a confirmation's first period is still running (its sample is due at its end)."""
     policy, due = state.policy, state.next_sample_at
     if state.mode is not Mode.MONITORING or policy is None or policy.early_verdict is None:
         return Decision(state, note="no early verdict in this mode or policy: ignored")
     if state.release is not None:
         return Decision(state, note="a release is rolling out: the window's end looks")
-    if state.early_since is not None or due is None or due <= obs.now:
+    if due is None or due <= obs.now:
         return Decision(state, note="a sample is due already")
+    early = policy.early_verdict
+    if state.early_since is not None and obs.now < state.early_since + early.confirmation_period:
+        return Decision(state, note="the confirmation's sample is due at its end")
+    # A pod failed for certain again (a crash loop's next restart): look now, not at the next
+    # period (``_early``: a crash is confirmed once its next restart failed too).
     return Decision(state.model_copy(update={"next_sample_at": obs.now}), note="sample now")
 
 

@@ -785,10 +785,34 @@ def test_a_crash_is_certain_only_once_the_kubelets_next_restart_failed_too() -> 
     waiting = decide(crossing, Sampled(t2, failing(19, 20, crashLoopBackOff=1)))
     assert waiting.state.mode is Mode.MONITORING and waiting.state.early_since == t1
     assert waiting.state.next_sample_at == t2 + timedelta(seconds=5)
+    # The intake tells the pod's next failure (its restart crashed): looked at now, not later.
+    told = decide(waiting.state, Suspected(t2 + timedelta(seconds=2)))
+    assert told.state.next_sample_at == t2 + timedelta(seconds=2)
+    early_on = decide(crossing, Suspected(t1 + timedelta(seconds=2)))  # within the first period
+    assert early_on.state.next_sample_at == t1 + timedelta(seconds=5)
     back = decide(waiting.state, Sampled(t2 + timedelta(seconds=5), sample(20, desired=20)))
     assert back.state.mode is Mode.MONITORING and back.state.early_since is None
     crashed_again = Sampled(t2 + timedelta(seconds=5), failing(19, 20, 1, crashLoopBackOff=1))
     assert decide(waiting.state, crashed_again).state.mode is Mode.ROLLING_BACK
+
+
+def test_a_crash_since_first_seen_confirms_it_when_its_count_has_not_moved() -> None:
+    """The kubelet starts a first crash again at once: the first look may already count that
+    restart, and the second crash shows only as a later exit (``finishedAt``)."""
+    state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state
+    t1 = T0 + timedelta(seconds=30)
+
+    def killed(at: datetime) -> CohortSample:
+        seen = failing(0, restarts=1, oomKilled=3)
+        certain = {n: c.model_copy(update={"exited_at": at}) for n, c in seen.certain.items()}
+        return seen.model_copy(update={"certain": certain})
+
+    crossing = decide(state, Sampled(t1, killed(t1))).state
+    t2 = t1 + timedelta(seconds=10)
+    assert decide(crossing, Sampled(t2, killed(t1))).state.mode is Mode.MONITORING  # no crash since
+    assert decide(crossing, Sampled(t2, killed(t1 + timedelta(seconds=1)))).state.mode is (
+        Mode.ROLLING_BACK
+    )
 
 
 def test_the_confirmation_is_of_the_same_pods_not_of_a_count() -> None:
