@@ -83,6 +83,7 @@ TRANSITIONS: tuple[tuple[Mode | None, str, Mode], ...] = (
     (None, "no policy matches any more", Mode.CLEARED),
     (Mode.MONITORING, "reopen (a fresh window)", Mode.MONITORING),
     (Mode.MONITORING, "a release rolled out (a fresh window)", Mode.MONITORING),
+    (Mode.MONITORING, "a retry's re-apply landed (a fresh window)", Mode.MONITORING),
     (Mode.MONITORING, "window ends, threshold met", Mode.MONITORING_SUCCEEDED),
     (Mode.MONITORING, "window ends, threshold not met", Mode.ROLLING_BACK),
     (Mode.MONITORING, "lastSuccessful target, nothing recorded", Mode.FAILED_PERMANENT),
@@ -314,6 +315,7 @@ class RolledBack:
 class Reapplied:
     now: datetime
     result: ActuationResult
+    held: bool = False  # a pause (or the kill switch, the breaker) held it before it landed
 
 
 @dataclass(frozen=True)
@@ -1277,10 +1279,22 @@ def _rolled_back_message(state: RollbackState, policy: PolicySettings) -> str | 
 
 
 def _reapplied(state: RollbackState, obs: Reapplied) -> Decision:
-    """The recommendation is back for the next turn; the run has already ended backedOff."""
+    """The recommendation is back: for the next turn (the run has already ended backedOff), or
+    for a retry's window (after ``failedPermanent``). A retry's re-apply that a pause held
+    opens its window again when it lands, on the baselines it opened with: the cut lands only
+    now, and what the pods did before (the kills that failed the last turn) is not evidence."""
     if not obs.result.exists:
         return Decision(state, note="owner gone before the recommendation was re-applied")
-    return Decision(state, note=f"re-applied: {obs.result.message}")
+    policy = state.policy
+    if state.mode is not Mode.MONITORING or policy is None or not obs.held:
+        return Decision(state, note=f"re-applied: {obs.result.message}")
+    opened = LoadOwnerResult(
+        exists=True, desired=state.baseline, template=state.template,
+        autoscaler=state.autoscaler, raises_requests=state.raises_requests,
+    )  # fmt: skip
+    fresh = _transition(state, obs.now, Mode.MONITORING, **_window(state, obs.now, policy, opened))
+    message = _monitoring_message(fresh, policy, "Re-applied, then monitoring")
+    return Decision(fresh, [Record(EventReason.MONITORING_STARTED, message)])
 
 
 def last_turn(turn: int, policy: PolicySettings) -> bool:

@@ -312,6 +312,7 @@ class RollbackWorkflow:
         # continue-as-new, or upserted since), by name: an upsert carries only what differs.
         self._shown: dict[str, Any] = {}
         self._resumes = 0  # resume signals received
+        self._holds = 0  # holds waited in this run (a re-apply's: its window opens when it lands)
         self._health_holds = 0  # verdicts held for Prometheus in this run
 
     # --- signals and query -------------------------------------------------------------------
@@ -563,6 +564,7 @@ class RollbackWorkflow:
         its way wakes it at once, as one after it does), any control signal, or a cancel.
         True when the held step is given up (``Hold.gives_up``)."""
         self._held_by = hold.pause
+        self._holds += 1
         resumes = hold.after_resumes
         workflow.set_current_details(f"**Held**: the {hold.label} waits, {hold.pause.describe()}")
         # Once per hold, not once per look again.
@@ -749,8 +751,10 @@ class RollbackWorkflow:
             cluster=self.cluster, owner=owner, recommendation=effect.recommendation
         )
         summary = f"re-apply {self.state.fingerprint} for the next turn"
+        held = self._holds
         result = await self._actuate(REAPPLY_RECOMMENDATION, reapply, summary)
-        return None if result is None else Reapplied(workflow.now(), result)
+        landed = workflow.now()
+        return None if result is None else Reapplied(landed, result, held=self._holds > held)
 
     async def _actuate(
         self, name: str, request: RollBackInput | ReapplyInput, summary: str

@@ -31,6 +31,7 @@ from workflows.machine import (
     HoldEnds,
     Observed,
     PauseSeen,
+    Reapplied,
     Reapply,
     Record,
     Reopen,
@@ -440,6 +441,34 @@ def test_reopen_after_failed_permanent_retries_from_turn_one() -> None:
     assert isinstance(record, Record) and record.event_reason is EventReason.MONITORING_STARTED
     assert "Retrying" in record.message and "(turn 1)" in record.message
     assert isinstance(reapply, Reapply) and reapply.recommendation == REC
+
+
+def test_a_retrys_held_re_apply_opens_its_window_when_it_lands() -> None:
+    """A retry after failedPermanent whose re-apply a pause held past the window's length: the
+    window opens when the re-apply lands (a fresh one, on the baselines it opened with), so no
+    verdict is taken on the kills that failed the last turn; a re-apply for a next turn (the
+    run ended backedOff) changes nothing."""
+    loaded = LoadOwnerResult(
+        exists=True, state=stored(Mode.FAILED_PERMANENT, turn=2), policy=policy(), desired=5
+    )
+    retry = start(loaded, trigger=Trigger.REOPEN).state
+    landed = T0 + timedelta(minutes=20)  # held: the 5-minute window would be long over
+    at_once = decide(retry, Reapplied(T0, ActuationResult(pods_resized=5)))  # not held
+    assert at_once.state == retry and at_once.effects == []
+    fresh = decide(retry, Reapplied(landed, ActuationResult(pods_resized=5), held=True))
+    assert fresh.state.mode is Mode.MONITORING and fresh.state.turn == 1
+    assert (fresh.state.window_started_at, fresh.state.window_ends_at) == (
+        landed,
+        landed + timedelta(minutes=5),
+    )
+    assert fresh.state.baseline == 5 and fresh.state.next_sample_at == fresh.state.window_ends_at
+    (record,) = fresh.effects
+    assert isinstance(record, Record) and record.event_reason is EventReason.MONITORING_STARTED
+    assert record.message.startswith("Re-applied, then monitoring recommendation")
+    not_yet = decide(fresh.state, Sampled(landed + timedelta(minutes=1), sample(0, oomKilled=5)))
+    assert not_yet.state.mode is Mode.MONITORING  # the old window's evidence is no verdict
+    backed_off = rolled_back().state.model_copy(update={"mode": Mode.BACKED_OFF})
+    assert decide(backed_off, Reapplied(landed, ActuationResult())).state == backed_off
 
 
 def test_new_fingerprint_starts_turn_one_and_keeps_last_successful() -> None:

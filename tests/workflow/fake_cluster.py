@@ -283,6 +283,9 @@ class FakeCluster:
         owner = self._owner(input.owner)
         if owner is None:
             return ActuationResult(exists=False)
+        if owner.paused is not None:
+            owner.journal.append(("held", "reapply"))
+            return ActuationResult(paused=owner.paused)
         if any(
             p.recommendation != input.recommendation for p in owner.pods if not p.ignores_resize
         ):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
 import pytest
@@ -923,6 +923,36 @@ async def test_explicit_reopen_via_signal_with_start(
     ).result()
     assert result.mode is Mode.MONITORING_SUCCEEDED
     assert owner.event_reasons().count(EventReason.MONITORING_STARTED) == 2
+
+
+async def test_a_retrys_re_apply_held_past_its_window_is_judged_on_a_fresh_window(
+    client: Client, cluster: FakeCluster, task_queue: str
+) -> None:
+    """A failed workload retried while its namespace is paused: the re-apply is held, longer
+    than the window. Once the pause lifts, the re-apply lands and the window opens then (a
+    third RollbackMonitoringStarted says so), so the verdict is taken on what the pods do after
+    it, not on evidence from before the pause (the app, fixed meanwhile, fits the cut now)."""
+    ref, owner = new_owner(
+        cluster, settings(window=1.0, backoff=0.5, multiply=1, max_attempts=1),
+        state_json=succeeded_before(),
+    )  # fmt: skip
+    owner.apply(OOM)
+    failed = await (await observe(client, CLUSTER, task_queue, ref, OOM)).result()
+    assert failed.mode is Mode.FAILED_PERMANENT
+    owner.paused = Pause(scope=PauseScope.NAMESPACE, name="shop", reason="incident")
+    await control.reopen(client, CLUSTER, task_queue, ref)
+    handle = client.get_workflow_handle_for(RollbackWorkflow.run, rollback_id(CLUSTER, ref))
+    await wait_until(lambda: ("held", "reapply") in owner.journal)
+    held = await wait_for(handle, lambda s: s.mode is Mode.MONITORING)
+    assert held.window_ends_at is not None
+    ends = held.window_ends_at
+    await wait_until(lambda: datetime.now(UTC) > ends, timeout=10)
+    owner.paused, owner.working_set = None, "100Mi"  # lifted; the app no longer outgrows the cut
+    await handle.signal(RollbackWorkflow.resume, ResumeSignal())
+    result = await handle.result()
+    assert result.mode is Mode.MONITORING_SUCCEEDED
+    started = [m for r, m, _ in owner.events.values() if r == EventReason.MONITORING_STARTED]
+    assert len(started) == 3 and started[-1].startswith("Re-applied, then monitoring")
 
 
 async def test_a_paused_rollback_holds_and_goes_ahead_on_resume(
