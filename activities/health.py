@@ -28,6 +28,7 @@ budget and then does what the policy says (``onPrometheusError``, bounded by ``m
 from __future__ import annotations
 
 import json
+import logging
 import math
 import operator
 from collections.abc import Callable, Iterable
@@ -36,12 +37,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import urllib3
+import yaml
 
 from activities.cohort import actual_resources
 from activities.errors import TransientError, redact_url
 from workflows.activity_api import CheckResult, HealthInput, HealthResult
 from workflows.contract import FailureReason, Obj
-from workflows.durations import format_duration
+from workflows.durations import format_duration, parse_duration
 from workflows.policy import (
     QUERIES_MAX,
     CpuThrottlingCheck,
@@ -55,7 +57,9 @@ from workflows.quantities import positive
 # Seconds one query may take. They are asked at once, so an activity takes about one query's
 # time whatever their number (at most 2 + 2 x QUERIES_MAX), within its 20 s start-to-close.
 QUERY_TIMEOUT = 10.0
+log = logging.getLogger(__name__)
 MOST_QUERIES = 2 * (2 + QUERIES_MAX)  # each check at the window's end and at its baseline
+DEFAULT_SCRAPE_INTERVAL = timedelta(minutes=1)  # Prometheus's own default
 
 
 class PrometheusError(TransientError):
@@ -72,6 +76,23 @@ class Prometheus:
         self.http = urllib3.PoolManager(
             timeout=urllib3.Timeout(total=timeout), retries=urllib3.Retry(0), maxsize=MOST_QUERIES
         )
+        self._scrape_interval: timedelta | None = None
+
+    def scrape_interval(self) -> timedelta:
+        """How often it scrapes: its configuration's ``global.scrape_interval``, read once
+        (``/api/v1/status/config``); Prometheus's default (1m) where that is not served (a
+        Thanos or Mimir front) or does not say. A baseline ends this much before the cut."""
+        if self._scrape_interval is None:
+            self._scrape_interval = DEFAULT_SCRAPE_INTERVAL
+            try:
+                response = self.http.request("GET", f"{self.url}/api/v1/status/config")
+                config = yaml.safe_load(json.loads(response.data)["data"]["yaml"]) or {}
+                said = (config.get("global") or {}).get("scrape_interval")
+                if said:
+                    self._scrape_interval = parse_duration(str(said))
+            except (urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError, yaml.YAMLError):
+                log.info("%s: no scrape interval read, taking Prometheus's default", self.shown)
+        return self._scrape_interval
 
     def query(self, expr: str, at: datetime) -> list[tuple[dict[str, str], float]]:
         """The series ``expr`` returns at ``at``: (labels, value) each. POSTed as a form, as the
@@ -270,7 +291,9 @@ def _custom_check(check: QueryCheck, now: list[float], before: list[float] | Non
         message=(
             f"{check.name}: {'; '.join(problems)}"
             if problems
-            else f"{check.name}: {value:g}" + (f", within {' and '.join(bounds)}" if bounds else "")
+            else f"{check.name}: {value:g}"
+            + (f", within {' and '.join(bounds)}" if bounds else "")
+            + (f" {base:g}" if base is not None and check.max_increase_percent is not None else "")
         )
         + (
             " (no baseline: no data before the cut, maxIncreasePercent not judged)"
@@ -320,7 +343,7 @@ Planned = tuple[BuiltIn, CpuThrottlingCheck | MemoryHeadroomCheck, frozenset[str
 def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -> HealthResult:
     """Every check of ``request.checks`` at the window's end, over ``cohort``'s pods; raises
     ``PrometheusError``."""
-    asks, built_in, results = _plan(request, cohort)
+    asks, built_in, results = _plan(request, cohort, prometheus.scrape_interval())
     answers = _ask_all(prometheus, asks)
     for name, at_end, _, _ in asks:
         if at_end and not answers[(name, True)]:
@@ -356,16 +379,17 @@ def check_health(prometheus: Prometheus, request: HealthInput, cohort: Cohort) -
 
 
 def _plan(
-    request: HealthInput, cohort: Cohort
+    request: HealthInput, cohort: Cohort, scrape: timedelta
 ) -> tuple[list[Ask], list[Planned], dict[str, CheckResult]]:
     """Every query to ask (at the window's end, and at the baseline's for a bound relative to
-    it), the built-in checks that apply, and the results known without asking (a built-in
-    check no container can have data for passes as not applicable)."""
+    it: ending a ``scrape`` interval before the cut, as a scrape in flight as it lands carries
+    its value), the built-in checks that apply, and the results known without asking (a
+    built-in check no container can have data for passes as not applicable)."""
     checks: HealthChecks = request.checks
     ns, owner = request.owner.namespace, request.owner.name
     end = request.window_ends_at
     window = end - request.window_started_at
-    baseline_end = request.baseline_at or request.window_started_at
+    baseline_end = (request.baseline_at or request.window_started_at) - scrape
     asks: list[Ask] = []
     built_in: list[Planned] = []
     results: dict[str, CheckResult] = {}

@@ -71,6 +71,7 @@ async def observe(
     *,
     pod: str | None = None,
     pod_created_at: datetime | None = None,
+    adopted_at: datetime | None = None,
     trigger: Trigger = Trigger.OBSERVE,
     rpc_timeout: timedelta | None = None,
     turn: int | None = None,
@@ -83,7 +84,7 @@ async def observe(
     billable action) and the ``policy``, which its first read takes as resolved."""
     start = RollbackInput(
         cluster=cluster, owner=owner, recommendation=recommendation, trigger=trigger,
-        observed_pod_created_at=pod_created_at, policy=policy,
+        observed_pod_created_at=pod_created_at, adopted_at=adopted_at, policy=policy,
     )  # fmt: skip
     signal_arg: ReopenSignal | ObserveSignal
     if trigger is Trigger.REOPEN:
@@ -91,8 +92,9 @@ async def observe(
     else:
         signal = "observe"
         signal_arg = ObserveSignal(
-            recommendation=recommendation, pod=pod, pod_created_at=pod_created_at
-        )
+            recommendation=recommendation, pod=pod, pod_created_at=pod_created_at,
+            adopted_at=adopted_at,
+        )  # fmt: skip
     shown: list[SearchAttributePair[Any]] = [
         SearchAttributePair(SA_CLUSTER, cluster),
         SearchAttributePair(SA_NAMESPACE, owner.namespace),

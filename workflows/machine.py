@@ -200,6 +200,9 @@ class RollbackState(CamelModel):
     # The window's opening read: whether the recommendation raises a request above the owner's
     # template (``caused_by_cut``: only then is a pod's Unschedulable the cut's).
     raises_requests: bool | None = None
+    # When the intake saw the cut adopted (a pod changed to it): a relative health bound's
+    # baseline ends before it (``baseline_at``), not at the window's start, which may be later.
+    adopted_at: datetime | None = None
     # The window's other baselines (its opening read): the owner's pod template (a release is
     # its change) and its HPA (the autoscaler check), ``workflows.neighbours``.
     template: Template | None = None
@@ -284,6 +287,7 @@ class AttemptStarted:
     loaded: LoadOwnerResult
     trigger: Trigger = Trigger.OBSERVE
     observed_pod_created_at: datetime | None = None
+    adopted_at: datetime | None = None  # when the intake saw the cut adopted (``baseline_at``)
 
 
 @dataclass(frozen=True)
@@ -358,6 +362,7 @@ class Observed:
     now: datetime
     recommendation: Recommendation
     pod_created_at: datetime | None = None
+    adopted_at: datetime | None = None  # when the intake saw it adopted
 
 
 class Step(StrEnum):
@@ -436,6 +441,7 @@ class StartOver:
     """End this run and start monitoring ``recommendation`` in a fresh one (continue-as-new)."""
 
     recommendation: Recommendation
+    adopted_at: datetime | None = None
 
 
 class HoldEnds(StrEnum):
@@ -732,6 +738,8 @@ def _start(state: RollbackState, obs: AttemptStarted) -> Decision:
         return _policy_gone(_transition(state, obs.now, Mode.CLEARED, history=stored.history))
     policy = loaded.policy
     carried: dict[str, object] = {"policy": policy}
+    if obs.adopted_at is not None:
+        carried["adopted_at"] = obs.adopted_at
     if stored is not None:
         carried.update(last_successful=stored.last_successful_state, history=stored.history)
     state = state.model_copy(update=carried)
@@ -790,7 +798,7 @@ def _observed(state: RollbackState, obs: Observed) -> Decision:
         superseded,
         [
             Record(None, message, clear_rollback_recommendation=True),
-            StartOver(obs.recommendation),
+            StartOver(obs.recommendation, obs.adopted_at or obs.now),
         ],
     )
 
@@ -1008,16 +1016,21 @@ def _with_autoscaler(
 
 
 def baseline_at(state: RollbackState) -> datetime | None:
-    """Where a relative health bound's baseline ends: before the cut, at the start of this
-    turn's first window. A reopened window (in this run or after a success) starts under the cut
-    already, so the turn's earliest ``monitoring`` of this fingerprint in the history counts; a
-    turn whose first window has left the short history falls back to this window's start."""
+    """Where a relative health bound's baseline ends (the activity takes one scrape interval
+    more off it): before the cut, when the intake saw it adopted (``adopted_at``), or at the
+    start of this turn's first window if that was earlier. A window opens after the adoption
+    (signal-with-start, the run's first read: seconds, more under load), and a reopened one (in
+    this run or after a success) under the cut already, so the turn's earliest ``monitoring``
+    of this fingerprint in the history counts too; a turn whose first window has left the
+    short history falls back to this window's start."""
     start = state.window_started_at
     for entry in reversed(state.history):
         if entry.fingerprint != state.fingerprint or entry.turn != state.turn:
             break
         if entry.mode is Mode.MONITORING and (start is None or entry.time < start):
             start = entry.time
+    if state.adopted_at is not None and (start is None or state.adopted_at < start):
+        start = state.adopted_at
     return start
 
 

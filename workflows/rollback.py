@@ -203,6 +203,8 @@ class RollbackInput(CamelModel):
     recommendation: Recommendation
     trigger: Trigger = Trigger.OBSERVE
     observed_pod_created_at: datetime | None = None
+    # When the intake saw the pod adopt it (its clock): where a relative baseline ends.
+    adopted_at: datetime | None = None
     max_samples_per_run: int = Field(default=MAX_SAMPLES_PER_RUN, ge=1)
     max_history_events: int = Field(default=MAX_HISTORY_EVENTS, ge=1)
     retry_budget: Duration = RETRY_BUDGET
@@ -221,6 +223,7 @@ class ObserveSignal(CamelModel):
     recommendation: Recommendation
     pod: str | None = None
     pod_created_at: datetime | None = None
+    adopted_at: datetime | None = None  # when the intake saw it adopted (``RollbackInput``)
 
 
 class CancelSignal(CamelModel):
@@ -319,7 +322,11 @@ class RollbackWorkflow:
 
     @workflow.signal
     def observe(self, signal: ObserveSignal) -> None:
-        self._pending.append(Observed(workflow.now(), signal.recommendation, signal.pod_created_at))
+        self._pending.append(
+            Observed(
+                workflow.now(), signal.recommendation, signal.pod_created_at, signal.adopted_at
+            )
+        )
 
     @workflow.signal
     def cancel(self, signal: CancelSignal) -> None:
@@ -430,8 +437,9 @@ class RollbackWorkflow:
                 # with the notification it was to start: start it now (the same child).
                 await self._announce(loaded.state, loaded.state.failure_message or "")
             started = AttemptStarted(
-                workflow.now(), loaded, input.trigger, input.observed_pod_created_at
-            )
+                workflow.now(), loaded, input.trigger, input.observed_pod_created_at,
+                input.adopted_at,
+            )  # fmt: skip
             await self._step(initial, started)
             self._pending = news_after_start(self._pending, initial.fingerprint, input.trigger)
         while not self.state.mode.terminal:
@@ -482,11 +490,12 @@ class RollbackWorkflow:
         assert self._input is not None
         state = self.state
         for obs in self._pending:
+            adopted_at = None
             if isinstance(obs, Observed):
                 sighting = Sighting(
                     obs.recommendation.fingerprint, Trigger.OBSERVE, obs.pod_created_at
                 )
-                recommendation = obs.recommendation
+                recommendation, adopted_at = obs.recommendation, obs.adopted_at or obs.now
             elif isinstance(obs, Reopen):
                 sighting = Sighting(state.fingerprint, Trigger.REOPEN)
                 recommendation = state.recommendation
@@ -497,6 +506,7 @@ class RollbackWorkflow:
                     recommendation=recommendation,
                     trigger=sighting.trigger,
                     observed_pod_created_at=sighting.pod_created_at,
+                    adopted_at=adopted_at,
                 )
 
     def _new_attempt(self, **changes: Any) -> NoReturn:
@@ -728,7 +738,11 @@ class RollbackWorkflow:
                 case RollBack() | Reapply():
                     follow = await self._actuation(effect)
                 case StartOver():
-                    self._new_attempt(recommendation=effect.recommendation, trigger=Trigger.OBSERVE)
+                    self._new_attempt(
+                        recommendation=effect.recommendation,
+                        trigger=Trigger.OBSERVE,
+                        adopted_at=effect.adopted_at,
+                    )
         if transitioned:
             await self._notify(decision)
         return follow

@@ -34,6 +34,8 @@ from sim.prometheus import SCRAPE_INTERVAL, LocalPrometheus
 from worker.kube import api_client
 from workflows.activity_api import CheckResult, HealthInput, OwnerRef
 from workflows.contract import Actuation, FailureReason, WorkloadKind
+from workflows.fingerprint import Recommendation
+from workflows.machine import baseline_at, initial_state
 from workflows.policy import HealthChecks
 
 NS = "shop"
@@ -109,7 +111,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
             _wait_for_window(prometheus.url)
             changed_at = datetime.now(UTC)
             sim.behave(("Deployment", NS, "web"), "app", latency="100ms")
-            time.sleep(WINDOW.total_seconds() + 2)  # a window of scrapes after the change
+            time.sleep(WINDOW.total_seconds() + 5)  # a window of scrapes after, and a few more
             yield Scraped(prometheus.url, acts, changed_at, datetime.now(UTC), sim.cadvisor)
         finally:
             prometheus.stop()
@@ -255,16 +257,44 @@ def test_relative_bounds_judge_against_the_baseline_before_the_cut(scraped: Scra
                                 ' pod=~"$pods"})'}]}
     )  # fmt: skip
     # A scrape in flight as the latency changed is stamped with its start, just before the
-    # change, yet carries the new value: the baseline ends a scrape interval before it.
-    before = scraped.changed_at - timedelta(seconds=SCRAPE_INTERVAL)
-    (slower,) = ask(scraped, "web", latency, baseline_at=before)
+    # change, yet carries the new value: the activity ends the baseline a scrape interval (its
+    # Prometheus's, read from it: 1s here) before the time it is given.
+    (slower,) = ask(scraped, "web", latency, baseline_at=scraped.changed_at)
     assert not slower.passed, slower
     assert (slower.value, slower.baseline) == (pytest.approx(0.1), pytest.approx(0.05))
     assert "more than 50% above its baseline 0.05" in slower.message
+    assert scraped.acts.prometheus is not None
+    assert scraped.acts.prometheus.scrape_interval() == timedelta(seconds=SCRAPE_INTERVAL)
     # Baselined at a window that opened under the cut (what a reopen's own start would be),
     # the doubled latency would look like no change: why the baseline is the turn's first.
     (hidden,) = ask(scraped, "web", latency)
     assert hidden.passed and hidden.baseline == pytest.approx(0.1), hidden
+
+
+def test_a_baseline_ends_before_the_cut_however_late_the_window_opened(scraped: Scraped) -> None:
+    """The cut lands (``web``'s latency doubles), and its window opens later: the run's start
+    (signal-with-start, its first read) takes seconds, more under load, and Prometheus scrapes
+    meanwhile. For 20 such delays, the baseline the run computes (``machine.baseline_at``, from
+    when the intake saw the cut adopted) ends before the cut: every verdict finds the latency
+    50% worse. Before, it ended at the window's start, and those scrapes made the doubled
+    latency its own baseline (a fitting verdict in 3 runs of 4, measured)."""
+    latency = HealthChecks.model_validate(
+        {"queries": [{"name": "p99", "healthyWhen": "<", "maxIncreasePercent": 30,
+                      "promql": 'max(app_request_latency_seconds{namespace="$namespace",'
+                                ' pod=~"$pods"})'}]}
+    )  # fmt: skip
+    for step in range(1, 21):
+        opened = scraped.changed_at + timedelta(seconds=0.2 * step)
+        state = initial_state(OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web"),
+                              Recommendation(requests={"app": {"cpu": "1"}}))  # fmt: skip
+        state = state.model_copy(
+            update={"window_started_at": opened, "adopted_at": scraped.changed_at}
+        )
+        (result,) = ask(
+            scraped, "web", latency, end=opened + WINDOW, baseline_at=baseline_at(state)
+        )
+        assert not result.passed and result.baseline == pytest.approx(0.05), (step, result)
+        assert "more than 30% above its baseline 0.05" in result.message
 
 
 class SlowPrometheus(ThreadingHTTPServer):

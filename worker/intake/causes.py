@@ -71,14 +71,14 @@ class Sighted:
     recommendation: Recommendation
     pod: str
     pod_created_at: datetime | None
-    # The turn and policy of the attempt it opens, once decided: carried into the run's start.
-    turn: int | None = None
+    adopted_at: datetime | None = None  # the watch's event, else the pod's creation: at latest
+    turn: int | None = None  # with ``policy``: the attempt it opens, once decided, for its start
     policy: PolicySettings | None = None
 
     @classmethod
-    def of(cls, owner: OwnerRef, rec: Recommendation, pod: Obj) -> Sighted:
+    def of(cls, owner: OwnerRef, rec: Recommendation, pod: Obj, seen: datetime | None) -> Sighted:
         created = parse_kube_time(pod["metadata"].get("creationTimestamp"))
-        return cls(owner, rec, pod["metadata"]["name"], created)
+        return cls(owner, rec, pod["metadata"]["name"], created, seen or created)
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,11 @@ class Sightings:
             if verdict.signal is None or verdict.basis is None:
                 return
             self._signalled[owner] = verdict.basis
+            before = self.undelivered.get(owner)
+            if before is not None and before.recommendation.fingerprint == fingerprint:
+                # the same cut: adopted when first seen (a baseline ends before that)
+                times = [t for t in (before.adopted_at, verdict.signal.adopted_at) if t]
+                verdict.signal.adopted_at = min(times, default=None)
             self.undelivered[owner] = verdict.signal
             self._waiting_changed()
             log.info("%s: pod %s adopted %s, signalling", owner, seen.pod, verdict.basis[0])
@@ -145,6 +150,7 @@ class Sightings:
                     await temporal.observe(
                         d.client, d.cluster, d.task_queue, seen.owner,
                         seen.recommendation, pod=seen.pod, pod_created_at=seen.pod_created_at,
+                        adopted_at=seen.adopted_at,
                         rpc_timeout=d.rpc_timeout(), turn=seen.turn, policy=seen.policy,
                     )  # fmt: skip
             except Exception as exc:  # RPC errors of every kind, ResourceExhausted too: retried

@@ -10,6 +10,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -224,7 +225,8 @@ class Intake:
         # Marked as seen only once handled: if an API call below fails, the informer delivers
         # this event again and it must not look like a duplicate then.
         owner = self.owners.owner_of(pod)
-        seen = Sighted.of(owner, rec, pod) if owner else None
+        seen_at = None if initial else datetime.now(UTC)  # the start-up LIST's: the pod's creation
+        seen = Sighted.of(owner, rec, pod, seen_at) if owner else None
         if seen is not None and initial:
             with self._lock:  # at start-up: one per (owner, fingerprint), the newest pod's
                 key = (seen.owner, rec.fingerprint)
