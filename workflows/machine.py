@@ -143,12 +143,20 @@ def early_failure(
     return dominant_reason(certain)
 
 
-def caused_by_cut(reason: FailureReason, raises_requests: bool | None) -> bool:
-    """Whether the cut can cause a pod's certain ``reason``: an OOM kill, a crash loop and a
-    resize the node can never take, run on the cut, are its; a pod with no node to run on is
-    its only where it raised a request above the template (a drain's or an HPA's Pending pods
-    under a cut that lowers requests are not)."""
-    return reason is not FailureReason.UNSCHEDULABLE or raises_requests is True
+def caused_by_cut(
+    reason: FailureReason, raises_requests: bool | None, release: bool = False
+) -> bool:
+    """Whether the cut can cause a pod's ``reason``, the one rule of attribution (the early
+    verdict's, and a release's): an OOM kill under its limits and a resize the node can never
+    take are its whatever else changed; a pod with no node to run on is its only where it raised
+    a request above the template (a drain's or an HPA's Pending pods under a cut that lowers
+    requests are not); any other failure (a crash loop, a failing probe) is its unless a
+    ``release`` rolls out, whose new image may crash or fail by itself."""
+    if reason is FailureReason.UNSCHEDULABLE:
+        return raises_requests is True
+    if reason in (FailureReason.OOM_KILLED, FailureReason.RESIZE_INFEASIBLE):
+        return True
+    return not release
 
 
 def confirmed(before: Certain, now: Certain) -> bool:
@@ -211,6 +219,7 @@ class RollbackState(CamelModel):
     # looking again ``release_looks`` times so far.
     release: str | None = None
     release_looks: int = 0
+    release_since: datetime | None = None  # when first seen: the wait's bound runs from it
 
     @property
     def required(self) -> int | None:
@@ -472,6 +481,7 @@ class Hold:
 
 Effect = Record | RollBack | Reapply | StartOver | Hold
 
+RELEASE_WAIT_MIN = timedelta(minutes=10)  # ``release_wait``: a Deployment's progressDeadline
 # A held step looks again at least this often: the intake signals ``resume`` when a pause
 # annotation goes, but a term that ended before it could is caught up with here.
 PAUSE_RECHECK = timedelta(minutes=10)
@@ -707,6 +717,7 @@ def _window(
         "raises_requests": opened.raises_requests if known and opened is not None else None,
         "release": None,
         "release_looks": 0,
+        "release_since": None,
     }
 
 
@@ -874,33 +885,48 @@ def _releasing(
     now: datetime,
     seen: str | None,
 ) -> Decision:
-    """A release during the window (``workflows.neighbours``): the cut is not judged on it. The
-    verdict waits for it to roll out, looking again after ``release_recheck``; then a fresh
-    window of the same turn, the new release its baseline. Said once, when first seen."""
+    """A release during the window (``workflows.neighbours``): the cut is not judged on what
+    the release may cause. The verdict waits for it to roll out, looking again after
+    ``release_recheck``; then a fresh window of the same turn, the new release its baseline.
+    What only the cut can cause (``caused_by_cut``: an OOM kill, ...) is judged at the window's
+    end as usual: a release the cut keeps from rolling out (its new pods are admitted with the
+    cut too) is never waited for. Nor is one that does not roll out within ``release_wait``:
+    then the window's end judges the workload as it is. Each is told once."""
     effects: list[Effect] = []
     if state.release is None:
         assert seen is not None
-        message = (
-            f"A release during the window of recommendation {state.fingerprint} (turn"
-            f" {state.turn}): {seen}, not by the engine or the applier. The cut is not judged on"
-            " it: the verdict waits for the release to roll out, then a fresh window judges the"
-            " cut on it"
-        )
-        effects.append(Record(EventReason.RELEASE_SEEN, message, identity="release"))
-        state = state.model_copy(update={"release": seen, "early_since": None, "early_pods": {}})
+        state, effects = _release_seen(state, policy, seen, now)
     assert state.window_ends_at is not None
     if now < state.window_ends_at:  # an early verdict's look: the window's end looks again
         return Decision(state, effects, note=f"release seen: {state.release}")
-    if not sample.rolled_out:
+    cut = {
+        reason: n
+        for reason, n in sample.unhealthy.items()
+        if n and caused_by_cut(reason, state.raises_requests, release=True)
+    }
+    if cut:  # what the release cannot explain: judged now, the release not waited for
+        decided = _evaluate(state, policy, sample, now)
+        return Decision(decided.state, [*effects, *decided.effects], note="the cut's own failures")
+    since = state.release_since or now
+    if not sample.rolled_out and now < since + release_wait(policy):
         wait = release_recheck(state.release_looks)
         waiting = state.model_copy(
             update={
-                "window_ends_at": now + wait,
-                "next_sample_at": now + wait,
+                "window_ends_at": min(now + wait, since + release_wait(policy)),
+                "next_sample_at": min(now + wait, since + release_wait(policy)),
                 "release_looks": state.release_looks + 1,
             }
         )
         return Decision(waiting, effects, note=f"the release is rolling out: {state.release}")
+    if not sample.rolled_out:  # the bound decides: judged as it is, and told
+        message = (
+            f"The release seen during the window of recommendation {state.fingerprint} did not"
+            f" roll out within {format_duration(release_wait(policy))} ({state.release}): the"
+            " verdict is taken now, on the workload as it is"
+        )
+        told = Record(EventReason.RELEASE_SEEN, message, warning=True, identity="release-bound")
+        decided = _evaluate(state, policy, sample, now)
+        return Decision(decided.state, [*effects, told, *decided.effects])
     fresh = _transition(state, now, Mode.MONITORING, **_window(state, now, policy, sample))
     images = sample.template.images if sample.template else {}
     running = ", ".join(f"{name} {image}" for name, image in sorted(images.items()))
@@ -909,6 +935,28 @@ def _releasing(
     )
     message = _monitoring_message(fresh, policy, how)
     return Decision(fresh, [*effects, Record(EventReason.MONITORING_STARTED, message)])
+
+
+def _release_seen(
+    state: RollbackState, policy: PolicySettings, seen: str, now: datetime
+) -> tuple[RollbackState, list[Effect]]:
+    """A release first seen in the window: kept, and told once."""
+    message = (
+        f"A release during the window of recommendation {state.fingerprint} (turn"
+        f" {state.turn}): {seen}, not by the engine or the applier. The cut is not judged on"
+        " what the release may cause: the verdict waits for the release to roll out (at"
+        f" most {format_duration(release_wait(policy))}), then a fresh window judges the cut"
+        " on it; what only the cut causes (an OOM kill under its limits) is judged as usual"
+    )
+    update = {"release": seen, "release_since": now, "early_since": None, "early_pods": {}}
+    told = Record(EventReason.RELEASE_SEEN, message, identity="release")
+    return state.model_copy(update=update), [told]
+
+
+def release_wait(policy: PolicySettings) -> timedelta:
+    """How long a verdict waits for a release to roll out, from when it was seen: a monitoring
+    period, 10 minutes at least (a rollout's own progress deadline is 10 minutes by default)."""
+    return max(policy.monitoring_period, RELEASE_WAIT_MIN)
 
 
 def _suspected(state: RollbackState, obs: Suspected) -> Decision:

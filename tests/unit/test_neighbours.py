@@ -219,6 +219,41 @@ def test_a_bad_release_is_never_judged_as_the_cut() -> None:
     assert judged.state.mode is Mode.MONITORING_SUCCEEDED
 
 
+def test_a_good_release_under_a_cut_that_ooms_is_not_waited_for() -> None:
+    """A release ships while a memory cut OOM-kills every pod: its new pods are admitted with
+    the cut and killed too, so it can never roll out. An OOM kill under the cut's limit is the
+    cut's whatever the image: the window's end rolls the cut back, telling the release once;
+    it does not wait for a rollout the cut prevents (before: looking again for ever)."""
+    state = opened(policy())
+    killed = seen(0, template=V2, rolled_out=False, oomKilled=4)
+    verdict = decide(state, Sampled(WINDOW_END, killed))
+    assert (verdict.state.mode, verdict.state.failure_reason) == (
+        Mode.ROLLING_BACK, FailureReason.OOM_KILLED
+    )  # fmt: skip
+    reasons = [e.event_reason for e in verdict.effects if isinstance(e, Record)]
+    assert reasons == [EventReason.RELEASE_SEEN, EventReason.ROLLING_BACK_STARTED]
+
+
+def test_a_release_that_never_rolls_out_is_waited_for_only_up_to_its_bound() -> None:
+    """A release whose own image crash-loops (not a failure only the cut causes) is waited for,
+    looking again, but for at most a monitoring period, 10 minutes at least: then a Warning
+    says the bound decided, and the window's end judges the workload as it is."""
+    state = opened(policy())
+    crashing = seen(0, template=V2, rolled_out=False, crashLoopBackOff=4)
+    at = WINDOW_END
+    look = decide(state, Sampled(at, crashing))
+    assert look.state.release_since == at
+    while look.state.mode is Mode.MONITORING and at < WINDOW_END + timedelta(hours=1):
+        assert look.state.window_ends_at is not None
+        at = look.state.window_ends_at
+        look = decide(look.state, Sampled(at, crashing))
+    assert at == WINDOW_END + timedelta(minutes=10)  # the bound, not a look past it
+    assert look.state.mode is Mode.ROLLING_BACK
+    told = [e for e in look.effects if isinstance(e, Record)]
+    assert told[0].event_reason is EventReason.RELEASE_SEEN and told[0].warning
+    assert "did not roll out within 10m" in told[0].message
+
+
 def test_a_release_seen_by_an_early_verdict_decides_nothing_early() -> None:
     early = policy().model_copy(update={"early_verdict": EarlyVerdict()})
     state = opened(early)

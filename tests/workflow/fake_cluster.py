@@ -70,6 +70,7 @@ class FakeOwner:
     replicas: int = 5
     manifest: Resources = field(default_factory=lambda: {"app": {"memory": "1Gi"}})
     working_set: str = "512Mi"  # pods with less memory than this are OOMKilled
+    crashing: bool = False  # every pod crash-loops whatever its resources (a bad image's)
     exists: bool = True
     state_json: str | None = None
     rollback_annotation: Resources | None = None
@@ -187,9 +188,12 @@ class FakeCluster:
         ]
         need = parse_quantity(owner.working_set)
         oom = [p for p in owner.pods if parse_quantity(p.requests["app"]["memory"]) < need]
-        healthy_adopted = [p for p in adopted if p not in oom]
+        healthy_adopted = [p for p in adopted if p not in oom and not owner.crashing]
         unhealthy = {FailureReason.OOM_KILLED: len(oom)} if oom else {}
         message = f"{len(oom)}/{len(owner.pods)} pods OOMKilled (app)" if oom else ""
+        if owner.crashing and not oom:
+            unhealthy = {FailureReason.CRASH_LOOP_BACK_OFF: len(owner.pods)}
+            message = f"{len(owner.pods)}/{len(owner.pods)} pods CrashLoopBackOff (app)"
         return CohortSample(
             desired=owner.replicas,
             pods=len(owner.pods),

@@ -62,9 +62,9 @@ async def test_a_release_at_the_verdict_opens_a_fresh_window_of_the_same_turn(
     cluster: FakeCluster,  # noqa: F811
     task_queue: str,  # noqa: F811
 ) -> None:
-    """The template changes during the window and its pods crash (the fake's OOM): no
-    rollback; once rolled out (here already, at the verdict), a fresh window judges the cut on
-    the new release, which passes."""
+    """The template changes during the window and its pods crash-loop (the image's, not an
+    OOM kill the cut would cause): no rollback; once rolled out (here already, at the verdict),
+    a fresh window judges the cut on the new release, which passes."""
     ref, owner = new_owner(cluster, settings(window=1.5), working_set="512Mi")
     owner.template = Template(fingerprint="v1", images={"app": "shop/api:1"})
     owner.apply(FITS)
@@ -72,10 +72,10 @@ async def test_a_release_at_the_verdict_opens_a_fresh_window_of_the_same_turn(
     while owner.state is None or owner.state.mode is not Mode.MONITORING:
         await asyncio.sleep(0.05)
     owner.template = Template(fingerprint="v2", images={"app": "shop/api:2"})
-    owner.working_set = "1Gi"  # the release's pods crash whatever their resources
+    owner.crashing = True  # the release's pods crash whatever their resources
     while EventReason.RELEASE_SEEN not in owner.event_reasons():
         await asyncio.sleep(0.05)
-    owner.working_set = "512Mi"  # the fixed release
+    owner.crashing = False  # the fixed release
     result = await handle.result()
     assert (result.mode, result.turn) == (Mode.MONITORING_SUCCEEDED, 1)
     assert owner.event_reasons() == [
