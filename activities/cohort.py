@@ -64,7 +64,8 @@ class PodVerdict:
     ready_too_recently: bool = False  # NotReady only because Ready for less than the minimum
     failing: bool = False  # for certain, now (``CERTAIN_REASONS``): what the early verdict counts
     restarts: int = 0  # the kubelet's restarts of the containers the reason is about
-    exited_at: datetime | None = None  # when they last exited (``last_exit``)
+    exited_at: datetime | None = None  # when they last exited (``restarts``)
+    down: bool = False  # they are not running now (waiting or terminated)
 
     @property
     def counts(self) -> bool:
@@ -222,14 +223,14 @@ def judge(
     # NotReady while Ready: only because it turned Ready too recently (``health``).
     recent = reason is FailureReason.NOT_READY and is_ready(pod)
     failing = failing_for_certain(pod, reason)
-    restarted, exited = restarts(pod, containers)
-    return PodVerdict(name, adopted, reason, containers, recent, failing, restarted, exited)
+    restarted, exited, down = restarts(pod, containers)
+    return PodVerdict(name, adopted, reason, containers, recent, failing, restarted, exited, down)
 
 
-def restarts(pod: Obj, containers: tuple[str, ...]) -> tuple[int, datetime | None]:
-    """The kubelet's restarts of ``containers`` (their ``restartCount``s, summed), and when they
-    last exited: the early verdict takes a crash as certain once either has moved on across its
-    confirmation (a crash since)."""
+def restarts(pod: Obj, containers: tuple[str, ...]) -> tuple[int, datetime | None, bool]:
+    """The kubelet's restarts of ``containers`` (their ``restartCount``s, summed), when they last
+    exited, and whether they are down now (not running): what the early verdict confirms a
+    crash on (``machine.confirmed``)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     mine = [cs for cs in statuses if cs.get("name") in containers]
     exits = [
@@ -238,7 +239,8 @@ def restarts(pod: Obj, containers: tuple[str, ...]) -> tuple[int, datetime | Non
         for where in ("state", "lastState")
     ]
     latest = max((e for e in exits if e is not None), default=None)
-    return sum(int(cs.get("restartCount") or 0) for cs in mine), latest
+    down = any("running" not in (cs.get("state") or {}) for cs in mine)
+    return sum(int(cs.get("restartCount") or 0) for cs in mine), latest, down
 
 
 def failing_for_certain(pod: Obj, reason: FailureReason | None) -> bool:
@@ -298,8 +300,9 @@ class Tally:
             self.containers.setdefault(verdict.reason, set()).update(verdict.containers)
             if verdict.failing:
                 self.certain[verdict.name] = Certain(
-                    reason=verdict.reason, restarts=verdict.restarts, exited_at=verdict.exited_at
-                )
+                    reason=verdict.reason, restarts=verdict.restarts,
+                    exited_at=verdict.exited_at, down=verdict.down,
+                )  # fmt: skip
 
     def message(self) -> str:
         """``2/5 pods OOMKilled (app); 1/5 pods Unschedulable``, most frequent first; NotReady

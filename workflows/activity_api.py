@@ -172,6 +172,9 @@ class Certain(CamelModel):
     # When its failing containers last exited (the kubelet's ``finishedAt``, whole seconds): a
     # later one is a crash since (the kubelet restarts a first crash at once, uncounted yet).
     exited_at: datetime | None = None
+    # Its failing containers are not running now (waiting to start again, or terminated): with
+    # a restart counted, a restarted instance has failed too.
+    down: bool = False
 
 
 class CohortSample(CamelModel):

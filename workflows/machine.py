@@ -161,16 +161,18 @@ def caused_by_cut(
 
 def confirmed(before: Certain, now: Certain) -> bool:
     """Whether a pod failing for certain when first seen (``before``) is confirmed by a later
-    look (``now``): a crash (an OOM kill, a crash loop) once it crashed again since, its next
-    run failed too (its restarts rose, or it exited later than first seen: the kubelet starts
-    a first crash again at once); a pod with no node, or a resize the node can never take,
-    once it still fails so."""
+    look (``now``): a crash (an OOM kill, a crash loop) once the kubelet's next run of it failed
+    too: it crashed again since (its restarts rose, or it exited later than first seen), or,
+    for an OOM kill, it is killed twice (a restart counted, and the restarted instance down
+    again: the kubelet starts a first crash again at once, so the second kill may come before
+    the first look); a pod with no node, or a resize the node can never take, once it still
+    fails so."""
     if now.reason not in (FailureReason.OOM_KILLED, FailureReason.CRASH_LOOP_BACK_OFF):
         return True
-    later = now.exited_at is not None and (
-        before.exited_at is None or now.exited_at > before.exited_at
-    )
-    return now.restarts > before.restarts or later
+    exits = (before.exited_at, now.exited_at)
+    later = exits[0] is not None and exits[1] is not None and exits[1] > exits[0]
+    twice = now.reason is FailureReason.OOM_KILLED and now.restarts >= 1 and now.down
+    return now.restarts > before.restarts or later or twice
 
 
 class RollbackState(CamelModel):

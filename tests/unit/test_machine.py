@@ -844,6 +844,25 @@ def test_a_crash_since_first_seen_confirms_it_when_its_count_has_not_moved() -> 
     )
 
 
+def test_an_oom_kill_seen_twice_in_one_look_is_confirmed_a_crash_loop_not() -> None:
+    """The first look comes after the second kill (the kubelet restarted the first at once):
+    a restart counted and the restarted instance down again is killed twice, confirmed; a
+    crash loop so (another cause than memory) waits for its next restart to fail."""
+    state = decide(monitoring(early_policy()), Sampled(T0, sample(5))).state
+    t1 = T0 + timedelta(seconds=30)
+
+    def twice(**reasons: int) -> CohortSample:
+        seen = failing(0, restarts=1, **reasons)
+        certain = {n: c.model_copy(update={"down": True}) for n, c in seen.certain.items()}
+        return seen.model_copy(update={"certain": certain})
+
+    t2 = t1 + timedelta(seconds=10)
+    oom = decide(state, Sampled(t1, twice(oomKilled=3))).state
+    assert decide(oom, Sampled(t2, twice(oomKilled=3))).state.mode is Mode.ROLLING_BACK
+    crash = decide(state, Sampled(t1, twice(crashLoopBackOff=3))).state
+    assert decide(crash, Sampled(t2, twice(crashLoopBackOff=3))).state.mode is Mode.MONITORING
+
+
 def test_the_confirmation_is_of_the_same_pods_not_of_a_count() -> None:
     """Three pods OOM-killed, then at the confirmation three others (the first three came back,
     three new ones crashed): nothing is confirmed; those three are confirmed a period later."""
