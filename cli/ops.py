@@ -46,7 +46,7 @@ from workflows.activity_api import (
     rollback_id,
 )
 from workflows.contract import Mode, Obj, SearchAttribute, WorkloadKind, check_cluster
-from workflows.machine import RollbackState
+from workflows.machine import RollbackState, release_wait
 from workflows.pause import Pause
 from workflows.rollback import WORKFLOW_NAME
 from workflows.state import HISTORY_LIMIT, ResourceSnapshot
@@ -541,6 +541,17 @@ def _tally(sample: CohortSample, state: RollbackState) -> str:
     )
 
 
+def _release_line(state: RollbackState, look: datetime) -> str:
+    """What the verdict waits for while a release rolls out, and until when at most."""
+    bound = ""
+    if state.release_since is not None and state.policy is not None:
+        bound = f", at most until {(state.release_since + release_wait(state.policy)).isoformat()}"
+    return (
+        f"Release:      {state.release}: not judged as the cut; the verdict waits for it to"
+        f" roll out, looking again at {look.isoformat()}{bound}"
+    )
+
+
 def describe_text(
     cluster: str,
     owner: OwnerRef,
@@ -573,10 +584,7 @@ def describe_text(
         lines.append(f"Failure:      {state.failure_reason}: {state.failure_message or ''}")
     # Deadlines of the mode the workload is in only: none after a cancel or a verdict.
     if state.mode is Mode.MONITORING and state.window_ends_at and state.release is not None:
-        lines.append(
-            f"Release:      {state.release}: not judged as the cut; the verdict waits for it to"
-            f" roll out, looking again at {state.window_ends_at.isoformat()}"
-        )
+        lines.append(_release_line(state, state.window_ends_at))
     elif state.mode is Mode.MONITORING and state.window_ends_at:
         lines.append(f"Window ends:  {state.window_ends_at.isoformat()}")
     if state.mode is Mode.BACKING_OFF and state.backoff_ends_at:

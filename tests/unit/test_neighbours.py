@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from activities.neighbours import RESTARTED_AT, rolled_out, template_of
+from cli import ops
 from tests.unit.test_machine import OWNER, REC, T0, policy, stored
 from workflows.activity_api import CohortSample, LoadOwnerResult, PolicySettings
 from workflows.contract import EventReason, FailureReason, Mode, Obj, WorkloadKind
@@ -252,6 +253,18 @@ def test_a_release_that_never_rolls_out_is_waited_for_only_up_to_its_bound() -> 
     told = [e for e in look.effects if isinstance(e, Record)]
     assert told[0].event_reason is EventReason.RELEASE_SEEN and told[0].warning
     assert "did not roll out within 10m" in told[0].message
+
+
+def test_describe_says_what_a_release_waits_for_and_until_when_at_most() -> None:
+    crashing = seen(0, template=V2, rolled_out=False, crashLoopBackOff=4)
+    waiting = decide(opened(policy()), Sampled(WINDOW_END, crashing)).state
+    shown = ops.describe_text("test", OWNER, "Running", waiting).splitlines()
+    look, bound = WINDOW_END + timedelta(seconds=10), WINDOW_END + timedelta(minutes=10)
+    assert (
+        "Release:      its pod template changed (app shop/api:1.0 -> shop/api:2.0): not judged as"
+        f" the cut; the verdict waits for it to roll out, looking again at {look.isoformat()},"
+        f" at most until {bound.isoformat()}"
+    ) in shown
 
 
 def test_a_release_seen_by_an_early_verdict_decides_nothing_early() -> None:
