@@ -384,12 +384,11 @@ class KubernetesActivities:
             }
             if input.clear_rollback_recommendation:
                 wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
-            # A record that may act (it clears a rollback, or the machine found it may bring the
-            # cut back) goes through the gate on the writer's own read; the rest are blind.
-            acts = input.clear_rollback_recommendation or input.brings_back
+            # A record that may act goes through its gate on the writer's own read (a gated
+            # write always reads first); the rest are written blind.
             try:
                 obj, written = self.writer.patch_annotations(
-                    input.owner, wanted, read_first=acts, held=self._record_gate(input)
+                    input.owner, wanted, read_first=False, held=self._record_gate(input)
                 )
             except HeldError as exc:
                 return RecordTransitionResult(paused=exc.pause)

@@ -59,12 +59,12 @@ MUTATIONS = [
         "activities/kubernetes.py",
         "            try:\n"
         "                obj, written = self.writer.patch_annotations(\n"
-        "                    input.owner, wanted, read_first=acts, held=self._record_gate(input)\n"
+        "                    input.owner, wanted, read_first=False, held=self._record_gate(input)\n"
         "                )\n",
         '            before = (self.lookup.get(input.owner) or {}).get("metadata") or {}\n'
         "            try:\n"
         "                obj, written = self.writer.patch_annotations(\n"
-        "                    input.owner, wanted, read_first=acts, held=self._record_gate(input)\n"
+        "                    input.owner, wanted, read_first=False, held=self._record_gate(input)\n"
         "                )\n"
         '                kept = {k: v for k, v in (before.get("annotations") or {}).items()\n'
         "                        if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"

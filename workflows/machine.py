@@ -36,6 +36,7 @@ count for it. Transient restarts during the window do not fail it; only health a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -811,7 +812,7 @@ def _observed(state: RollbackState, obs: Observed) -> Decision:
         superseded,
         [
             Record(None, message, clear_rollback_recommendation=True),
-            StartOver(obs.recommendation, obs.adopted_at or obs.now),
+            StartOver(obs.recommendation, obs.adopted_at),
         ],
     )
 
@@ -909,13 +910,13 @@ def _releasing(
     if cut:  # what the release cannot explain: judged now, the release not waited for
         decided = _evaluate(state, policy, sample, now)
         return Decision(decided.state, [*effects, *decided.effects], note="the cut's own failures")
-    since = state.release_since or now
-    if not sample.rolled_out and now < since + release_wait(policy):
-        wait = release_recheck(state.release_looks)
+    bound = (state.release_since or now) + release_wait(policy)
+    if not sample.rolled_out and now < bound:
+        look = min(now + release_recheck(state.release_looks), bound)
         waiting = state.model_copy(
             update={
-                "window_ends_at": min(now + wait, since + release_wait(policy)),
-                "next_sample_at": min(now + wait, since + release_wait(policy)),
+                "window_ends_at": look,
+                "next_sample_at": look,
                 "release_looks": state.release_looks + 1,
             }
         )
@@ -1022,11 +1023,8 @@ def _early(
     return _failed_verdict(state, policy, now, reason, problem)
 
 
-def _by_reason(pods: Mapping[str, Certain]) -> dict[FailureReason, int]:
-    counted: dict[FailureReason, int] = {}
-    for pod in pods.values():
-        counted[pod.reason] = counted.get(pod.reason, 0) + 1
-    return counted
+def _by_reason(pods: Mapping[str, Certain]) -> Counter[FailureReason]:
+    return Counter(pod.reason for pod in pods.values())
 
 
 def health_due(state: RollbackState, sample: CohortSample, now: datetime) -> bool:

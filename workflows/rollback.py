@@ -323,8 +323,11 @@ class RollbackWorkflow:
     @workflow.signal
     def observe(self, signal: ObserveSignal) -> None:
         self._pending.append(
-            Observed(
-                workflow.now(), signal.recommendation, signal.pod_created_at, signal.adopted_at
+            Observed(  # adopted when the intake saw it, else when the signal came
+                workflow.now(),
+                signal.recommendation,
+                signal.pod_created_at,
+                signal.adopted_at or workflow.now(),
             )
         )
 
@@ -495,7 +498,7 @@ class RollbackWorkflow:
                 sighting = Sighting(
                     obs.recommendation.fingerprint, Trigger.OBSERVE, obs.pod_created_at
                 )
-                recommendation, adopted_at = obs.recommendation, obs.adopted_at or obs.now
+                recommendation, adopted_at = obs.recommendation, obs.adopted_at
             elif isinstance(obs, Reopen):
                 sighting = Sighting(state.fingerprint, Trigger.REOPEN)
                 recommendation = state.recommendation
@@ -765,10 +768,11 @@ class RollbackWorkflow:
             cluster=self.cluster, owner=owner, recommendation=effect.recommendation
         )
         summary = f"re-apply {self.state.fingerprint} for the next turn"
-        held = self._holds
+        holds = self._holds
         result = await self._actuate(REAPPLY_RECOMMENDATION, reapply, summary)
-        landed = workflow.now()
-        return None if result is None else Reapplied(landed, result, held=self._holds > held)
+        if result is None:
+            return None
+        return Reapplied(workflow.now(), result, held=self._holds > holds)
 
     async def _actuate(
         self, name: str, request: RollBackInput | ReapplyInput, summary: str
