@@ -82,16 +82,20 @@ class Prometheus:
         """How often it scrapes: its configuration's ``global.scrape_interval``, read once
         (``/api/v1/status/config``); Prometheus's default (1m) where that is not served (a
         Thanos or Mimir front) or does not say. A baseline ends this much before the cut."""
-        if self._scrape_interval is None:
-            self._scrape_interval = DEFAULT_SCRAPE_INTERVAL
-            try:
-                response = self.http.request("GET", f"{self.url}/api/v1/status/config")
-                config = yaml.safe_load(json.loads(response.data)["data"]["yaml"]) or {}
-                said = (config.get("global") or {}).get("scrape_interval")
-                if said:
-                    self._scrape_interval = parse_duration(str(said))
-            except (urllib3.exceptions.HTTPError, ValueError, KeyError, TypeError, yaml.YAMLError):
-                log.info("%s: no scrape interval read, taking Prometheus's default", self.shown)
+        if self._scrape_interval is not None:
+            return self._scrape_interval
+        try:
+            response = self.http.request("GET", f"{self.url}/api/v1/status/config")
+        except urllib3.exceptions.HTTPError:
+            return DEFAULT_SCRAPE_INTERVAL  # unreachable now: asked again next time, not kept
+        self._scrape_interval = DEFAULT_SCRAPE_INTERVAL  # what it answered is kept
+        try:
+            config = yaml.safe_load(json.loads(response.data)["data"]["yaml"]) or {}
+            said = (config.get("global") or {}).get("scrape_interval")
+            if said:
+                self._scrape_interval = parse_duration(str(said))
+        except (ValueError, KeyError, TypeError, yaml.YAMLError):
+            log.info("%s: no scrape interval read, taking Prometheus's default", self.shown)
         return self._scrape_interval
 
     def query(self, expr: str, at: datetime) -> list[tuple[dict[str, str], float]]:

@@ -28,7 +28,7 @@ from kubernetes.client import CoreV1Api, CustomObjectsApi
 
 from activities.health import QUERY_TIMEOUT, Prometheus, PrometheusError
 from activities.kubernetes import KubernetesActivities
-from sim.apiserver import KubeEmulator
+from sim.apiserver import KubeEmulator, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.prometheus import SCRAPE_INTERVAL, LocalPrometheus
 from worker.kube import api_client
@@ -295,6 +295,37 @@ def test_a_baseline_ends_before_the_cut_however_late_the_window_opened(scraped: 
         )
         assert not result.passed and result.baseline == pytest.approx(0.05), (step, result)
         assert "more than 30% above its baseline 0.05" in result.message
+
+
+def test_the_scrape_interval_is_read_once_it_answers_not_fixed_while_unreachable() -> None:
+    """Unreachable at the first verdict: Prometheus's default for now, and asked again; once it
+    answers, its own ``global.scrape_interval`` (here 15s), kept."""
+    port = free_port()
+    prometheus = Prometheus(f"http://127.0.0.1:{port}")
+    assert prometheus.scrape_interval() == timedelta(minutes=1)  # nothing listens yet
+    answered: list[str] = []
+
+    class Config(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            answered.append(self.path)
+            body = json.dumps(
+                {"status": "success", "data": {"yaml": "global:\n  scrape_interval: 15s\n"}}
+            )
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Config)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert prometheus.scrape_interval() == timedelta(seconds=15)
+        assert prometheus.scrape_interval() == timedelta(seconds=15)
+        assert answered == ["/api/v1/status/config"]  # read once it answered, then kept
+    finally:
+        server.shutdown()
 
 
 class SlowPrometheus(ThreadingHTTPServer):
