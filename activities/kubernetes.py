@@ -356,8 +356,10 @@ class KubernetesActivities:
         ``brings_back`` a cut the kill switch or the storm breaker before it, told where it
         holds ``step`` of the attempt on ``attempt`` (a fingerprint): one Warning Event per
         pause, a log line, the ``rollback_holds`` metric."""
+        pause = self.lookup.pause(owner, obj, pods)
+        # Read last, right before the write: the hold an operator sets in an incident.
         off = self.lookup.cluster_hold() if brings_back else None
-        paused = off or self.lookup.pause(owner, obj, pods)
+        paused = off or pause
         if paused is None:
             return None
         message = f"{step} held: {paused.describe()}"

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +95,12 @@ RESOURCE_TYPES = [
 ]
 
 
-def _annotation_keys(body: Any) -> tuple[str, ...]:
-    """The annotation keys a merge or strategic-merge patch body sets or removes."""
+def _patched_annotations(body: Any) -> dict[str, str | None]:
+    """The annotations a merge or strategic-merge patch body sets (their values) or removes
+    (None)."""
     meta = body.get("metadata") if isinstance(body, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return tuple(sorted(annotations)) if isinstance(annotations, dict) else ()
+    return dict(annotations) if isinstance(annotations, dict) else {}
 
 
 class ApiError(Exception):
@@ -473,8 +474,9 @@ class Request:
     status: int = 0
     agent: str = ""  # the client's User-Agent (the intake's names its identity)
     at: float = 0.0  # wall-clock time it arrived
-    # A PATCH's annotation keys (set or removed): which writes publish or clear what
-    annotations: tuple[str, ...] = ()
+    # A PATCH's annotations, each value it sets (None: removed): which writes publish or clear
+    # what, and which record which state
+    annotations: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def verb(self) -> str:
@@ -806,7 +808,7 @@ class KubeEmulator:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, "BadRequest", f"invalid JSON body: {exc}") from exc
         if http.method == "PATCH":  # read where the write is served, as it always was
-            request.annotations = _annotation_keys(body)
+            request.annotations = _patched_annotations(body)
         if http.method == "POST":
             if isinstance(body, dict) and not body.get("kind"):
                 body["kind"] = rtype.kind

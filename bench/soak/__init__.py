@@ -48,8 +48,10 @@ The oracle, checked once the story has settled, counts what must be 0:
   ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
   policies' status there excepted: it says the namespace is protected);
 - ``reappliedWhileOff``: a turn that backed off (the record that clears its rollback, so that
-  its cut comes back) while the engine's kill switch had automation off (the fault schedule
-  switches it off for ``AUTOMATION_OFF`` seconds), from ``GATE_GRACE`` after it went off;
+  its cut comes back: a worker's PATCH of the state, timed as it reached the API server, for a
+  write sent before may be served late) while the engine's kill switch had automation off (the
+  fault schedule switches it off for ``AUTOMATION_OFF`` seconds), from ``GATE_GRACE`` after it
+  went off;
 - ``reappliedWhileTripped``: the same while the intakes' storm breaker was tripped. It is on
   (``--storm-breaker 50%/1m/N``, N a quarter of the workloads): most fates roll back, so it
   trips on each wave of their verdicts, and the script, as an operator would, resets it once

@@ -43,6 +43,7 @@ NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 # adoption starts.
 WAITING = {"monitoring", "rollingBack", "backingOff", "backedOff"}
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
+OWNER_KINDS = {"deployments": "Deployment", "statefulsets": "StatefulSet"}  # by their plural
 # A write already past its gate as the pause is set still lands: the gate reads the pause right
 # before the write, so one in flight (its answer slowed by up to 0.5 s: the ``slow`` fault) is
 # no breach. ``actedWhilePaused`` counts the writes from this long after the pause was set.
@@ -420,15 +421,25 @@ def reapplied_while_tripped(ev: Evidence, bad: Bad) -> None:
 def _backed_off_while(
     ev: Evidence, bad: Bad, name: str, held_since: Callable[[float], float | None], what: str
 ) -> None:
-    for owner, states in ev.timeline.states.items():
-        before: str | None = None
-        for at, state in states:
-            mode = (state or {}).get("mode")
-            since = held_since(at)
-            backed_off = mode == "backedOff" and before != "backedOff"
-            if backed_off and since is not None and at >= since + GATE_GRACE:
-                bad(name, f"{owner}: backed off {at - since:.1f}s into {what}")
-            before = mode
+    """Judged on the workers' PATCHes of each owner's state as they reached the API server (the
+    journal's time), not as the state showed: the gate reads the hold right before the write,
+    and a write sent before the hold that the server serves late (a client that timed out, its
+    request served after it gave up) lands into it, sent past its gate."""
+    before: dict[str, str | None] = {}
+    for r in ev.worker_patches():
+        parts = r.path.strip("/").split("/")  # apis/apps/v1/namespaces/NS/KINDS/NAME
+        if len(parts) != 7 or parts[5] not in OWNER_KINDS:
+            continue
+        if ROLLBACK_STATE_ANNOTATION not in r.annotations:
+            continue
+        owner = owner_key(OWNER_KINDS[parts[5]], parts[4], parts[6])
+        raw = r.annotations[ROLLBACK_STATE_ANNOTATION]
+        mode = json.loads(raw).get("mode") if raw else None
+        since = held_since(r.at)
+        backed_off = mode == "backedOff" and before.get(owner) != "backedOff"
+        if backed_off and since is not None and r.at >= since + GATE_GRACE:
+            bad(name, f"{owner}: backed off {r.at - since:.1f}s into {what}")
+        before[owner] = mode
 
 
 def _held_since(changes: list[tuple[float, bool]], when: float) -> float | None:
@@ -446,7 +457,6 @@ def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
     """Every write of a worker that changes what runs, by owner, from the journal: a rollback
     annotation published or cleared on the owner (the keys a PATCH carries), a pod resized or
     deleted to be recreated (its owner from the pods the timeline saw)."""
-    kinds = {"deployments": "Deployment", "statefulsets": "StatefulSet"}
     pod_owner = {
         (owner.split("/", 1)[0], pod): owner
         for owner, pods in ev.timeline.pods.items()
@@ -459,8 +469,8 @@ def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
             owner = pod_owner.get(pod)
             if owner is not None:
                 acted[owner].append((r.at, f"pod {pod[1]} resized"))
-        elif len(parts) == 7 and parts[5] in kinds and ROLLBACK_KEYS & set(r.annotations):
-            owner = owner_key(kinds[parts[5]], parts[4], parts[6])
+        elif len(parts) == 7 and parts[5] in OWNER_KINDS and ROLLBACK_KEYS & set(r.annotations):
+            owner = owner_key(OWNER_KINDS[parts[5]], parts[4], parts[6])
             acted[owner].append((r.at, "rollback annotation written (published or cleared)"))
     for r in ev.worker_writes("DELETE"):
         if (pod := deleted_pod(r)) is not None and (owner := pod_owner.get(pod)) is not None:

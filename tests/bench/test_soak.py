@@ -100,19 +100,20 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
     worker = f"{WORKER_AGENT}/1.0"
     journal = [
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/early", {}, "", 200, worker,
-                now - 3, (ROLLBACK_REQUESTS_ANNOTATION,)),  # published in the pause
+                now - 3, {ROLLBACK_REQUESTS_ANNOTATION: "{}"}),  # published in the pause
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/early", {}, "", 200, worker,
-                now - 2, (ROLLBACK_LIMITS_ANNOTATION, ROLLBACK_STATE_ANNOTATION)),  # cleared
+                now - 2, {ROLLBACK_LIMITS_ANNOTATION: None, ROLLBACK_STATE_ANNOTATION: None}),
+        # cleared
         Request("PATCH", "/api/v1/namespaces/ns/pods/early-0/resize", {}, "", 200, worker,
                 now - 1),  # resized in the pause
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/calm", {}, "", 200, worker,
-                now - 3, (ROLLBACK_STATE_ANNOTATION,)),  # its state only: fine
+                now - 3, {ROLLBACK_STATE_ANNOTATION: "{}"}),  # its state only: fine
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/calm", {}, "", 200, "kubectl",
-                now - 3, (ROLLBACK_REQUESTS_ANNOTATION,)),  # not the engine: fine
+                now - 3, {ROLLBACK_REQUESTS_ANNOTATION: "{}"}),  # not the engine: fine
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
-                now + 1, (ROLLBACK_REQUESTS_ANNOTATION,)),  # after the pause: fine
+                now + 1, {ROLLBACK_REQUESTS_ANNOTATION: "{}"}),  # after the pause: fine
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
-                now - 9.5, (ROLLBACK_REQUESTS_ANNOTATION,)),  # past its gate as it was set: fine
+                now - 9.5, {ROLLBACK_REQUESTS_ANNOTATION: "{}"}),  # past its gate as set: fine
     ]  # fmt: skip
     ev = evidence(timeline=timeline, workloads=[calm, early, late], journal=journal)
     assert found_by(invariants.acted_while_paused, ev) == [
@@ -300,33 +301,41 @@ def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
 @pytest.mark.parametrize(
     ("hold", "check", "said"),
     [
-        ("automation", invariants.reapplied_while_off, "reappliedWhileOff: a: backed off 4.0s"
-         " into the kill switch's off"),
-        ("breaker", invariants.reapplied_while_tripped, "reappliedWhileTripped: a: backed off"
-         " 4.0s into the storm breaker's trip"),
+        ("automation", invariants.reapplied_while_off, "reappliedWhileOff: ns/Deployment/a:"
+         " backed off 4.0s into the kill switch's off"),
+        ("breaker", invariants.reapplied_while_tripped, "reappliedWhileTripped: ns/Deployment/a:"
+         " backed off 4.0s into the storm breaker's trip"),
     ],
 )  # fmt: skip
 def test_the_oracle_sees_a_turn_backed_off_while_a_cluster_hold_held(
     hold: str, check: Any, said: str
 ) -> None:
     """``reappliedWhileOff`` (the kill switch), ``reappliedWhileTripped`` (the storm breaker): a
-    backoff's end recorded past the gate's grace into the hold; one at its start (already past
-    its gate), after it, or a last turn's end (failedPermanent re-applies nothing) is no
-    breach, nor one under the other hold."""
+    backoff's end a worker sent past the gate's grace into the hold; one sent at its start
+    (already past its gate) though served late, one after it, a last turn's end
+    (failedPermanent re-applies nothing), a backoff's end recorded again, or another client's
+    write is no breach, nor one under the other hold."""
     timeline = Timeline()
     setattr(timeline, hold, [(100.0, True), (110.0, False)])
-    for owner, times in {
-        "a": [(99.0, "backingOff"), (104.0, "backedOff")],  # re-applied 4 s into it: a breach
-        "b": [(99.0, "backingOff"), (100.5, "backedOff")],  # past its gate as it went off
-        "c": [(105.0, "backingOff"), (111.0, "backedOff")],  # after it
-        "d": [(99.0, "backingOff"), (105.0, "failedPermanent")],  # nothing re-applied
-    }.items():
-        timeline.states[owner] = [(at, {"mode": mode}) for at, mode in times]
-    assert found_by(check, evidence(timeline=timeline)) == [said]
+
+    def state(name: str, at: float, mode: str, agent: str = f"{WORKER_AGENT}/1.0") -> Request:
+        path = f"/apis/apps/v1/namespaces/ns/deployments/{name}"
+        annotations = {ROLLBACK_STATE_ANNOTATION: json.dumps({"mode": mode})}
+        return Request("PATCH", path, {}, "", 200, agent, at, annotations)
+
+    journal = [
+        state("a", 99.0, "backingOff"), state("a", 104.0, "backedOff"),  # 4 s into it: a breach
+        state("a", 104.5, "backedOff"),  # the same record again: told once
+        state("b", 99.0, "backingOff"), state("b", 100.5, "backedOff"),  # past its gate
+        state("c", 105.0, "backingOff"), state("c", 111.0, "backedOff"),  # after it
+        state("d", 99.0, "backingOff"), state("d", 105.0, "failedPermanent"),  # nothing back
+        state("e", 104.0, "backedOff", agent="kubectl"),  # not the engine
+    ]  # fmt: skip
+    assert found_by(check, evidence(timeline=timeline, journal=journal)) == [said]
     other = invariants.reapplied_while_tripped if hold == "automation" else (
         invariants.reapplied_while_off
     )  # fmt: skip
-    assert found_by(other, evidence(timeline=timeline)) == []
+    assert found_by(other, evidence(timeline=timeline, journal=journal)) == []
     since = timeline.off_since if hold == "automation" else timeline.tripped_since
     assert since(104.0) == 100.0 and since(110.5) is None
 
