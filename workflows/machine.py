@@ -493,14 +493,15 @@ _GIVE_UP = frozenset({HoldEnds.RESUME, HoldEnds.CANCEL})
 # Every hold ``decide`` makes on a ``PauseSeen``, as (step, the mode it holds, what ends it
 # besides its time, what follows): the docs draw them (``cli.docs``) and
 # tests/unit/test_machine.py takes each row. A control signal ending a hold is decided as when
-# nothing holds (a cancel ends the attempt ``cancelled``, a reopen opens a fresh window); one
-# that cannot end it waits for the step (a record is the step's own end).
+# nothing holds (a cancel ends the attempt ``cancelled``, a reopen opens a fresh window). A
+# cancel gives up a held actuation or record (nothing written) and is taken on what the owner
+# shows: a record's, on the state before the decision that made it.
 HOLDS: tuple[tuple[Step, str, frozenset[HoldEnds], str], ...] = (
     (Step.VERDICT, Mode.MONITORING.value, _ANY, "the verdict on a fresh sample"),
     (Step.ROLLBACK, Mode.ROLLING_BACK.value, _GIVE_UP, "the rollback from what the pods show"),
     (Step.BACKOFF_END, Mode.BACKING_OFF.value, _ANY, "the backoff's end, the policy read again"),
     (Step.REAPPLY, Mode.BACKED_OFF.value, _GIVE_UP, "the re-apply from what the pods show"),
-    (Step.RECORD, "any", frozenset({HoldEnds.RESUME}), "the same record"),
+    (Step.RECORD, "any", _GIVE_UP, "the same record"),
 )
 _HOLD_ENDS = {step: ends for step, _, ends, _ in HOLDS}
 

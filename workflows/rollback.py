@@ -737,7 +737,9 @@ class RollbackWorkflow:
         for effect in decision.effects:
             match effect:
                 case Record():
-                    await self._record(effect)
+                    if not await self._record(effect):
+                        self._record_given_up(before)
+                        return None
                 case RollBack() | Reapply():
                     follow = await self._actuation(effect)
                 case StartOver():
@@ -876,9 +878,26 @@ class RollbackWorkflow:
                 "rollback_time_to_verdict", "from a window opening to its verdict", "duration"
             ).record(workflow.now() - opened, {"verdict": state.mode.value})
 
+    def _record_given_up(self, before: RollbackState | None) -> None:
+        """A cancel ended a record's hold: nothing was written, so the owner shows what it
+        showed before that decision, and the cancel is decided on it (it takes the cut off no
+        less: a published rollback stays). The run's first record (a start or a reopen over
+        what the last attempt left) has nothing before it: the attempt ends cancelled with
+        nothing written, the owner keeping that attempt's state (failedPermanent stays)."""
+        if before is not None:
+            self._state = before
+        else:
+            cancel = next(o for o in self._pending if isinstance(o, Cancel))
+            self._pending.remove(cancel)
+            self._state = decide(self.state, cancel).state
+            workflow.logger.info("%s: cancelled before its first record", self.state.owner)
+        self._show([*search_attributes(self.state, self.cluster), SA_HELD.value_unset()])
+
     async def _record(
         self, effect: Record, event_id: str | None = None, event_count: int = 1
-    ) -> None:
+    ) -> bool:
+        """Write ``effect`` (the decided state, its Event); while a pause holds it, wait and
+        write it again. False: a cancel ended the hold and nothing was written."""
         state = self.state
         workflow.logger.info(
             "%s: %s turn %d: %s",
@@ -914,10 +933,11 @@ class RollbackWorkflow:
                 summary=f"record {state.mode} (turn {state.turn})",
             )
             if recorded.paused is None:
-                return
+                return True
             # It would clear a published rollback under a pause (set since the step read it):
-            # nothing was written; the same record once the pause lifts.
-            await self._held(PauseSeen(workflow.now(), Step.RECORD, recorded.paused, resumes))
+            # nothing was written; the same record once the pause lifts, none if a cancel came.
+            if await self._held(PauseSeen(workflow.now(), Step.RECORD, recorded.paused, resumes)):
+                return False
 
     async def _activity(
         self,

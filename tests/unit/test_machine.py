@@ -667,7 +667,7 @@ def test_a_pause_holds_each_step_as_the_table_says(
         assert (hold.step, hold.until, hold.ends, hold.after_resumes) == (step, now + wait, ends, 4)
     assert hold.label == ("backedOff record" if step is Step.RECORD else step.value)
     assert HoldEnds.RESUME in hold.ends
-    assert hold.gives_up(True) is (step in (Step.ROLLBACK, Step.REAPPLY))
+    assert hold.gives_up(True) is (step in (Step.ROLLBACK, Step.REAPPLY, Step.RECORD))
     assert not hold.gives_up(False)
 
 

@@ -44,7 +44,8 @@ STORIES = {
     "lost-task-after-record", "lost-verdict-decided-again", "health-held-then-decided",
     "health-hold-bounded", "cancel-while-rollback-held", "paused-backoff-end-lifted",
     "paused-backoff-end-cancelled", "control-updates", "success-carried-policy",
-    "early-verdict", "autoscaler-pinned", "release-fresh-window",
+    "early-verdict", "autoscaler-pinned", "release-fresh-window", "cancelled-record-hold",
+    "cancelled-reopen-hold",
 }  # fmt: skip
 # The changes since the last release (1.0.0) guarded by ``workflow.patched``: the stories
 # recorded on each one's new branch. Until 1.0.0 is tagged none is: a change before it is

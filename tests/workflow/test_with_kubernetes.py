@@ -29,6 +29,8 @@ from worker.runner import build_worker
 from worker.temporal import observe
 from workflows.activity_api import OwnerRef, rollback_id
 from workflows.contract import (
+    AUTOMATION_ANNOTATION,
+    DEFAULT_ENGINE_NAMESPACE,
     PAUSE_UNTIL_ANNOTATION,
     ROLLBACK_REQUESTS_ANNOTATION,
     ROLLBACK_STATE_ANNOTATION,
@@ -39,6 +41,7 @@ from workflows.contract import (
     WorkloadKind,
 )
 from workflows.fingerprint import Recommendation
+from workflows.pause import Pause
 from workflows.rollback import (
     LOCAL_RETRY,
     CancelSignal,
@@ -48,6 +51,7 @@ from workflows.rollback import (
     RollbackWorkflow,
 )
 from workflows.state import OwnerState, ResourceSnapshot
+from workflows.wake import Trigger
 
 REC = Recommendation(
     requests_key="static.rightsizing.kubex.ai/desired-resource-requests",
@@ -276,15 +280,9 @@ async def test_transient_errors_past_the_retry_budget_end_the_attempt(
     assert stored_state(api, "Deployment").failure_reason is FailureReason.RETRY_BUDGET_EXHAUSTED
 
 
-@pytest.mark.parametrize("then", ["lifted", "cancelled"])
-async def test_a_pause_holds_the_backoff_end_and_a_cancel_is_taken_while_held(
-    temporal_env: WorkflowEnvironment, api: KubeEmulator, then: str
-) -> None:
-    """Annotations mode: a namespace paused while the attempt backs off holds the backoff's
-    end, whose clearing of the rollback recommendation would let the applier re-apply the cut:
-    nothing is cleared while it holds (the journal shows it). Lifted, the turn ends as usual; a
-    cancel while it holds is taken at once and clears nothing (the workload stays rolled
-    back)."""
+def backing_off_owner(api: KubeEmulator) -> None:
+    """An owner that settled on turn 1 whose pods OOM on the cut: its attempt rolls back and
+    backs off 2 s, a turn of 2 left (annotations mode publishes the rollback on it)."""
     good = ResourceSnapshot.of({"app": {"memory": "1Gi"}}, {})
     obj = owner("Deployment", replicas=2)
     obj["metadata"]["annotations"] = {
@@ -302,53 +300,149 @@ async def test_a_pause_holds_the_backoff_end_and_a_cancel_is_taken_while_held(
     oom = {"container_state": {"terminated": {"reason": "OOMKilled"}}, "ready": False}
     for i in range(2):
         api.store.create(pod(f"web-{i}", WEB, memory="512Mi", rec=REC, **oom))
+
+
+def web_annotations(api: KubeEmulator) -> dict[str, str]:
+    found: dict[str, str] = api.store.get(api.store.rtype("Deployment"), NS, "web")["metadata"][
+        "annotations"
+    ]
+    return found
+
+
+def clears(api: KubeEmulator) -> list[str]:
+    """The workers' PATCHes of the owner that publish or clear its rollback."""
+    return [r.path for r in api.requests("patch", "/deployments/web$")
+            if ROLLBACK_REQUESTS_ANNOTATION in r.annotations]  # fmt: skip
+
+
+async def until(check: Any) -> None:
+    deadline = time.monotonic() + 30
+    while not check():
+        assert time.monotonic() < deadline, "never happened"
+        await asyncio.sleep(0.05)
+
+
+def held_saying(api: KubeEmulator, what: str) -> bool:
+    """Whether the engine said, in a Warning Event, that ``what`` was held (the event that
+    proves the hold)."""
+    return any(
+        e["reason"] == EventReason.PAUSED and what in e["message"]
+        for e in api.store.items("Event", NS)
+    )
+
+
+@pytest.mark.parametrize("then", ["lifted", "cancelled"])
+async def test_a_pause_holds_the_backoff_end_and_a_cancel_is_taken_while_held(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator, then: str
+) -> None:
+    """Annotations mode: a namespace paused while the attempt backs off holds the backoff's
+    end, whose clearing of the rollback recommendation would let the applier re-apply the cut:
+    nothing is cleared while it holds (the journal shows it). Lifted, the turn ends as usual; a
+    cancel while it holds is taken at once and clears nothing (the workload stays rolled
+    back)."""
+    backing_off_owner(api)
     queue = f"k8s-{uuid.uuid4().hex[:6]}"
     ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
-    deployments, namespaces = api.store.rtype("Deployment"), api.store.rtype("Namespace")
-
-    def annotations() -> dict[str, str]:
-        found: dict[str, str] = api.store.get(deployments, NS, "web")["metadata"]["annotations"]
-        return found
-
-    async def until(check: Any) -> None:
-        deadline = time.monotonic() + 30
-        while not check():
-            assert time.monotonic() < deadline, "never happened"
-            await asyncio.sleep(0.05)
-
-    def clears() -> list[str]:
-        return [r.path for r in api.requests("patch", "/deployments/web$")
-                if ROLLBACK_REQUESTS_ANNOTATION in r.annotations]  # fmt: skip
-
+    namespaces = api.store.rtype("Namespace")
     acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
     async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
         await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
         handle = await observe(temporal_env.client, CLUSTER, queue, ref, REC)
-        await until(lambda: '"backingOff"' in annotations().get(ROLLBACK_STATE_ANNOTATION, ""))
-        assert ROLLBACK_REQUESTS_ANNOTATION in annotations()  # the rollback is published
+        await until(lambda: '"backingOff"' in web_annotations(api)[ROLLBACK_STATE_ANNOTATION])
+        assert ROLLBACK_REQUESTS_ANNOTATION in web_annotations(api)  # the rollback is published
         pause = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: "infinite"}}}
-        api.store.patch(namespaces, None, NS, pause, "application/merge-patch+json")
+        api.store.patch(namespaces, None, NS, pause, MERGE)
         api.clear_journal()
-        await until(lambda: any(  # the event that proves the hold
-            e["reason"] == EventReason.PAUSED and "backoff end held" in e["message"]
-            for e in api.store.items("Event", NS)
-        ))  # fmt: skip
-        assert clears() == [] and ROLLBACK_REQUESTS_ANNOTATION in annotations()
-        assert '"backingOff"' in annotations()[ROLLBACK_STATE_ANNOTATION]
+        await until(lambda: held_saying(api, "backoff end held"))
+        assert clears(api) == [] and ROLLBACK_REQUESTS_ANNOTATION in web_annotations(api)
+        assert '"backingOff"' in web_annotations(api)[ROLLBACK_STATE_ANNOTATION]
         if then == "lifted":
             lift = {"metadata": {"annotations": {PAUSE_UNTIL_ANNOTATION: None}}}
-            api.store.patch(namespaces, None, NS, lift, "application/merge-patch+json")
+            api.store.patch(namespaces, None, NS, lift, MERGE)
             await handle.signal(RollbackWorkflow.resume, ResumeSignal())  # as the intake does
             result = await handle.result()
             assert result.mode is Mode.BACKED_OFF
-            assert clears() and ROLLBACK_REQUESTS_ANNOTATION not in annotations()
+            assert clears(api) and ROLLBACK_REQUESTS_ANNOTATION not in web_annotations(api)
         else:
             await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="incident"))
             result = await handle.result()
             assert result.mode is Mode.CANCELLED
-            assert clears() == [] and ROLLBACK_REQUESTS_ANNOTATION in annotations()
+            assert clears(api) == [] and ROLLBACK_REQUESTS_ANNOTATION in web_annotations(api)
         found = await histories(temporal_env.client, rollback_id(CLUSTER, ref))
     await replay_and_record(found[-1:], f"paused-backoff-end-{then}", RollbackWorkflow)  # its run
+
+
+async def test_a_cancel_ends_a_record_the_kill_switch_holds(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """Automation switched off between a backoff end's gate and its record's own read holds the
+    record (it would clear the rollback, and the cut come back). A cancel ends that hold: the
+    record is given up, nothing cleared, and the cancel taken on what the owner shows
+    (backingOff): the attempt ends cancelled, its rollback still published. Before, the cancel
+    waited for automation to come back, and the record cleared the rollback first."""
+    backing_off_owner(api)
+    api.store.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})  # fmt: skip
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
+    read = acts.lookup.cluster_hold
+
+    def switched_off_once_read() -> Pause | None:
+        found = read()  # the backoff end's gate: automation on
+        off = {"metadata": {"annotations": {AUTOMATION_ANNOTATION: "disabled"}}}
+        api.store.patch(api.store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, off, MERGE)
+        return found
+
+    acts.lookup.cluster_hold = switched_off_once_read  # type: ignore[method-assign]
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
+        handle = await observe(temporal_env.client, CLUSTER, queue, ref, REC)
+        await until(lambda: held_saying(api, "backedOff record held: automation disabled"))
+        assert '"backingOff"' in web_annotations(api)[ROLLBACK_STATE_ANNOTATION]
+        api.clear_journal()
+        await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="incident"))
+        result = await asyncio.wait_for(handle.result(), 30)
+        assert result.mode is Mode.CANCELLED and result.turn == 1
+        assert clears(api) == [] and ROLLBACK_REQUESTS_ANNOTATION in web_annotations(api)
+        assert '"cancelled"' in web_annotations(api)[ROLLBACK_STATE_ANNOTATION]
+        assert events(api)[-1] == EventReason.MONITORING_CANCELLED
+        found = await histories(temporal_env.client, rollback_id(CLUSTER, ref))
+    await replay_and_record(found[-1:], "cancelled-record-hold", RollbackWorkflow)
+
+
+async def test_a_cancel_ends_a_reopen_the_kill_switch_holds_before_it_wrote(
+    temporal_env: WorkflowEnvironment, api: KubeEmulator
+) -> None:
+    """A reopen after failedPermanent would write its first state over it, and the applier
+    re-apply the cut on that alone: with automation off, that first record is held. A cancel
+    ends the hold with nothing written: the attempt ends cancelled, the owner keeps
+    failedPermanent (a ``cancelled`` written over it would bring the cut back as surely)."""
+    backing_off_owner(api)
+    failed = OwnerState(
+        mode=Mode.FAILED_PERMANENT, active_recommendation_fingerprint=REC.fingerprint, turn=2,
+        last_transition_time="2026-01-01T00:00:00Z",  # type: ignore[arg-type]
+    )  # fmt: skip
+    annotations = {"metadata": {"annotations": {ROLLBACK_STATE_ANNOTATION: failed.to_json()}}}
+    api.store.patch(api.store.rtype("Deployment"), NS, "web", annotations, MERGE)
+    off = {"name": DEFAULT_ENGINE_NAMESPACE, "annotations": {AUTOMATION_ANNOTATION: "disabled"}}
+    api.store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": off})
+    queue = f"k8s-{uuid.uuid4().hex[:6]}"
+    ref = OwnerRef(namespace=NS, kind=WorkloadKind.DEPLOYMENT, name="web")
+    acts = activities_for(client_for(api), Actuation.ANNOTATIONS)
+    async with build_worker(temporal_env.client, queue, acts, ClusterGuard(CLUSTER)):
+        await end_if_running(temporal_env.client, rollback_id(CLUSTER, ref))
+        handle = await observe(
+            temporal_env.client, CLUSTER, queue, ref, REC, trigger=Trigger.REOPEN
+        )
+        await until(lambda: held_saying(api, "record held: automation disabled"))
+        await handle.signal(RollbackWorkflow.cancel, CancelSignal(reason="incident"))
+        result = await asyncio.wait_for(handle.result(), 30)
+        assert result.mode is Mode.CANCELLED
+        assert api.requests("patch", "/deployments/web$") == []
+        assert '"failedPermanent"' in web_annotations(api)[ROLLBACK_STATE_ANNOTATION]
+        found = await histories(temporal_env.client, rollback_id(CLUSTER, ref))
+    await replay_and_record(found[-1:], "cancelled-reopen-hold", RollbackWorkflow)
 
 
 async def test_a_cancel_stops_an_in_place_rollback_between_pods(
