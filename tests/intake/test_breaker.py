@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from sim.apiserver import KubeEmulator
+from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, owner, policy
 from tests.intake.test_intake import eventually
@@ -96,12 +96,8 @@ async def test_the_breaker_trips_on_the_verdicts_tells_every_policy_and_resets(
     )
 
     # Each policy is told, by uid (kubectl describe finds it), once the Events are written.
-    def told_events() -> list[dict[str, Any]]:
-        events = api.store.list_objects(api.store.rtype("Event"), None)[0]
-        return [e for e in events if e["reason"] == EventReason.STORM_BREAKER_TRIPPED]
-
-    await eventually(lambda: len(told_events()) == 2)
-    told = told_events()
+    await eventually(lambda: len(told_events(api)) == 2)
+    told = told_events(api)
     assert sorted(e["involvedObject"]["name"] for e in told) == ["c1", "p1"]
     assert all(e["involvedObject"]["uid"] for e in told)
     assert "re-applies stop cluster-wide until it is reset" in told[0]["message"]
@@ -125,6 +121,27 @@ async def test_the_breaker_trips_on_the_verdicts_tells_every_policy_and_resets(
     assert STORM_BREAKER_ANNOTATION not in annotations(api)  # 2 verdicts since the reset
     verdict(api, "b", Mode.ROLLING_BACK, turn=2)
     await eventually(lambda: STORM_BREAKER_ANNOTATION in annotations(api))
+
+
+def told_events(api: KubeEmulator) -> list[dict[str, Any]]:
+    events = api.store.list_objects(api.store.rtype("Event"), None)[0]
+    return [e for e in events if e["reason"] == EventReason.STORM_BREAKER_TRIPPED]
+
+
+async def test_an_event_that_fails_as_it_trips_leaves_no_policy_untold(
+    world: tuple[KubeEmulator, Intake],
+) -> None:
+    """The first Event the trip writes fails (a 500): every policy is told all the same, the
+    failed one again a moment later. Before, that failure ended the telling, and the trip,
+    written once, never came back to it: no policy was told (the soak saw it)."""
+    api, _ = world
+    failed = api.inject(Fault(status=500, method="POST", path="/events$", times=1))
+    for name in ("a", "b", "c"):
+        verdict(api, name, Mode.ROLLING_BACK)
+    await eventually(lambda: STORM_BREAKER_ANNOTATION in annotations(api))
+    await eventually(lambda: len(told_events(api)) == 2)
+    assert failed.hits == 1
+    assert sorted(e["involvedObject"]["name"] for e in told_events(api)) == ["c1", "p1"]
 
 
 @workflow.defn(name=WORKFLOW_NAME)

@@ -12,6 +12,7 @@ by this intake or the next leader).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import threading
@@ -127,9 +128,27 @@ class Breaker:
         self._gauge.set(1)
         message = f"{TRIPPED}: {why}; re-applies stop cluster-wide until it is reset ({RESET_HINT})"
         log.error("%s (last: %s)", message, owner)
-        for policy in self.policies():
-            self.d.warn(_involved(policy), Notice(f"breaker/{at}", _TRIPPED, message))
+        notice = Notice(f"breaker/{at}", _TRIPPED, message)
+        self.d.spawn(self._tell([_involved(p) for p in self.policies()], notice))
         self.d.spawn(self._notify(owner, state, message, now))
+
+    async def _tell(self, policies: list[Obj], notice: Notice) -> None:
+        """The Warning Event on each policy, each on its own: one that fails is tried again
+        (the Event is the same, by its identity) while this intake leads, ``TELL_TRIES`` times
+        at most. Before, one failed Event ended the telling of every policy: the trip, written
+        once, does not come back through the informer that saw it."""
+        for attempt in range(TELL_TRIES):
+            failed: list[Obj] = []
+            for policy in policies:
+                try:
+                    await asyncio.to_thread(self.d.warn, policy, notice)
+                except Exception as exc:  # API errors of every kind: tried again
+                    failed.append(policy)
+                    log.warning("storm breaker not told on %s (%s)", policy["metadata"], exc)
+            if not failed or not self.d.acting():
+                return
+            policies = failed
+            await asyncio.sleep(2**attempt)
 
     async def _notify(self, owner: OwnerRef, state: OwnerState, message: str, at: datetime) -> None:
         """A critical notification, through the worker's receivers (its NotifyWorkflow),
@@ -152,6 +171,7 @@ class Breaker:
 
 
 _TRIPPED = EventReason.STORM_BREAKER_TRIPPED
+TELL_TRIES = 5  # a policy's Event, tried over about 15 s
 
 
 def _involved(policy: AnyPolicy) -> Obj:
