@@ -1,9 +1,11 @@
-"""``python -m bench.mutations [NAME ...]``: does the soak catch what it claims to? Each mutation
-puts a known defect into a copy of the product (a git worktree of HEAD, texts replaced), runs
-a one-cluster soak of 100 workloads there (on a cluster whose engine actuates in place for a
-defect only in-place work can show), and checks that the invariant meant
-for that defect fires. Prints a line per mutation and exits 1 if any was missed.
-About 2 minutes a mutation; run alone, not in CI."""
+"""``python -m bench.mutations [NAME ...]``: do the soak and the tests catch what they claim to?
+Each mutation puts a known defect into a copy of the product (a git worktree of HEAD, texts
+replaced), and either runs a one-cluster soak of 100 workloads there (on a cluster whose
+engine actuates in place for a defect only in-place work can show) and checks that the
+invariant meant for that defect fires, or, for a defect no soak can show (a query that reads
+another tenant, a policy that stalls the intake), runs the test meant for it and checks that it
+fails. Prints a line per mutation and exits 1 if any was missed. About 2 minutes a soak; run
+alone, not in CI."""
 
 from __future__ import annotations
 
@@ -31,10 +33,16 @@ class Mutation:
     edits: tuple[Edit, ...]  # the defect: every edit, made together
     caught_by: tuple[str, ...]  # the invariants meant for it: one of them must fire
     in_place: bool = False  # soaked on a cluster whose engine actuates in place
+    test: str = ""  # instead of a soak: the pytest node meant for it, which must fail
+    env: tuple[tuple[str, str], ...] = ()  # for that test
 
 
 def _one(name: str, path: str, old: str, new: str, *caught_by: str) -> Mutation:
     return Mutation(name, (Edit(path, old, new),), caught_by)
+
+
+def _tested(name: str, path: str, old: str, new: str, test: str, **env: str) -> Mutation:
+    return Mutation(name, (Edit(path, old, new),), (), test=test, env=tuple(env.items()))
 
 
 MUTATIONS = [
@@ -127,6 +135,58 @@ MUTATIONS = [
         "        off = None\n",
         "reappliedWhileOff",
     ),
+    Mutation(
+        "a backoff's end for a policy gone taken as a last turn's, its record gated for"
+        " backedOff alone (#61, 2)",
+        (
+            Edit(
+                "activities/kubernetes.py",
+                "                back = machine.brings_back(\n",
+                "                back = policy is not None and machine.brings_back(\n",
+            ),
+            Edit(
+                "activities/kubernetes.py",
+                "            back = machine.brings_back(\n"
+                "                stored.mode if stored else None, after, published=published,"
+                " clears=clears\n"
+                "            )\n",
+                '            back = after == "backedOff"\n',
+            ),
+        ),
+        ("reappliedWhileOff",),
+    ),
+    _one(
+        "an acting write not checked on the writer's own read: the step's gate alone (#61, 3)",
+        "activities/writes.py",
+        "                    if held is not None and (pause := held(obj)) is not None:\n",
+        "                    if held is not None and attempt and (pause := held(obj)) is not None:\n",
+        "actedWhilePaused",
+    ),
+    _tested(
+        "a query that does not parse as it will run taken as confined (#61, 1)",
+        "workflows/promql.py",
+        "    except ValueError as exc:\n        return [str(exc)]\n",
+        "    except ValueError:\n        return []\n",
+        "tests/activity/test_tenancy.py::test_every_accepted_query_reads_its_own_namespace_alone",
+        ROLLBACK_TENANCY_EXAMPLES="10000",
+    ),
+    _tested(
+        "a query's bounds not checked before it is parsed (#61, 4)",
+        "workflows/promql.py",
+        "    check_bounds(text)\n",
+        "",
+        "tests/unit/test_promql.py",
+    ),
+    _tested(
+        "a policy validated under the intake's lock (#61, 4)",
+        "worker/intake/watching.py",
+        "            before = self._policies_handled.get(key)\n        # Validated off the lock",
+        "            before = self._policies_handled.get(key)\n"
+        "            change = causes.policy_change(event, obj, before)\n"
+        "        # Validated off the lock",
+        "tests/intake/test_intake.py::"
+        "test_a_policy_being_validated_holds_no_other_namespaces_adoption",
+    ),
     _one(
         "the storm breaker ignored at the gate (the kill switch kept)",
         "workflows/pause.py",
@@ -151,7 +211,7 @@ SOAK = (
 
 
 def run(mutation: Mutation) -> tuple[bool, dict[str, int], dict[str, list[str]]]:
-    """Soak a copy of HEAD with ``mutation`` in it: (caught, invariants, examples)."""
+    """Soak (or test) a copy of HEAD with ``mutation`` in it: (caught, invariants, examples)."""
     with tempfile.TemporaryDirectory(prefix="rollback-mutation-") as tmp:
         tree = Path(tmp) / "tree"
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(tree), "HEAD"],
@@ -163,10 +223,19 @@ def run(mutation: Mutation) -> tuple[bool, dict[str, int], dict[str, list[str]]]
                 if text.count(edit.old) != 1:
                     raise SystemExit(f"{mutation.name}: the text to replace is not in {edit.path}")
                 target.write_text(text.replace(edit.old, edit.new))
+            env = {**os.environ, "PYTHONPATH": str(tree), **dict(mutation.env)}
+            if mutation.test:
+                tested = subprocess.run(
+                    [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly",
+                     "-p", "no:cacheprovider", mutation.test],
+                    cwd=tree, capture_output=True, text=True, env=env, check=False, timeout=900,
+                )  # fmt: skip
+                last = (tested.stdout.strip().splitlines() or [""])[-1]
+                return tested.returncode == 1, {}, {"test": [last]}
             actuation = "in-place" if mutation.in_place else "annotations"
             out = subprocess.run(
                 [sys.executable, "-c", SOAK, actuation], cwd=tree, capture_output=True, text=True,
-                env={**os.environ, "PYTHONPATH": str(tree)}, check=False, timeout=900,
+                env=env, check=False, timeout=900,
             )  # fmt: skip
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
@@ -186,6 +255,12 @@ def main(names: list[str]) -> int:
         if names and not any(n in mutation.name for n in names):
             continue
         caught, invariants, examples = run(mutation)
+        if mutation.test:
+            print(f"{'caught' if caught else 'MISSED'}: {mutation.name}: meant for"
+                  f" {mutation.test}, which {'failed' if caught else 'did not fail'}:"
+                  f" {examples['test'][0]}", flush=True)  # fmt: skip
+            missed += not caught
+            continue
         fired = {k: v for k, v in invariants.items() if v}
         first = next((examples[i][0] for i in mutation.caught_by if examples.get(i)), "")
         print(f"{'caught' if caught else 'MISSED'}: {mutation.name}: meant for"

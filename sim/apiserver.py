@@ -538,6 +538,9 @@ class Fault:
     delay: float = 0.0
     agent: str = ""  # only requests whose User-Agent contains this (one client's partition)
     hits: int = 0  # requests it answered
+    # Run once the request was served, its answer not yet sent (with ``status=None``): a change
+    # that lands right after a client's read, before whatever it does next.
+    after: Callable[[Request], None] | None = None
 
     def applies(self, request: Request, rng: random.Random) -> bool:
         if self.times is not None and self.times <= 0:
@@ -727,6 +730,8 @@ class KubeEmulator:
             request.status = err.code
             return web.json_response(err.body(), status=err.code)
         request.status = response.status
+        if fault is not None and fault.after is not None:
+            fault.after(request)
         return response
 
     def _discovery(self, path: str) -> Obj | None:

@@ -42,16 +42,20 @@ The oracle, checked once the story has settled, counts what must be 0:
   script once the engine's ``RollbackPaused`` Event shows the hold; ``paused-backoff`` as its
   backoff begins, to end after the backoff's end (which must not clear the rollback, and so
   re-apply the cut, before); ``paused-mid-rollback`` (in place) once its paced rollback has a
-  pod down, for the next batch to wait;
+  pod down, for the next batch to wait; ``paused-at-gate`` without an end, set by the emulator
+  right after the worker's read of the owner at its backoff's end was answered, before that
+  step writes (its write, which reads its gate again, must not go: no grace), and lifted as
+  ``paused-infinite``'s;
 - ``actedInProtected``: a write by the engine (a worker or an intake, by the User-Agent the
   emulator journals) into ``kube-soak``, a namespace protected by the default patterns that the
   ``protected`` fate's workload lives in and the cluster policy's selector names anyway (our
   policies' status there excepted: it says the namespace is protected);
-- ``reappliedWhileOff``: a turn that backed off (the record that clears its rollback, so that
-  its cut comes back: a worker's PATCH of the state, timed as it reached the API server, for a
-  write sent before may be served late) while the engine's kill switch had automation off (the
-  fault schedule switches it off for ``AUTOMATION_OFF`` seconds), from ``GATE_GRACE`` after it
-  went off;
+- ``reappliedWhileOff``: a worker's PATCH that brought a cut back (the owner kept it off, a
+  rollback published or ``failedPermanent``, and no more: a backoff's end, a clear for a policy
+  gone, a retry), timed as it reached the API server (a write sent before may be served late),
+  while the engine's kill switch had automation off, from ``GATE_GRACE`` after it went off. The
+  fault schedule switches it off for ``AUTOMATION_OFF`` seconds; the ``policy-deleted-off``
+  fate switches it off, deletes its policy mid-backoff, and on once the clear was held;
 - ``reappliedWhileTripped``: the same while the intakes' storm breaker was tripped. It is on
   (``--storm-breaker 50%/1m/N``, N a quarter of the workloads): most fates roll back, so it
   trips on each wave of their verdicts, and the script, as an operator would, resets it once

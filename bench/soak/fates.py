@@ -52,7 +52,8 @@ class Fate:
     protected: bool = False  # lives in PROTECTED_NS: never a state, an Event or a rollback
     in_cut: bool = False  # its scripted act (applied, or annotated) falls inside the Lease cut
     # When the script pauses its owner (``Soak._pause``): as its first window opens, as its
-    # first backoff begins, or once its first rollback has taken a pod down (in place).
+    # first backoff begins, once its first rollback has taken a pod down (in place), or right
+    # after its backoff end's read of the owner (``gate``).
     paused_in: str | None = None
     in_place_only: bool = False  # dealt only where the engine actuates in place
     budget: bool = False  # a disruption budget that allows nothing while it rolls back
@@ -150,6 +151,14 @@ FATES = [
         budget=True,
     ),
     Fate(name="policy-deleted", memory=OOM, mode=None, pods=OOM, own_policy=True),
+    # The same with automation off: the script switches the kill switch off, then deletes the
+    # policy; the clear, which lets the cut run again, is held until the script switches it
+    # on (once RollbackPaused says it held), then ends as policy-deleted's.
+    Fate(name="policy-deleted-off", memory=OOM, mode=None, pods=OOM, own_policy=True),
+    # Paused (without an end) right after a worker's read of its owner at its first backoff's
+    # end has been answered, before that step writes: the write, its own last check, is held
+    # until the script lifts the pause (once RollbackPaused says it held); then as oom's.
+    _as_oom(name="paused-at-gate", paused_in="gate", own_policy=True),
     # Its window is an hour; its OOMs are certain failures, so each turn is decided early (the
     # intake's suspect, a confirmation, the rollback) and it ends as oom's, in seconds.
     _as_oom(name="early-oom", early=True, reason_too="crashLoopBackOff"),

@@ -41,6 +41,29 @@ SCHEDULE = {  # the fraction of the fault window at which each happens
 }
 
 
+class KillSwitch:
+    """The engine's kill switch, which the fault schedule and a fate (``policy-deleted-off``)
+    each switch off for a while: off while either holds it off."""
+
+    def __init__(self, api: KubeEmulator) -> None:
+        self.api, self.holders = api, 0
+
+    def off(self) -> None:
+        self.holders += 1
+        if self.holders == 1:
+            self._write(AUTOMATION_DISABLED)
+
+    def on(self) -> None:
+        self.holders -= 1
+        if self.holders == 0:
+            self._write(None)
+
+    def _write(self, value: str | None) -> None:
+        body = {"metadata": {"annotations": {AUTOMATION_ANNOTATION: value}}}
+        store = self.api.store
+        store.patch(store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
+
+
 class FaultSchedule:
     """Injects the faults; ``due(share)`` is the script's, called as each share of the Lease
     cut's work (``shares``, one per ``CUT_WORK`` moment) falls due; ``faults`` counts them."""
@@ -53,9 +76,10 @@ class FaultSchedule:
         shares: Sequence[Sequence[Any]],
         due: Callable[[Sequence[Any]], None],
         faults: Counter[str],
+        switch: KillSwitch,
     ) -> None:
         self.api, self.children, self.temporal = api, children, temporal
-        self.shares, self.due, self.faults = shares, due, faults
+        self.shares, self.due, self.faults, self.switch = shares, due, faults, switch
         self.api_faults: list[tuple[str, Fault]] = []
 
     async def run(self, length: float) -> None:
@@ -131,20 +155,15 @@ class FaultSchedule:
         elif what == "cut the leader off its Lease":
             await self._cut()
         elif what == "automation off":
-            self._switch(AUTOMATION_DISABLED)
+            self.switch.off()
             self.faults[f"automation off, the kill switch ({AUTOMATION_OFF:.0f}s)"] += 1
             await asyncio.sleep(AUTOMATION_OFF)
-            self._switch(None)
+            self.switch.on()
         elif what == "restart temporal" and self.temporal is not None:
             await asyncio.to_thread(self.temporal.stop)
             self.faults["Temporal restart"] += 1
             await asyncio.sleep(3)
             await asyncio.to_thread(self.temporal.start)
-
-    def _switch(self, value: str | None) -> None:
-        body = {"metadata": {"annotations": {AUTOMATION_ANNOTATION: value}}}
-        store = self.api.store
-        store.patch(store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE, body, MERGE)
 
     async def _cut(self) -> None:
         """Alive and able to write everything else, the leader cannot renew: its renewals hang,

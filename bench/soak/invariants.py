@@ -393,53 +393,64 @@ async def crossed_clusters(ev: Evidence, client: Client | Any, bad: Bad) -> None
 
 
 def acted_while_paused(ev: Evidence, bad: Bad) -> None:
+    """An acting write sent from ``GATE_GRACE`` after the pause was set until it ended; from
+    the pause itself where it was set right after the step's read, before its write (the
+    ``paused-at-gate`` fate: the write, which reads its gate again, must not go)."""
     acted = acting_writes(ev)
     for w in ev.workloads:
         if w.paused is None:
             continue
         start, until = w.paused
+        grace = 0.0 if w.fate.paused_in == "gate" else GATE_GRACE
         for at, what in acted.get(w.ref, []):
-            if start + GATE_GRACE <= at < until:
+            if start + grace <= at < until:
                 bad("actedWhilePaused", f"{w.ref}: {what} {until - at:.1f}s"
                     " before its pause ended")  # fmt: skip
 
 
 def reapplied_while_off(ev: Evidence, bad: Bad) -> None:
-    """A turn backed off (the record that clears its rollback, so that its cut comes back)
-    while the kill switch had automation off, from ``GATE_GRACE`` after it was switched off."""
-    _backed_off_while(ev, bad, "reappliedWhileOff", ev.timeline.off_since, "the kill switch's off")
+    """A cut brought back while the kill switch had automation off, from ``GATE_GRACE`` after
+    it was switched off."""
+    _brought_back_while(
+        ev, bad, "reappliedWhileOff", ev.timeline.off_since, "the kill switch's off"
+    )
 
 
 def reapplied_while_tripped(ev: Evidence, bad: Bad) -> None:
-    """A turn backed off while the storm breaker was tripped, from ``GATE_GRACE`` after it
+    """A cut brought back while the storm breaker was tripped, from ``GATE_GRACE`` after it
     tripped, until the operator reset it."""
-    _backed_off_while(
+    _brought_back_while(
         ev, bad, "reappliedWhileTripped", ev.timeline.tripped_since, "the storm breaker's trip"
     )
 
 
-def _backed_off_while(
+def _brought_back_while(
     ev: Evidence, bad: Bad, name: str, held_since: Callable[[float], float | None], what: str
 ) -> None:
-    """Judged on the workers' PATCHes of each owner's state as they reached the API server (the
-    journal's time), not as the state showed: the gate reads the hold right before the write,
-    and a write sent before the hold that the server serves late (a client that timed out, its
-    request served after it gave up) lands into it, sent past its gate."""
-    before: dict[str, str | None] = {}
+    """A worker's PATCH that brought an owner's cut back: the owner kept it off before (a
+    rollback recommendation published on it, or ``failedPermanent``, from the engine's earlier
+    PATCHes) and not after (a backoff's end, a clear for a policy gone, a retry over
+    ``failedPermanent``). Judged as the PATCH reached the API server (the journal's time): the
+    gate reads the hold right before the write, and a write sent before the hold that the
+    server serves late (a client that timed out) lands into it, sent past its gate."""
+    published: dict[str, bool] = defaultdict(bool)
+    modes: dict[str, str | None] = {}
     for r in ev.worker_patches():
         parts = r.path.strip("/").split("/")  # apis/apps/v1/namespaces/NS/KINDS/NAME
         if len(parts) != 7 or parts[5] not in OWNER_KINDS:
             continue
-        if ROLLBACK_STATE_ANNOTATION not in r.annotations:
-            continue
         owner = owner_key(OWNER_KINDS[parts[5]], parts[4], parts[6])
-        raw = r.annotations[ROLLBACK_STATE_ANNOTATION]
-        mode = json.loads(raw).get("mode") if raw else None
+        kept_off = published[owner] or modes.get(owner) == "failedPermanent"
+        if ROLLBACK_REQUESTS_ANNOTATION in r.annotations:
+            published[owner] = r.annotations[ROLLBACK_REQUESTS_ANNOTATION] is not None
+        if ROLLBACK_STATE_ANNOTATION in r.annotations:
+            raw = r.annotations[ROLLBACK_STATE_ANNOTATION]
+            modes[owner] = json.loads(raw).get("mode") if raw else None
+        keeps_off = published[owner] or modes.get(owner) == "failedPermanent"
         since = held_since(r.at)
-        backed_off = mode == "backedOff" and before.get(owner) != "backedOff"
-        if backed_off and since is not None and r.at >= since + GATE_GRACE:
-            bad(name, f"{owner}: backed off {r.at - since:.1f}s into {what}")
-        before[owner] = mode
+        if kept_off and not keeps_off and since is not None and r.at >= since + GATE_GRACE:
+            bad(name, f"{owner}: its cut brought back ({modes.get(owner)}) {r.at - since:.1f}s"
+                f" into {what}")  # fmt: skip
 
 
 def _held_since(changes: list[tuple[float, bool]], when: float) -> float | None:

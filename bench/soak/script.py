@@ -23,7 +23,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from activities.kubetime import kube_time
+from activities.kubetime import kube_time, parse_kube_time
 from bench import CLUSTER
 from bench.soak import invariants
 from bench.soak.fates import (
@@ -43,10 +43,10 @@ from bench.soak.fates import (
     plan,
     policy_doc,
 )
-from bench.soak.faults import CUT_WORK, FaultSchedule
+from bench.soak.faults import CUT_WORK, FaultSchedule, KillSwitch
 from bench.soak.invariants import INVARIANTS, Evidence, Timeline
 from bench.soak.supervisor import Child, Receiver, peak_rss, start_engine
-from sim.apiserver import Fault, KubeEmulator, free_port
+from sim.apiserver import Fault, KubeEmulator, Request, free_port
 from sim.cluster import Behaviour, SimulatedCluster
 from sim.devserver import DevServer
 from sim.scenario import running_resources
@@ -58,6 +58,7 @@ from workflows.contract import (
     PAUSE_UNTIL_ANNOTATION,
     STORM_BREAKER_ANNOTATION,
     EventReason,
+    Obj,
 )
 from workflows.durations import parse_duration
 from workflows.notify import NOTIFY_WORKFLOW
@@ -132,6 +133,8 @@ class Soak:
         )
         self.queue = f"soak-{cluster}"
         self.faults: Counter[str] = Counter()
+        self.switch = KillSwitch(self.api)
+        self.switched_off: dict[int, float] = {}  # policy-deleted-off's: when it switched off
         self.children: dict[str, Child] = {}
         self.due: set[int] = set()  # workloads whose in-cut act is due (``_due``)
         # The intakes' storm breaker: more than half of a quarter of the workloads' verdicts
@@ -284,6 +287,43 @@ class Soak:
             w.paused = (w.paused[0], time.time())
             w.actions.append("lifted")
 
+    def _pause_at_gate(self, w: Workload) -> None:
+        """Pause ``w``'s owner, without an end, right after a worker's next read of it (its
+        backoff end's step reading it) is answered, before whatever that step writes."""
+        plural = {"Deployment": "deployments", "StatefulSet": "statefulsets"}[w.kind]
+
+        def pause(_: Request) -> None:
+            self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: "infinite",
+                                     PAUSE_REASON_ANNOTATION: "soak"})  # fmt: skip
+            w.paused = (time.time(), math.inf)
+            w.actions.append("paused")
+            self.faults["owner paused between a step's read and its write"] += 1
+
+        path = f"/apis/apps/v1/namespaces/{w.namespace}/{plural}/{w.name}$"
+        self.api.inject(
+            Fault(status=None, method="GET", path=path, agent=WORKER_AGENT, after=pause)
+        )
+        w.actions.append("armed")
+
+    @staticmethod
+    def _ends_within(state: Obj | None, seconds: float) -> bool:
+        """Whether the step ``state`` waits on (its backoff) ends within ``seconds``."""
+        ends = parse_kube_time((state or {}).get("expiryAt"))
+        return ends is not None and ends.timestamp() - time.time() < seconds
+
+    def _switch_on_once_held(self, w: Workload) -> None:
+        """Switch automation on again once the engine told it held ``w``'s clear (its
+        RollbackPaused Event), or 20 s after it was switched off."""
+        told = self._told(w, EventReason.PAUSED)
+        if told or time.time() - self.switched_off[w.index] > 20.0:
+            self.switch.on()
+            w.actions.append("on")
+            self.faults[
+                "a deleted policy's clear held by the kill switch (RollbackPaused)"
+                if told
+                else "a deleted policy's clear not told held (automation on again)"
+            ] += 1
+
     def _annotate_pause(self, w: Workload, annotations: dict[str, str | None]) -> None:
         store = self.api.store
         store.patch(store.rtype(w.kind), w.namespace, w.name,
@@ -337,6 +377,27 @@ class Soak:
         elif fate == "owner-deleted" and mode == "monitoring" and "deleted" not in done:
             store.delete(store.rtype(w.kind), w.namespace, w.name)
             w.actions.append("deleted")
+        # Switched off seconds before its backoff ends: the switch holds that end briefly, not
+        # every other fate's work for a whole backoff.
+        elif (
+            fate == "policy-deleted-off"
+            and turn == 1
+            and mode == "backingOff"
+            and ("policy deleted" not in done and self._ends_within(state, 5.0))
+        ):
+            self.switch.off()
+            self.switched_off[w.index] = time.time()
+            store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
+            w.actions.append("policy deleted")
+        elif fate == "policy-deleted-off" and "policy deleted" in done and "on" not in done:
+            self._switch_on_once_held(w)
+        elif (
+            w.fate.paused_in == "gate"
+            and turn == 1
+            and mode == "backingOff"
+            and ("armed" not in done)
+        ):
+            self._pause_at_gate(w)
         # From rollingBack on: the backoff reads the policy afresh at its end, so acting this
         # early counts the same, and a backingOff recorded late (its rollback carried across a
         # worker kill) can be over before the script's next round sees it.
@@ -350,7 +411,11 @@ class Soak:
                 w.actions.append("policy deleted")
         elif w.fate.paused_in and turn == 1 and "paused" not in done and self._pause_due(w, mode):
             self._pause(w)
-        elif fate == "paused-infinite" and "paused" in done and "lifted" not in done:
+        elif (
+            fate in ("paused-infinite", "paused-at-gate")
+            and "paused" in done
+            and ("lifted" not in done)
+        ):
             self._lift_pause(w)
         elif w.fate.budget and mode == "monitoring" and "budget" not in done:
             self._budget(w, 0)
@@ -426,7 +491,9 @@ class Soak:
         cut = [w for w in self.workloads if w.fate.in_cut]
         shares = [cut[i :: len(CUT_WORK)] for i in range(len(CUT_WORK))]
         temporal = self.temporal if self.restarts_temporal else None
-        schedule = FaultSchedule(self.api, self.children, temporal, shares, self._due, self.faults)
+        schedule = FaultSchedule(
+            self.api, self.children, temporal, shares, self._due, self.faults, self.switch
+        )
         # Connected once the faults are over (one of them restarts Temporal).
         client: Client | None = None
         spread = min(30.0, 0.03 * len(self.workloads) + 5)

@@ -1,4 +1,4 @@
-"""The chaos soak in CI (``bench.soak``): two clusters of 84 workloads on one Temporal, many
+"""The chaos soak in CI (``bench.soak``): two clusters of 96 workloads on one Temporal, many
 faults at once on each cluster's two workers and two leader-electing intakes, and an oracle that
 knows each workload's end. Every invariant must be 0. The oracle's own checks are tested on
 journals made by hand."""
@@ -87,14 +87,17 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
     """``actedWhilePaused`` counts every worker write that changes what runs while the pause
     holds, from the journal: a rollback annotation published or cleared, a pod resized; not a
     state record, not a write before or after the pause or already past its gate as the pause
-    was set (``GATE_GRACE``), not another client's."""
+    was set (``GATE_GRACE``), not another client's. Paused right after a step's read
+    (``paused-at-gate``), a write that soon after is a breach: it had its gate to read again."""
     timeline = Timeline()
     now = time.time()
     calm, early, late = (
         Workload(i, FATES[0], "ns", name, "Deployment", "RollbackPolicy")
         for i, name in enumerate(("calm", "early", "late"))
     )
-    for w in (calm, early, late):
+    gate = next(f for f in FATES if f.paused_in == "gate")
+    at_gate = Workload(3, gate, "ns", "gate", "Deployment", "RollbackPolicy")
+    for w in (calm, early, late, at_gate):
         w.paused = (now - 10, now)
     timeline.pods = {early.ref: {"early-0": [(now - 20, True)]}}
     worker = f"{WORKER_AGENT}/1.0"
@@ -114,14 +117,18 @@ def test_the_oracle_sees_any_acting_write_while_paused() -> None:
                 now + 1, {ROLLBACK_REQUESTS_ANNOTATION: "{}"}),  # after the pause: fine
         Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/late", {}, "", 200, worker,
                 now - 9.5, {ROLLBACK_REQUESTS_ANNOTATION: "{}"}),  # past its gate as set: fine
+        Request("PATCH", "/apis/apps/v1/namespaces/ns/deployments/gate", {}, "", 200, worker,
+                now - 9.9, {ROLLBACK_REQUESTS_ANNOTATION: None}),  # after the read: a breach
     ]  # fmt: skip
-    ev = evidence(timeline=timeline, workloads=[calm, early, late], journal=journal)
+    ev = evidence(timeline=timeline, workloads=[calm, early, late, at_gate], journal=journal)
     assert found_by(invariants.acted_while_paused, ev) == [
         "actedWhilePaused: ns/Deployment/early: rollback annotation written (published or"
         " cleared) 3.0s before its pause ended",
         "actedWhilePaused: ns/Deployment/early: rollback annotation written (published or"
         " cleared) 2.0s before its pause ended",
         "actedWhilePaused: ns/Deployment/early: pod early-0 resized 1.0s before its pause ended",
+        "actedWhilePaused: ns/Deployment/gate: rollback annotation written (published or"
+        " cleared) 9.9s before its pause ended",
     ]
 
 
@@ -215,12 +222,12 @@ def test_the_oracle_counts_a_restore_s_deletes_as_pods_taken_down() -> None:
 async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
-    and no run crosses clusters. 84 workloads each: every fate on both owner kinds under both
+    and no run crosses clusters. 96 workloads each: every fate on both owner kinds under both
     policy kinds. The second actuates in place, its containers restarting to resize: its
     rollbacks never take more pods down than maxUnavailable."""
     # The deadline bounds a hang; the soak ends once every workload settled (about 140 s alone,
     # 185 s beside the stories' lane of `make test`).
-    results = await soak_fleet(84, clusters=2, deadline=420.0)
+    results = await soak_fleet(96, clusters=2, deadline=420.0)
     lines = "\n".join(line for r in results for line in report(r))
     assert [r.cluster for r in results] == ["soak-0", "soak-1"]
     for result in results:
@@ -246,6 +253,9 @@ async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> Non
         assert result.faults["a bad release shipped in a cut's window"] > 0, lines
     for result in results:  # each cluster's kill switch went off for a while
         assert result.faults["automation off, the kill switch (8s)"] == 1, lines
+        # and for a deleted policy's clear, held; an owner paused between a read and a write
+        assert result.faults["a deleted policy's clear held by the kill switch (RollbackPaused)"]
+        assert result.faults["owner paused between a step's read and its write"] > 0, lines
     for result in results:  # each cluster's storm breaker tripped, held, told, and was reset
         assert result.faults["storm breaker tripped, reset by the operator"] > 0, lines
         assert result.faults["backoffs' ends the storm breaker held (RollbackPaused)"] > 0, lines
@@ -301,37 +311,60 @@ def test_the_oracle_sees_a_write_into_a_protected_namespace() -> None:
 @pytest.mark.parametrize(
     ("hold", "check", "said"),
     [
-        ("automation", invariants.reapplied_while_off, "reappliedWhileOff: ns/Deployment/a:"
-         " backed off 4.0s into the kill switch's off"),
-        ("breaker", invariants.reapplied_while_tripped, "reappliedWhileTripped: ns/Deployment/a:"
-         " backed off 4.0s into the storm breaker's trip"),
+        ("automation", invariants.reapplied_while_off, "reappliedWhileOff: ns/Deployment/{}: its"
+         " cut brought back ({}) {}s into the kill switch's off"),
+        ("breaker", invariants.reapplied_while_tripped, "reappliedWhileTripped: ns/Deployment/{}:"
+         " its cut brought back ({}) {}s into the storm breaker's trip"),
     ],
 )  # fmt: skip
-def test_the_oracle_sees_a_turn_backed_off_while_a_cluster_hold_held(
+def test_the_oracle_sees_a_cut_brought_back_while_a_cluster_hold_held(
     hold: str, check: Any, said: str
 ) -> None:
     """``reappliedWhileOff`` (the kill switch), ``reappliedWhileTripped`` (the storm breaker): a
-    backoff's end a worker sent past the gate's grace into the hold; one sent at its start
-    (already past its gate) though served late, one after it, a last turn's end
-    (failedPermanent re-applies nothing), a backoff's end recorded again, or another client's
-    write is no breach, nor one under the other hold."""
+    worker's PATCH sent past the gate's grace into the hold that lets a cut run again (a
+    backoff's end, a clear for a policy gone, a retry over failedPermanent). No breach: one sent
+    at its start (already past its gate) though served late, one after it, a last turn's end
+    (failedPermanent keeps it off), a record that clears nothing published, another client's
+    write; nor any under the other hold."""
     timeline = Timeline()
     setattr(timeline, hold, [(100.0, True), (110.0, False)])
 
-    def state(name: str, at: float, mode: str, agent: str = f"{WORKER_AGENT}/1.0") -> Request:
+    def patch(
+        name: str,
+        at: float,
+        mode: str | None = "",
+        published: bool | None = None,
+        agent: str = f"{WORKER_AGENT}/1.0",
+    ) -> Request:
+        annotations: dict[str, str | None] = {}
+        if mode != "":
+            annotations[ROLLBACK_STATE_ANNOTATION] = json.dumps({"mode": mode}) if mode else None
+        if published is not None:
+            annotations[ROLLBACK_REQUESTS_ANNOTATION] = "{}" if published else None
         path = f"/apis/apps/v1/namespaces/ns/deployments/{name}"
-        annotations = {ROLLBACK_STATE_ANNOTATION: json.dumps({"mode": mode})}
         return Request("PATCH", path, {}, "", 200, agent, at, annotations)
 
     journal = [
-        state("a", 99.0, "backingOff"), state("a", 104.0, "backedOff"),  # 4 s into it: a breach
-        state("a", 104.5, "backedOff"),  # the same record again: told once
-        state("b", 99.0, "backingOff"), state("b", 100.5, "backedOff"),  # past its gate
-        state("c", 105.0, "backingOff"), state("c", 111.0, "backedOff"),  # after it
-        state("d", 99.0, "backingOff"), state("d", 105.0, "failedPermanent"),  # nothing back
-        state("e", 104.0, "backedOff", agent="kubectl"),  # not the engine
+        patch("a", 98.0, "backingOff", published=True),
+        patch("a", 104.0, "backedOff", published=False),  # 4 s into it: a breach
+        patch("a", 104.5, "backedOff"),  # nothing published any more: nothing brought back
+        patch("b", 98.0, "backingOff", published=True),
+        patch("b", 100.5, "backedOff", published=False),  # past its gate as it went off
+        patch("c", 105.0, "backingOff", published=True),
+        patch("c", 111.0, "backedOff", published=False),  # after it
+        patch("d", 98.0, "backingOff", published=True),
+        patch("d", 105.0, "failedPermanent", published=False),  # kept off
+        patch("e", 98.0, "backingOff", published=True),
+        patch("e", 104.0, None, published=False, agent="kubectl"),  # not the engine
+        patch("f", 98.0, "backingOff", published=True),
+        patch("f", 106.0, None, published=False),  # a policy gone: cleared 6 s into it
+        patch("g", 97.0, "failedPermanent"),
+        patch("g", 103.0, "monitoring"),  # a retry over failedPermanent 3 s into it
     ]  # fmt: skip
-    assert found_by(check, evidence(timeline=timeline, journal=journal)) == [said]
+    assert found_by(check, evidence(timeline=timeline, journal=journal)) == [
+        said.format("a", "backedOff", "4.0"), said.format("f", None, "6.0"),
+        said.format("g", "monitoring", "3.0"),
+    ]  # fmt: skip
     other = invariants.reapplied_while_tripped if hold == "automation" else (
         invariants.reapplied_while_off
     )  # fmt: skip
