@@ -162,13 +162,26 @@ MUTATIONS = [
         "                    if held is not None and attempt and (pause := held(obj)) is not None:\n",
         "actedWhilePaused",
     ),
-    _tested(
-        "a query that does not parse as it will run taken as confined (#61, 1)",
-        "workflows/promql.py",
-        "    except ValueError as exc:\n        return [str(exc)]\n",
-        "    except ValueError:\n        return []\n",
-        "tests/activity/test_tenancy.py::test_every_accepted_query_reads_its_own_namespace_alone",
-        ROLLBACK_TENANCY_EXAMPLES="10000",
+    Mutation(
+        "the old rule: a query judged with $namespace as written, confined when that does not"
+        " parse, a variable taken anywhere (#61, 1)",
+        (
+            Edit("workflows/promql.py", "    check_variables(text)\n", ""),
+            Edit(
+                "workflows/promql.py",
+                '    values = {**PROMQL_VARIABLES, "$namespace": SENTINEL_NAMESPACE}\n',
+                '    values = {**PROMQL_VARIABLES, "$namespace": "$namespace"}\n',
+            ),
+            Edit(
+                "workflows/promql.py",
+                "    except ValueError as exc:\n        return [str(exc)]\n",
+                "    except ValueError:\n        return []\n",
+            ),
+        ),
+        (),
+        test="tests/activity/test_tenancy.py::"
+        "test_every_accepted_query_reads_its_own_namespace_alone",
+        env=(("ROLLBACK_TENANCY_EXAMPLES", "10000"),),
     ),
     _tested(
         "a query's bounds not checked before it is parsed (#61, 4)",

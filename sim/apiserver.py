@@ -533,6 +533,7 @@ class Fault:
     status: int | None = 500
     method: str | None = None  # a regular expression: "PATCH", "POST|PUT|PATCH"
     path: str = ""
+    query: str = ""  # a regular expression over the query string (``labelSelector=app=web``)
     times: int | None = 1  # None: every time (with ``probability``)
     probability: float = 1.0
     delay: float = 0.0
@@ -550,6 +551,10 @@ class Fault:
         if self.method and not re.fullmatch(self.method, request.method):
             return False
         if self.path and not re.search(self.path, request.path):
+            return False
+        if self.query and not re.search(
+            self.query, "&".join(f"{k}={v}" for k, v in sorted(request.query.items()))
+        ):
             return False
         return rng.random() < self.probability
 

@@ -43,7 +43,7 @@ The oracle, checked once the story has settled, counts what must be 0:
   backoff begins, to end after the backoff's end (which must not clear the rollback, and so
   re-apply the cut, before); ``paused-mid-rollback`` (in place) once its paced rollback has a
   pod down, for the next batch to wait; ``paused-at-gate`` without an end, set by the emulator
-  right after the worker's read of the owner at its backoff's end was answered, before that
+  right after the worker's LIST of its pods at its backoff's end was answered, before that
   step writes (its write, which reads its gate again, must not go: no grace), and lifted as
   ``paused-infinite``'s;
 - ``actedInProtected``: a write by the engine (a worker or an intake, by the User-Agent the

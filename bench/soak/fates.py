@@ -155,9 +155,10 @@ FATES = [
     # policy; the clear, which lets the cut run again, is held until the script switches it
     # on (once RollbackPaused says it held), then ends as policy-deleted's.
     Fate(name="policy-deleted-off", memory=OOM, mode=None, pods=OOM, own_policy=True),
-    # Paused (without an end) right after a worker's read of its owner at its first backoff's
-    # end has been answered, before that step writes: the write, its own last check, is held
-    # until the script lifts the pause (once RollbackPaused says it held); then as oom's.
+    # Paused (without an end) right after its first backoff end's gate LISTed its pods (the
+    # owner read just before), before the record that clears its rollback: that write, its own
+    # last check, is held until the script lifts the pause (once RollbackPaused says it held);
+    # then as oom's.
     _as_oom(name="paused-at-gate", paused_in="gate", own_policy=True),
     # Its window is an hour; its OOMs are certain failures, so each turn is decided early (the
     # intake's suspect, a confirmation, the rollback) and it ends as oom's, in seconds.

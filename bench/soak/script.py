@@ -62,7 +62,7 @@ from workflows.contract import (
 )
 from workflows.durations import parse_duration
 from workflows.notify import NOTIFY_WORKFLOW
-from workflows.pause import breaker_reset
+from workflows.pause import breaker_reset, cluster_hold
 from workflows.rollback import WORKFLOW_NAME
 
 WORKING_SET = "300Mi"
@@ -256,10 +256,13 @@ class Soak:
         w.actions.append("paused")
         self.faults["owner paused without an end, until lifted" if infinite else said] += 1
 
-    def _told(self, w: Workload, reason: str) -> bool:
-        """Whether the engine has told of ``reason`` (an Event) on ``w``'s owner."""
+    def _told(self, w: Workload, reason: str, saying: str = "") -> bool:
+        """Whether the engine has told of ``reason`` (an Event) on ``w``'s owner, ``saying``
+        that if given."""
         return any(
-            e.get("reason") == reason and (e.get("involvedObject") or {}).get("name") == w.name
+            e.get("reason") == reason
+            and (e.get("involvedObject") or {}).get("name") == w.name
+            and saying in (e.get("message") or "")
             for e in self.api.store.items("Event", w.namespace)
         )
 
@@ -280,29 +283,45 @@ class Soak:
             w.actions.append("budget loosened")
 
     def _lift_pause(self, w: Workload) -> None:
-        """Lift an ``infinite`` pause once the engine's RollbackPaused Event says it held."""
-        if self._told(w, EventReason.PAUSED):
+        """Lift an ``infinite`` pause once the engine's RollbackPaused Event says it held (that
+        pause: another hold's Event, the kill switch's or the breaker's, says nothing of it)."""
+        if self._told(w, EventReason.PAUSED, f"paused by owner {w.ref} "):
             self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: None, PAUSE_REASON_ANNOTATION: None})
             assert w.paused is not None
             w.paused = (w.paused[0], time.time())
             w.actions.append("lifted")
 
     def _pause_at_gate(self, w: Workload) -> None:
-        """Pause ``w``'s owner, without an end, right after a worker's next read of it (its
-        backoff end's step reading it) is answered, before whatever that step writes."""
-        plural = {"Deployment": "deployments", "StatefulSet": "statefulsets"}[w.kind]
+        """Pause ``w``'s owner, without an end, right after a worker's LIST of its pods is
+        answered: its backoff end's gate, which read the owner just before; the write that
+        follows (the record that clears its rollback) must read its gate again. Not while the
+        kill switch or the breaker is on: the gate would hold the step itself, and its next
+        try read the pause first."""
+        fault = Fault(
+            status=None,
+            method="GET",
+            path=f"/api/v1/namespaces/{w.namespace}/pods$",
+            query=f"(^|&)labelSelector=app={w.name}(&|$)",
+            agent=WORKER_AGENT,
+            times=None,
+        )
 
         def pause(_: Request) -> None:
+            store = self.api.store
+            engine = store.get(store.rtype("Namespace"), None, DEFAULT_ENGINE_NAMESPACE)
+            if fault.times == 0 or cluster_hold(
+                (DEFAULT_ENGINE_NAMESPACE, engine["metadata"].get("annotations"))
+            ):
+                return
+            fault.times = 0
             self._annotate_pause(w, {PAUSE_UNTIL_ANNOTATION: "infinite",
                                      PAUSE_REASON_ANNOTATION: "soak"})  # fmt: skip
             w.paused = (time.time(), math.inf)
             w.actions.append("paused")
             self.faults["owner paused between a step's read and its write"] += 1
 
-        path = f"/apis/apps/v1/namespaces/{w.namespace}/{plural}/{w.name}$"
-        self.api.inject(
-            Fault(status=None, method="GET", path=path, agent=WORKER_AGENT, after=pause)
-        )
+        fault.after = pause
+        self.api.inject(fault)
         w.actions.append("armed")
 
     @staticmethod
