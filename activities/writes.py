@@ -26,6 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 WRITE_ATTEMPTS = 5
+# True while a gated write is sent: the client does not resend it by itself after a 429's
+# Retry-After (``worker.kube.UnprocessedRetry``); its writer tries again, its gate read first.
+GATED_WRITE: ContextVar[bool] = ContextVar("gated_write", default=False)
 TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 COMPONENT = "rightsizing-rollback"
 
@@ -218,15 +222,19 @@ class OwnerWriter:
                             "annotations": changes,
                         }
                     }
-                patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
-                    kind.group,
-                    kind.version,
-                    owner.namespace,
-                    kind.plural,
-                    owner.name,
-                    body,
-                    _content_type=MERGE_PATCH,
-                )
+                gated = GATED_WRITE.set(held is not None)
+                try:
+                    patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
+                        kind.group,
+                        kind.version,
+                        owner.namespace,
+                        kind.plural,
+                        owner.name,
+                        body,
+                        _content_type=MERGE_PATCH,
+                    )
+                finally:
+                    GATED_WRITE.reset(gated)
                 return patched, True
             except (ApiException, HTTPError, OSError) as exc:
                 status = getattr(exc, "status", None)

@@ -539,8 +539,8 @@ class Fault:
     delay: float = 0.0
     agent: str = ""  # only requests whose User-Agent contains this (one client's partition)
     hits: int = 0  # requests it answered
-    # Run once the request was served, its answer not yet sent (with ``status=None``): a change
-    # that lands right after a client's read, before whatever it does next.
+    # Run once the request was answered (served, or with ``status``), its answer not yet sent:
+    # a change that lands right after a client's read or refusal, before it does anything next.
     after: Callable[[Request], None] | None = None
 
     def applies(self, request: Request, rng: random.Random) -> bool:
@@ -718,6 +718,8 @@ class KubeEmulator:
             )
             error = ApiError(fault.status, reason, f"injected fault {fault.status}")
             headers = {"Retry-After": "1"} if fault.status == 429 else None
+            if fault.after is not None:
+                fault.after(request)
             return web.json_response(error.body(), status=fault.status, headers=headers)
         try:
             node = CADVISOR_PATH.fullmatch(http.path)

@@ -29,6 +29,7 @@ from urllib3.util.retry import Retry
 from activities.health import Prometheus
 from activities.kubernetes import KubernetesActivities
 from activities.notify import NotificationConfig
+from activities.writes import GATED_WRITE
 from worker.flags import DEFAULT_READ_TIMEOUT
 from workflows.contract import DEFAULT_ENGINE_NAMESPACE, Actuation
 from workflows.selection import PROTECTED, Protection
@@ -39,11 +40,13 @@ CONNECT_TIMEOUT = 5.0
 
 
 class UnprocessedRetry(Retry):
-    """urllib3's Retry, also for 429 on writes: a throttled request was never processed."""
+    """urllib3's Retry, also for 429 on writes: a throttled request was never processed. Not
+    for a gated write (``activities.writes.GATED_WRITE``): resent a Retry-After later, it would
+    land past the gate it read before (a kill switch set meanwhile); its writer tries again."""
 
     def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
         if status_code == 429 and self.total:
-            return True
+            return method in (self.allowed_methods or ()) or not GATED_WRITE.get()
         return super().is_retry(method, status_code, has_retry_after)
 
 

@@ -65,6 +65,7 @@ class Fate:
     cpu: str | None = None  # the recommendation's CPU request too (an HPA's fates)
     hpa: bool = False  # an HPA scales it (its pod count is the HPA's; its policy checks it)
     release: bool = False  # a bad release ships as its window opens; fixed once seen
+    good_release: bool = False  # a good one ships in its first window (an OOM cut's)
 
 
 # Fates that end as ``oom``'s (turn 2 rolled back, failed for good), or as ``partial-below``'s
@@ -226,6 +227,11 @@ FATES = [
         own_policy=True,
         release=True,
     ),
+    # An OOM cut, and a good release (a new image that runs) in its first window: the release
+    # excuses nothing the cut causes: its OOM kills are judged at the window's end, and it ends
+    # as oom's (before, a release excused the cut's OOM for as long as it rolled out, which the
+    # cut's own OOM kills kept it from doing).
+    _as_oom(name="release-under-oom", good_release=True),
     # In a protected namespace that the cluster policy's selector names: it OOMs on its cut and
     # nothing rolls it back, since no policy applies there.
     Fate(name="protected", memory=OOM, mode=None, pods=OOM, protected=True),

@@ -15,7 +15,7 @@ import pytest
 from kubernetes.client import CoreV1Api, CustomObjectsApi
 
 from activities.kubernetes import KubernetesActivities
-from sim.apiserver import KubeEmulator
+from sim.apiserver import Fault, KubeEmulator
 from tests import CLUSTER
 from tests.activity.builders import NS, node, owner, pod, policy
 from tests.activity.test_kubernetes_activities import LAST_GOOD, REC, SINCE, ref
@@ -381,3 +381,25 @@ def test_a_pause_set_between_the_gate_and_its_write_holds_the_write(
         result = STEPS[step](acts)
         assert acting(api) == [], (step, mode, acting(api))
         assert held(step, result) or WRITES[(step, mode)] == (False, False), (step, mode, result)
+
+
+def test_a_throttled_write_is_not_resent_past_the_hold_set_meanwhile(api: KubeEmulator) -> None:
+    """A backoff end's record answered 429 (Retry-After: 1 s, as the API server's priority and
+    fairness answers) while the kill switch is switched off: the client does not resend it by
+    itself a second later; the writer tries again, its gate read first, and holds it. Before,
+    urllib3 resent it past the gate (the soak saw a backoff's end land 1.6 s into the off)."""
+    api.store.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": DEFAULT_ENGINE_NAMESPACE}})  # fmt: skip
+    throttled = api.inject(Fault(status=429, method="PATCH", path="/deployments/web$",
+                                 after=lambda _: hold(api, "kill switch", True)))  # fmt: skip
+    with api_client(url=api.url) as client:
+        acts = KubernetesActivities(
+            CoreV1Api(client), CustomObjectsApi(client), Actuation.ANNOTATIONS, "test"
+        )
+        api.clear_journal()
+        result = STEPS["backoff end's record"](acts)
+    assert throttled.hits == 1
+    assert result.paused is not None and result.paused.scope is PauseScope.CLUSTER
+    assert acting(api) == [], acting(api)
+    assert ROLLBACK_REQUESTS_ANNOTATION in api.store.get(
+        api.store.rtype("Deployment"), NS, "web")["metadata"]["annotations"]  # fmt: skip

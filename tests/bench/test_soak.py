@@ -1,4 +1,4 @@
-"""The chaos soak in CI (``bench.soak``): two clusters of 96 workloads on one Temporal, many
+"""The chaos soak in CI (``bench.soak``): two clusters of 100 workloads on one Temporal, many
 faults at once on each cluster's two workers and two leader-electing intakes, and an oracle that
 knows each workload's end. Every invariant must be 0. The oracle's own checks are tested on
 journals made by hand."""
@@ -222,12 +222,12 @@ def test_the_oracle_counts_a_restore_s_deletes_as_pods_taken_down() -> None:
 async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> None:
     """A fleet: two clusters with the same workload names, each with its workers and intakes,
     on one Temporal (restarted mid-story), under the same faults: each cluster's oracle is 0,
-    and no run crosses clusters. 96 workloads each: every fate on both owner kinds under both
+    and no run crosses clusters. 100 workloads each: every fate on both owner kinds under both
     policy kinds. The second actuates in place, its containers restarting to resize: its
     rollbacks never take more pods down than maxUnavailable."""
     # The deadline bounds a hang; the soak ends once every workload settled (about 140 s alone,
     # 185 s beside the stories' lane of `make test`).
-    results = await soak_fleet(96, clusters=2, deadline=420.0)
+    results = await soak_fleet(100, clusters=2, deadline=420.0)
     lines = "\n".join(line for r in results for line in report(r))
     assert [r.cluster for r in results] == ["soak-0", "soak-1"]
     for result in results:
@@ -251,6 +251,7 @@ async def test_the_soak_reports_zero_on_every_invariant_in_two_clusters() -> Non
     for result in results:  # the neighbours: a peak under an HPA, a bad release in a window
         assert result.faults["a peak under an HPA through a CPU cut's window"] > 0, lines
         assert result.faults["a bad release shipped in a cut's window"] > 0, lines
+        assert result.faults["a good release shipped in an OOM cut's window"] > 0, lines
     for result in results:  # each cluster's kill switch went off for a while
         assert result.faults["automation off, the kill switch (8s)"] == 1, lines
         # and for a deleted policy's clear, held; an owner paused between a read and a write
