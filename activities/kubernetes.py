@@ -99,7 +99,7 @@ from workflows.notify import (
 )
 from workflows.pause import Pause
 from workflows.selection import PROTECTED, Protection
-from workflows.state import ResourceSnapshot
+from workflows.state import OwnerState, ResourceSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +167,14 @@ class Listed:
     query: CohortQuery | None = None
     pods: list[Obj] = field(default_factory=list)
     version: str = ""
+
+
+def _newer_of_its_run(obj: Obj, state: OwnerState | None) -> bool:
+    """Whether ``obj`` shows a state its run recorded after ``state`` (more transitions)."""
+    stored, _ = read_state(obj)
+    if state is None or stored is None or state.run_id is None or stored.run_id != state.run_id:
+        return False
+    return (stored.transitions or 0) > (state.transitions or 0)
 
 
 def _published(owner: Obj) -> bool:
@@ -386,11 +394,14 @@ class KubernetesActivities:
             }
             if input.clear_rollback_recommendation:
                 wanted |= {ROLLBACK_REQUESTS_ANNOTATION: None, ROLLBACK_LIMITS_ANNOTATION: None}
-            # A record that may act goes through its gate on the writer's own read (a gated
-            # write always reads first); the rest are written blind.
+            # Read first: a record that may act goes through its gate on that read, and none is
+            # written over a newer state of its run (a local activity run again).
             try:
                 obj, written = self.writer.patch_annotations(
-                    input.owner, wanted, read_first=False, held=self._record_gate(input)
+                    input.owner,
+                    wanted,
+                    held=self._record_gate(input),
+                    stale=lambda obj: _newer_of_its_run(obj, input.state),
                 )
             except HeldError as exc:
                 return RecordTransitionResult(paused=exc.pause)

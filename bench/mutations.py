@@ -67,12 +67,18 @@ MUTATIONS = [
         "activities/kubernetes.py",
         "            try:\n"
         "                obj, written = self.writer.patch_annotations(\n"
-        "                    input.owner, wanted, read_first=False, held=self._record_gate(input)\n"
+        "                    input.owner,\n"
+        "                    wanted,\n"
+        "                    held=self._record_gate(input),\n"
+        "                    stale=lambda obj: _newer_of_its_run(obj, input.state),\n"
         "                )\n",
         '            before = (self.lookup.get(input.owner) or {}).get("metadata") or {}\n'
         "            try:\n"
         "                obj, written = self.writer.patch_annotations(\n"
-        "                    input.owner, wanted, read_first=False, held=self._record_gate(input)\n"
+        "                    input.owner,\n"
+        "                    wanted,\n"
+        "                    held=self._record_gate(input),\n"
+        "                    stale=lambda obj: _newer_of_its_run(obj, input.state),\n"
         "                )\n"
         '                kept = {k: v for k, v in (before.get("annotations") or {}).items()\n'
         "                        if k in (ROLLBACK_REQUESTS_ANNOTATION, ROLLBACK_LIMITS_ANNOTATION)}\n"

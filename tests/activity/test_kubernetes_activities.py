@@ -394,14 +394,37 @@ def test_record_transition_is_idempotent(api: KubeEmulator, acts: KubernetesActi
     assert OwnerState.model_validate_json(annotations[ROLLBACK_STATE_ANNOTATION]) == state()
     version = owner_obj(api)["metadata"]["resourceVersion"]
     api.clear_journal()
-    again = record(acts, state())  # a retried activity: the same state patched again, no read
-    assert not again.event_emitted
-    assert len(api.requests("patch")) == 1 and api.requests("get", "/deployments/web") == []
+    again = record(acts, state())  # a retried activity: the same state, read, not written
+    assert not again.event_emitted and not again.state_written
+    assert api.requests("patch", "/deployments/web") == []
+    assert len(api.requests("get", "/deployments/web")) == 1
     assert owner_obj(api)["metadata"]["resourceVersion"] == version  # nothing changed
     events, _ = api.store.list_objects(api.store.rtype("Event"), NS)
     assert len(events) == 1
     assert events[0]["reason"] == EventReason.MONITORING_STARTED
     assert events[0]["involvedObject"]["kind"] == "Deployment"
+
+
+def test_a_record_run_again_writes_nothing_over_a_newer_state_of_its_run(
+    api: KubeEmulator, acts: KubernetesActivities
+) -> None:
+    """A local activity runs again when the workflow task that ran it is lost (a worker killed,
+    or too slow to complete it), after the task's later records were written: its older state
+    is not written over them (the soak saw failedPermanent taken back to backingOff at 1,000
+    workloads, the cut re-applied meanwhile). Another run's state, or an older one of its
+    run, is written over as ever."""
+    api.store.create(owner("Deployment"))
+    ours = {"run_id": "run-a"}
+    newer = state(Mode.FAILED_PERMANENT).model_copy(update={**ours, "transitions": 5})
+    assert record(acts, newer).state_written
+    older = state(Mode.BACKING_OFF).model_copy(update={**ours, "transitions": 4})
+    assert not record(acts, older, event_id="run-a.4").state_written
+    stored = owner_obj(api)["metadata"]["annotations"][ROLLBACK_STATE_ANNOTATION]
+    assert OwnerState.model_validate_json(stored).mode is Mode.FAILED_PERMANENT
+    another = older.model_copy(update={"run_id": "run-b", "transitions": 1})
+    assert record(acts, another, event_id="run-b.1").state_written
+    later = newer.model_copy(update={"run_id": "run-b", "transitions": 2})
+    assert record(acts, later, event_id="run-b.2").state_written
 
 
 def test_a_held_step_tells_of_itself_in_one_event_whose_count_rises(
