@@ -196,54 +196,30 @@ class OwnerWriter:
         self,
         owner: OwnerRef,
         wanted: dict[str, str | None],
-        read_first: bool = True,
         held: Callable[[Obj], Pause | None] | None = None,
         stale: Callable[[Obj], bool] | None = None,
     ) -> tuple[Obj | None, bool]:
-        """Bring the owner's annotations to ``wanted`` (``None`` removes); no diff, no write.
-        Returns the owner as last read or written (None: it is gone) and whether it wrote.
-        ``read_first=False`` skips the read and the diff: the patch carries ``wanted`` whole,
-        for a write whose repeat is harmless (a state record: the same value again). ``held``
-        (an acting write's gate, given the owner as just read) is read before each try, on
-        that try's own read: ``HeldError`` if it holds. An acting write always reads first.
-        ``stale`` (given the owner as read) says the owner already shows something newer than
-        ``wanted``: nothing is written."""
-        kind = OWNER_KINDS[owner.kind]
+        """Bring the owner's annotations to ``wanted`` (``None`` removes), read before each try;
+        no diff, no write. Returns the owner as last read or written (None: it is gone) and
+        whether it wrote. ``held`` (an acting write's gate) is read on each try's own read:
+        ``HeldError`` if it holds. ``stale`` says the owner, as read, already shows something
+        newer than ``wanted``: nothing is written."""
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                body: Obj = {"metadata": {"annotations": wanted}}
-                if read_first or held is not None:
-                    obj = self.lookup.get(owner)
-                    if obj is None:
-                        return None, False
-                    if stale is not None and stale(obj):
-                        return obj, False
-                    if held is not None and (pause := held(obj)) is not None:
-                        raise HeldError(pause)
-                    current = obj["metadata"].get("annotations") or {}
-                    changes = {k: v for k, v in wanted.items() if current.get(k) != v}
-                    if not changes:
-                        return obj, False
-                    body = {
-                        "metadata": {
-                            "resourceVersion": obj["metadata"]["resourceVersion"],
-                            "annotations": changes,
-                        }
-                    }
-                gated = GATED_WRITE.set(held is not None)
-                try:
-                    patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
-                        kind.group,
-                        kind.version,
-                        owner.namespace,
-                        kind.plural,
-                        owner.name,
-                        body,
-                        _content_type=MERGE_PATCH,
-                    )
-                finally:
-                    GATED_WRITE.reset(gated)
-                return patched, True
+                obj = self.lookup.get(owner)
+                if obj is None:
+                    return None, False
+                if stale is not None and stale(obj):
+                    return obj, False
+                if held is not None and (pause := held(obj)) is not None:
+                    raise HeldError(pause)
+                current = obj["metadata"].get("annotations") or {}
+                changes = {k: v for k, v in wanted.items() if current.get(k) != v}
+                if not changes:
+                    return obj, False
+                version = obj["metadata"]["resourceVersion"]
+                body = {"metadata": {"resourceVersion": version, "annotations": changes}}
+                return self._patch(owner, body, gated=held is not None), True
             except (ApiException, HTTPError, OSError) as exc:
                 status = getattr(exc, "status", None)
                 if status == 404:
@@ -253,6 +229,23 @@ class OwnerWriter:
                     continue
                 pause_before_retry(f"{owner}: writing annotations", exc, attempt)
         raise ConflictError(f"{owner}: still conflicting after {WRITE_ATTEMPTS} attempts")
+
+    def _patch(self, owner: OwnerRef, body: Obj, gated: bool) -> Obj:
+        """One merge patch of the owner; ``gated``: not resent by the client (``GATED_WRITE``)."""
+        kind, token = OWNER_KINDS[owner.kind], GATED_WRITE.set(gated)
+        try:
+            patched: Obj = self.custom.patch_namespaced_custom_object(  # type: ignore[assignment]
+                kind.group,
+                kind.version,
+                owner.namespace,
+                kind.plural,
+                owner.name,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+        finally:
+            GATED_WRITE.reset(token)
+        return patched
 
     def event(
         self,

@@ -164,8 +164,8 @@ MUTATIONS = [
     _one(
         "an acting write not checked on the writer's own read: the step's gate alone (#61, 3)",
         "activities/writes.py",
-        "                    if held is not None and (pause := held(obj)) is not None:\n",
-        "                    if held is not None and attempt and (pause := held(obj)) is not None:\n",
+        "                if held is not None and (pause := held(obj)) is not None:\n",
+        "                if held is not None and attempt and (pause := held(obj)) is not None:\n",
         "actedWhilePaused",
     ),
     Mutation(
