@@ -17,6 +17,7 @@ from typing import Any
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
+from activities.owners import OWNER_KINDS
 from bench.soak.fates import GROWN, MANIFEST, MAX_UNAVAILABLE, PROTECTED_NS, Workload
 from sim.apiserver import Request, Store
 from sim.scenario import ENGINE_REASONS, owner_key, running_resources
@@ -43,7 +44,7 @@ NOTABLE = {"rollingBack", "failedPermanent", "cancelled", "aborted"}
 # adoption starts.
 WAITING = {"monitoring", "rollingBack", "backingOff", "backedOff"}
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
-OWNER_KINDS = {"deployments": "Deployment", "statefulsets": "StatefulSet"}  # by their plural
+KIND_OF_PLURAL = {k.plural: k.kind.value for k in OWNER_KINDS.values()}  # deployments: Deployment
 # A write already past its gate as the pause is set still lands: the gate reads the pause right
 # before the write, so one in flight (its answer slowed by up to 0.5 s: the ``slow`` fault) is
 # no breach. ``actedWhilePaused`` counts the writes from this long after the pause was set.
@@ -436,10 +437,9 @@ def _brought_back_while(
     published: dict[str, bool] = defaultdict(bool)
     modes: dict[str, str | None] = {}
     for r in ev.worker_patches():
-        parts = r.path.strip("/").split("/")  # apis/apps/v1/namespaces/NS/KINDS/NAME
-        if len(parts) != 7 or parts[5] not in OWNER_KINDS:
+        owner = patched_owner(r)
+        if owner is None:
             continue
-        owner = owner_key(OWNER_KINDS[parts[5]], parts[4], parts[6])
         kept_off = published[owner] or modes.get(owner) == "failedPermanent"
         if ROLLBACK_REQUESTS_ANNOTATION in r.annotations:
             published[owner] = r.annotations[ROLLBACK_REQUESTS_ANNOTATION] is not None
@@ -464,6 +464,15 @@ def _held_since(changes: list[tuple[float, bool]], when: float) -> float | None:
     return since
 
 
+def patched_owner(r: Request) -> str | None:
+    """The owner a request's path names (``apis/GROUP/VERSION/namespaces/NS/KINDS/NAME``), as
+    ``owner_key``; None for any other path."""
+    parts = r.path.strip("/").split("/")
+    if len(parts) != 7 or parts[5] not in KIND_OF_PLURAL:
+        return None
+    return owner_key(KIND_OF_PLURAL[parts[5]], parts[4], parts[6])
+
+
 def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
     """Every write of a worker that changes what runs, by owner, from the journal: a rollback
     annotation published or cleared on the owner (the keys a PATCH carries), a pod resized or
@@ -475,13 +484,11 @@ def acting_writes(ev: Evidence) -> dict[str, list[tuple[float, str]]]:
     }
     acted: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for r in ev.worker_patches():
-        parts = r.path.strip("/").split("/")  # apis/apps/v1/namespaces/NS/KINDS/NAME
         if (pod := resized_pod(r)) is not None:
             owner = pod_owner.get(pod)
             if owner is not None:
                 acted[owner].append((r.at, f"pod {pod[1]} resized"))
-        elif len(parts) == 7 and parts[5] in OWNER_KINDS and ROLLBACK_KEYS & set(r.annotations):
-            owner = owner_key(OWNER_KINDS[parts[5]], parts[4], parts[6])
+        elif (owner := patched_owner(r)) is not None and ROLLBACK_KEYS & set(r.annotations):
             acted[owner].append((r.at, "rollback annotation written (published or cleared)"))
     for r in ev.worker_writes("DELETE"):
         if (pod := deleted_pod(r)) is not None and (owner := pod_owner.get(pod)) is not None:
