@@ -134,8 +134,11 @@ class Soak:
         self.queue = f"soak-{cluster}"
         self.faults: Counter[str] = Counter()
         self.switch = KillSwitch(self.api)
-        self.switched_off: dict[int, float] = {}  # policy-deleted-off's: when it switched off
+        # policy-deleted-off's: when it switched off, and the holds it had been told of then
+        self.switched_off: dict[int, tuple[float, int]] = {}
         self.bursts: dict[int, tuple[Fault, float]] = {}  # flaky-verdict's, and its window's end
+        self._log_read: dict[str, int] = {}  # bytes of each worker's log read (``_fallbacks``)
+        self._fallen: list[str] = []  # the fallback lines read so far
         self.children: dict[str, Child] = {}
         self.due: set[int] = set()  # workloads whose in-cut act is due (``_due``)
         # The intakes' storm breaker: more than half of a quarter of the workloads' verdicts
@@ -260,11 +263,16 @@ class Soak:
     def _told(self, w: Workload, reason: str, saying: str = "") -> bool:
         """Whether the engine has told of ``reason`` (an Event) on ``w``'s owner, ``saying``
         that if given."""
-        return any(
-            e.get("reason") == reason
+        return self._tellings(w, reason, saying) > 0
+
+    def _tellings(self, w: Workload, reason: str, saying: str = "") -> int:
+        """How many Events of ``reason`` (``saying`` that, if given) are on ``w``'s owner."""
+        return sum(
+            1
+            for e in self.api.store.items("Event", w.namespace)
+            if e.get("reason") == reason
             and (e.get("involvedObject") or {}).get("name") == w.name
             and saying in (e.get("message") or "")
-            for e in self.api.store.items("Event", w.namespace)
         )
 
     def _budget(self, w: Workload, max_unavailable: int) -> None:
@@ -332,10 +340,12 @@ class Soak:
         return ends is not None and ends.timestamp() - time.time() < seconds
 
     def _switch_on_once_held(self, w: Workload) -> None:
-        """Switch automation on again once the engine told it held ``w``'s clear (its
-        RollbackPaused Event), or 10 s after it was switched off."""
-        told = self._told(w, EventReason.PAUSED)
-        if told or time.time() - self.switched_off[w.index] > 10.0:
+        """Switch automation on again once the engine told it held ``w``'s clear (a
+        RollbackPaused Event since it was switched off: an earlier hold's says nothing of it),
+        or 10 s after it was switched off."""
+        since, before = self.switched_off[w.index]
+        told = self._tellings(w, EventReason.PAUSED, "automation disabled") > before
+        if told or time.time() - since > 10.0:
             self.switch.on()
             w.actions.append("on")
             self.faults[
@@ -363,12 +373,27 @@ class Soak:
     def _end_burst_once_fallen_back(self, w: Workload) -> None:
         burst, window_ends = self.bursts[w.index]
         said = f"{w.ref}: sample_cohort kept failing locally"
-        workers = [c for name, c in self.children.items() if name.startswith("worker")]
-        fallen = any(said in c.log.read_text(errors="replace") for c in workers)
-        if fallen or time.time() > window_ends + 60:
+        if any(said in line for line in self._fallbacks()) or time.time() > window_ends + 60:
             with self.api._lock:
                 self.api.faults[:] = [f for f in self.api.faults if f is not burst]
             w.actions.append("burst over")
+
+    def _fallbacks(self) -> list[str]:
+        """The workers' log lines so far that say a local activity went on as a regular one,
+        each log read from where the last look stopped (appended to across restarts)."""
+        for name, child in self.children.items():
+            if not name.startswith("worker") or not child.log.exists():
+                continue
+            with child.log.open("rb") as log:
+                log.seek(self._log_read.get(name, 0))
+                new = log.read()
+            whole = new[: new.rfind(b"\n") + 1]  # a line still being written: next time
+            self._log_read[name] = self._log_read.get(name, 0) + len(whole)
+            text = whole.decode(errors="replace")
+            self._fallen.extend(
+                line for line in text.splitlines() if "kept failing locally" in line
+            )
+        return self._fallen
 
     def _due(self, workloads: Sequence[Workload]) -> None:
         """Their scripted act is due now: the ``late`` ones applied, the ``cancel-in-cut`` ones
@@ -412,7 +437,8 @@ class Soak:
             and ("policy deleted" not in done and self._ends_within(state, 5.0))
         ):
             self.switch.off()
-            self.switched_off[w.index] = time.time()
+            held = self._tellings(w, EventReason.PAUSED, "automation disabled")
+            self.switched_off[w.index] = (time.time(), held)
             store.delete(store.rtype("RollbackPolicy"), w.namespace, w.name)
             w.actions.append("policy deleted")
         elif fate == "policy-deleted-off" and "policy deleted" in done and "on" not in done:
@@ -676,9 +702,8 @@ class Soak:
         held = self._breaker_holds()
         if held:
             faults["backoffs' ends the storm breaker held (RollbackPaused)"] = held
-        fallbacks = sum(  # each logged by the workflow (``RollbackWorkflow._activity``)
-            c.log.read_text(errors="replace").count("kept failing locally") for c in workers
-        )
+        # each logged by the workflow (``RollbackWorkflow._activity``)
+        fallbacks = len(self._fallbacks())
         if fallbacks:
             faults["local activities gone on as regular ones (fallback)"] = fallbacks
         names = (*INVARIANTS, *(("moreUnavailable",) if self.in_place else ()))
